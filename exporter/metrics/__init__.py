@@ -1,0 +1,1 @@
+"""Metric families: the catalog every source declares into, and the renderer."""

@@ -1,0 +1,105 @@
+"""Runs every source on its own cadence and publishes what it read.
+
+Each source gets one asyncio task. A poll that raises becomes a failed result; a poll that
+overruns its interval delays only its own source. State changes (a source going down or
+coming back) are logged once, not on every poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import structlog
+
+from exporter.metrics.self_metrics import SelfMetrics
+from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.sources.base import Source
+
+log = structlog.get_logger("scheduler")
+
+
+class Scheduler:
+    def __init__(self, sources: list[Source], store: SnapshotStore, metrics: SelfMetrics) -> None:
+        self.sources = sources
+        self.store = store
+        self.metrics = metrics
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_state: dict[str, tuple[bool, str]] = {}
+
+    async def start(self) -> None:
+        for source in self.sources:
+            self._tasks.append(asyncio.create_task(self._run(source), name=f"poll-{source.name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for source in self.sources:
+            try:
+                await source.close()
+            except Exception as exc:  # a broken close must not block shutdown
+                log.warning("source_close_failed", source=source.name, error=str(exc))
+
+    async def poll_once(self, source: Source) -> SourceResult:
+        """One poll of ``source``, measured, recorded and published. Never raises."""
+        started = time.perf_counter()
+        try:
+            result = await source.poll()
+        except Exception as exc:
+            result = SourceResult(
+                source=source.name, ok=False, reason="exception",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        duration = time.perf_counter() - started
+        if not result.duration_seconds:
+            result = _with_duration(result, duration)
+        self._record(source.name, result, duration)
+        self.store.publish(result)
+        return result
+
+    async def _run(self, source: Source) -> None:
+        try:
+            await source.start()
+        except Exception as exc:
+            self._record_failure_to_start(source, exc)
+        next_tick = time.monotonic()
+        while True:
+            await self.poll_once(source)
+            next_tick += source.interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # overran: skip missed ticks instead of bursting
+                next_tick = time.monotonic()
+                delay = 0
+            await asyncio.sleep(delay)
+
+    def _record_failure_to_start(self, source: Source, exc: Exception) -> None:
+        log.error("source_start_failed", source=source.name, error=f"{type(exc).__name__}: {exc}")
+        self.metrics.errors.labels(self.metrics.node, source.name, "start_failed").inc()
+
+    def _record(self, name: str, result: SourceResult, duration: float) -> None:
+        m = self.metrics
+        m.poll_duration.labels(m.node, name).observe(duration)
+        m.source_up.labels(m.node, name).set(1 if result.ok else 0)
+        if result.ok:
+            m.last_success.labels(m.node, name).set(result.timestamp)
+        else:
+            m.errors.labels(m.node, name, result.reason or "error").inc()
+        for reason, count in result.errors.items():
+            m.errors.labels(m.node, name, reason).inc(count)
+        state = (result.ok, result.reason)
+        if self._last_state.get(name) != state:
+            if result.ok:
+                log.info("source_ok", source=name, duration_seconds=round(duration, 4))
+            else:
+                log.error("source_failed", source=name, reason=result.reason, error=result.error)
+            self._last_state[name] = state
+
+
+def _with_duration(result: SourceResult, duration: float) -> SourceResult:
+    from dataclasses import replace
+
+    return replace(result, duration_seconds=duration)

@@ -1,0 +1,173 @@
+"""One NVML library session: init, device discovery (GPUs and MIG instances), shutdown.
+
+The session takes the NVML module as a parameter: the real ``pynvml`` from nvidia-ml-py on a
+GPU node, or the simulated node's drop-in (``exporter.sim.fake_nvml``). Sources share one
+session, so they agree on handles and on the ``gpu`` label of each device.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from exporter.snapshot import Device
+
+log = structlog.get_logger("nvml")
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be initialised (no library, no driver); the message says why."""
+
+
+@dataclass(frozen=True)
+class DeviceHandle:
+    device: Device
+    handle: Any
+    parent_handle: Any = None  # MIG: the parent GPU's handle (GPM takes parent + GI id)
+    gpu_instance_id: int | None = None
+
+
+def error_reason(nvml: Any, exc: BaseException) -> str:
+    """A short snake_case reason code for an NVML error (``gpu_lost``, ``not_supported``...)."""
+    value = getattr(exc, "value", None)
+    codes = {
+        getattr(nvml, "NVML_ERROR_GPU_IS_LOST", -1): "gpu_lost",
+        getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", -1): "not_supported",
+        getattr(nvml, "NVML_ERROR_NO_PERMISSION", -1): "no_permission",
+        getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", -1): "function_not_found",
+        getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1): "library_not_found",
+        getattr(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", -1): "driver_not_loaded",
+        getattr(nvml, "NVML_ERROR_TIMEOUT", -1): "timeout",
+        getattr(nvml, "NVML_ERROR_NOT_FOUND", -1): "not_found",
+        getattr(nvml, "NVML_ERROR_RESET_REQUIRED", -1): "reset_required",
+        getattr(nvml, "NVML_ERROR_UNINITIALIZED", -1): "uninitialized",
+        getattr(nvml, "NVML_ERROR_INVALID_ARGUMENT", -1): "invalid_argument",
+        getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", -1): "version_mismatch",
+        getattr(nvml, "NVML_ERROR_NO_DATA", -1): "no_data",
+    }
+    if value in codes:
+        return codes[value]
+    if type(exc).__name__ == "NVMLLibraryMismatchError":
+        return "version_mismatch"
+    return "error"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlSession:
+    """Owns ``nvmlInit``/``nvmlShutdown`` and the device list."""
+
+    def __init__(self, nvml: Any, backend: str = "nvml") -> None:
+        self.nvml = nvml
+        self.backend = backend
+        self.devices: list[DeviceHandle] = []
+        self.driver_version = ""
+        self._lock = threading.Lock()
+        self._refs = 0
+
+    def open(self) -> None:
+        """Initialise once for all sources sharing the session (reference counted)."""
+        with self._lock:
+            if self._refs == 0:
+                self._init()
+            self._refs += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            if self._refs == 0:
+                try:
+                    self.nvml.nvmlShutdown()
+                except Exception as exc:
+                    log.warning("nvml_shutdown_failed", error=str(exc))
+
+    def _init(self) -> None:
+        nvml = self.nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML init failed: {exc} ({error_reason(nvml, exc)})") from exc
+        try:
+            self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError:
+            self.driver_version = ""
+        self.devices = self._discover()
+        log.info(
+            "nvml_ready",
+            backend=self.backend,
+            driver_version=self.driver_version,
+            devices=len(self.devices),
+        )
+
+    def _discover(self) -> list[DeviceHandle]:
+        nvml = self.nvml
+        found: list[DeviceHandle] = []
+        count = nvml.nvmlDeviceGetCount()
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                device = self._describe(handle, str(index))
+            except nvml.NVMLError as exc:
+                # A GPU that fails at discovery still gets a row, so it shows up as down.
+                log.error("gpu_discovery_failed", gpu=str(index), reason=error_reason(nvml, exc),
+                          error=str(exc))
+                found.append(DeviceHandle(Device(gpu=str(index), uuid=""), None))
+                continue
+            found.append(DeviceHandle(device, handle))
+            found.extend(self._discover_mig(handle, device))
+        return found
+
+    def _describe(self, handle: Any, gpu: str, **mig: str) -> Device:
+        nvml = self.nvml
+        try:
+            pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        except nvml.NVMLError:
+            pci = ""
+        return Device(
+            gpu=gpu,
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            pci_bus_id=pci,
+            driver_version=self.driver_version,
+            **mig,
+        )
+
+    def _discover_mig(self, handle: Any, parent: Device) -> list[DeviceHandle]:
+        nvml = self.nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError:
+            return []  # NOT_SUPPORTED on GPUs without MIG
+        if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        out: list[DeviceHandle] = []
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError:
+                continue  # empty slot: NOT_FOUND
+            try:
+                gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                ci = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                device = self._describe(
+                    mig,
+                    f"{parent.gpu}-{gi}",
+                    parent_uuid=parent.uuid,
+                    gpu_instance_id=str(gi),
+                    compute_instance_id=str(ci),
+                )
+                device = Device(**{**_asdict(device), "pci_bus_id": parent.pci_bus_id})
+            except nvml.NVMLError as exc:
+                log.error("mig_discovery_failed", gpu=parent.gpu, slot=slot, error=str(exc))
+                continue
+            out.append(DeviceHandle(device, mig, parent_handle=handle, gpu_instance_id=gi))
+        return out
+
+
+def _asdict(device: Device) -> dict[str, str]:
+    return {k: getattr(device, k) for k in Device.__slots__}
