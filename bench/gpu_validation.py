@@ -383,7 +383,7 @@ class Daemon:
             self.record["last_readyz"] = f"{status} {body.strip()[:200]}"
             time.sleep(0.25)
         self.record["error"] = f"not ready after {timeout:.0f}s ({self.record.get('last_readyz')})"
-        return True if self.proc.poll() is None else False
+        return self.proc.poll() is None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -535,7 +535,8 @@ class Validation:
             fields.remove("compute_cap")
             rc, text = run_cmd(["nvidia-smi", "-i", "0", f"--query-gpu={','.join(fields)}",
                                 "--format=csv,noheader,nounits"])
-        info = parse_smi_csv(text, fields) if rc == 0 else {"error": text.strip()[:300]}
+        info: dict[str, Any] = (parse_smi_csv(text, fields) if rc == 0
+                                else {"error": text.strip()[:300]})
         rc, listing = run_cmd(["nvidia-smi", "-L"])
         info["count"] = sum(1 for ln in listing.splitlines() if ln.startswith("GPU "))
         self.result["gpu"] = info
@@ -656,7 +657,7 @@ class Validation:
         d = self.daemon
         cpu0 = d.cpu() if d else None
         t0 = time.monotonic()
-        n = int(round(self.args.seconds / self.args.interval))
+        n = round(self.args.seconds / self.args.interval)
         raw_saved = False
         for i in range(n + 1):
             due = t0 + i * self.args.interval
@@ -670,8 +671,10 @@ class Validation:
                 try:
                     device, node, body = d.scrape(gpu)
                     sample["daemon"] = device
-                    sample["node"] = {k: v for k, v in node.items()
-                                      if k.startswith(("goodput_serving", "goodput_exporter_source"))}
+                    sample["node"] = {
+                        k: v for k, v in node.items()
+                        if k.startswith(("goodput_serving", "goodput_exporter_source"))
+                    }
                     if not raw_saved and i >= n // 2 and name in ("large_gemm", *SERVING):
                         (self.out / f"metrics-{name}.txt").write_text(body)
                         raw_saved = True
