@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -428,17 +429,15 @@ def _child_env() -> dict[str, str]:
 class Workload:
     """One workload subprocess; collects its JSON events from stdout."""
 
-    def __init__(self, name: str, python: str, seconds: float, port: int, dry_run: bool,
-                 log: IO[str], lock: threading.Lock) -> None:
+    def __init__(self, name: str, python: str, seconds: float, port: int,
+                 extra_args: list[str], log: IO[str], lock: threading.Lock) -> None:
         self.name = name
         self.events: dict[str, dict[str, Any]] = {}
         self.ready = threading.Event()
         self.log = log
         self.lock = lock
         cmd = [python, str(HERE / "workloads.py"), name, "--seconds", str(seconds),
-               "--port", str(port)]
-        if dry_run:
-            cmd.append("--dry-run")
+               "--port", str(port), *extra_args]
         with lock:
             log.write(f"# --- workload {name}: {' '.join(cmd)}\n")
             log.flush()
@@ -517,6 +516,11 @@ class Validation:
 
     def say(self, msg: str) -> None:
         print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
+
+    def workload_args(self) -> list[str]:
+        if self.args.workload_args:
+            return shlex.split(self.args.workload_args)
+        return ["--dry-run"] if self.args.simulate else []
 
     def target_gpu(self, workload: str) -> str:
         return SIM_GPU.get(workload, "0") if self.args.simulate else "0"
@@ -623,7 +627,7 @@ class Validation:
         try:
             if name not in NO_PROCESS:
                 safety = self.args.seconds + self.args.settle + 60
-                work = Workload(name, self.args.python, safety, port, self.args.simulate,
+                work = Workload(name, self.args.python, safety, port, self.workload_args(),
                                 self.work_log, self.lock)
                 timeout = 120.0 if name in SERVING else 60.0
                 if not work.wait_ready(timeout):
@@ -868,6 +872,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="interpreter for the daemon and workloads")
     parser.add_argument("--simulate", action="store_true",
                         help="no GPU: simulated daemon and dry-run workloads (pipeline check)")
+    parser.add_argument("--workload-args", default="",
+                        help="extra arguments for bench/workloads.py (replaces --dry-run under "
+                             "--simulate; e.g. '--device cpu --small' for a CPU smoke run)")
     args = parser.parse_args(argv)
     run = Validation(args)
     try:

@@ -47,16 +47,23 @@ DESCRIPTIONS: dict[str, str] = {
     "allocated_idle": "one process holds ~20 GB of device memory and sleeps",
     "tiny_kernels": "CUDA-graph replays of 2000 elementwise kernels on 256-element tensors, "
                     "back to back",
-    "small_gemm_sync": "8 bf16 1024x1024 GEMMs, then .item() (host sync) and ~0.3 ms of host "
+    "small_gemm_sync": "8 bf16 1024x1024 GEMMs, then .item() (host sync) and ~0.1 ms of host "
                        "work, repeated",
     "large_gemm": "bf16 8192x8192x8192 matmuls back to back",
     "hbm_copy": "read+write streaming kernel over two 2 GiB buffers",
-    "large_kernels_host_sleep": "8 bf16 8192^3 matmuls (~11 ms), sync, 30 ms host sleep",
+    "large_kernels_host_sleep": "8 bf16 8192^3 matmuls (~11 ms), sync, 20 ms host sleep",
     "transformer_decode": "~5B-parameter decoder (bf16, hand-written attention with KV cache), "
                           "batch 8, prompt 128, 384 new tokens per batch; vLLM-style /metrics",
 }
 
 MODEL_NAME = "bench-decoder"
+# Overridden by --device/--small for a CPU smoke run of the code paths (never for measurement).
+DEV = "cuda"
+SMALL = False
+
+
+def size(full: int, small: int) -> int:
+    return small if SMALL else full
 
 
 @dataclass
@@ -87,17 +94,21 @@ def ready(ctx: Ctx, **info: Any) -> None:
 def _torch() -> Any:
     import torch
 
-    if not torch.cuda.is_available():
+    if DEV == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = True
     return torch
+
+
+def _sync(torch: Any) -> None:
+    if DEV == "cuda":
+        _sync(torch)
 
 
 def _env_info(torch: Any) -> dict[str, Any]:
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if DEV == "cuda" else DEV,
     }
 
 
@@ -110,10 +121,10 @@ def _rate(ctx: Ctx, count: float) -> float:
 
 def allocated_idle(ctx: Ctx) -> None:
     torch = _torch()
-    nbytes = 20 * 1024**3
-    block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    nbytes = size(20 * 1024**3, 1024**2)
+    block = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
     block.fill_(1)  # touch it so the memory is really resident
-    torch.cuda.synchronize()
+    _sync(torch)
     ready(ctx, bytes=nbytes, **_env_info(torch))
     while ctx.running():
         time.sleep(0.2)
@@ -122,8 +133,8 @@ def allocated_idle(ctx: Ctx) -> None:
 
 def tiny_kernels(ctx: Ctx) -> None:
     torch = _torch()
-    x = torch.zeros(256, device="cuda")
-    per_replay = 2000
+    x = torch.zeros(256, device=DEV)
+    per_replay = size(2000, 20)
     mode = "cuda_graph"
     graph = None
     try:
@@ -138,7 +149,7 @@ def tiny_kernels(ctx: Ctx) -> None:
             for _ in range(per_replay):
                 x.add_(1.0)
         graph.replay()
-        torch.cuda.synchronize()
+        _sync(torch)
     except Exception as exc:  # graphs unavailable: fall back to eager launches
         mode = f"eager ({type(exc).__name__})"
         graph = None
@@ -155,26 +166,26 @@ def tiny_kernels(ctx: Ctx) -> None:
             kernels += 200
         i += 1
         if i % 16 == 0:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+            _sync(torch)
+    _sync(torch)
     ctx.stats.update(mode=mode, kernels=kernels, kernels_per_second=_rate(ctx, kernels))
 
 
 def small_gemm_sync(ctx: Ctx) -> None:
     torch = _torch()
-    n = 1024
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    n = size(1024, 32)
+    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
     torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
+    _sync(torch)
     ready(ctx, n=n, gemms_per_sync=8, **_env_info(torch))
     batches = 0
     while ctx.running():
         for _ in range(8):
             torch.matmul(a, b, out=c)
         c[0, 0].item()  # host sync, like reading back a sampled token
-        _host_work(0.0003)
+        _host_work(0.0001)
         batches += 1
     ctx.stats.update(batches=batches, batches_per_second=_rate(ctx, batches),
                      tflops=_rate(ctx, batches * 8 * 2 * n**3) / 1e12)
@@ -190,30 +201,30 @@ def _host_work(seconds: float) -> None:
 
 def large_gemm(ctx: Ctx) -> None:
     torch = _torch()
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    n = size(8192, 64)
+    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
     for _ in range(3):
         torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
+    _sync(torch)
     ready(ctx, n=n, dtype="bf16", **_env_info(torch))
     count = 0
     while ctx.running():
         for _ in range(10):
             torch.matmul(a, b, out=c)
         count += 10
-        torch.cuda.synchronize()
+        _sync(torch)
     ctx.stats.update(matmuls=count, tflops=_rate(ctx, count * 2 * n**3) / 1e12)
 
 
 def hbm_copy(ctx: Ctx) -> None:
     torch = _torch()
-    elems = 1024**3  # 2 GiB each in bf16: far beyond L2
-    src = torch.randn(elems, device="cuda", dtype=torch.bfloat16)
+    elems = size(1024**3, 1024)  # 2 GiB each in bf16: far beyond L2
+    src = torch.randn(elems, device=DEV, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     torch.neg(src, out=dst)
-    torch.cuda.synchronize()
+    _sync(torch)
     ready(ctx, bytes_per_buffer=elems * 2, mode="elementwise kernel (neg), read+write",
           **_env_info(torch))
     passes = 0
@@ -222,30 +233,30 @@ def hbm_copy(ctx: Ctx) -> None:
             torch.neg(src, out=dst)
             src, dst = dst, src
         passes += 10
-        torch.cuda.synchronize()
+        _sync(torch)
     moved = passes * elems * 2 * 2
     ctx.stats.update(passes=passes, bytes_moved=moved, tb_per_second=_rate(ctx, moved) / 1e12)
 
 
 def large_kernels_host_sleep(ctx: Ctx) -> None:
     torch = _torch()
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    n = size(8192, 64)
+    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
     torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
-    ready(ctx, n=n, matmuls_per_burst=8, sleep_seconds=0.03, **_env_info(torch))
+    _sync(torch)
+    ready(ctx, n=n, matmuls_per_burst=8, sleep_seconds=0.02, **_env_info(torch))
     busy = 0.0
     bursts = 0
     while ctx.running():
         t0 = time.perf_counter()
         for _ in range(8):
             torch.matmul(a, b, out=c)
-        torch.cuda.synchronize()
+        _sync(torch)
         busy += time.perf_counter() - t0
         bursts += 1
-        time.sleep(0.03)
+        time.sleep(0.02)
     elapsed = time.monotonic() - ctx.stats["ready_at"]
     ctx.stats.update(bursts=bursts, gpu_busy_fraction=busy / elapsed if elapsed else 0.0)
 
@@ -296,10 +307,10 @@ class DecoderShape:
 class Decoder:
     """A plain pre-norm decoder: RMSNorm, fused QKV, SDPA over a KV cache, GELU MLP."""
 
-    def __init__(self, torch: Any, shape: DecoderShape) -> None:
+    def __init__(self, torch: Any, shape: DecoderShape, device: str | None = None) -> None:
         self.t = torch
         self.s = shape
-        dt, dev = torch.bfloat16, "cuda"
+        dt, dev = torch.bfloat16, device or DEV
         d = shape.d
 
         def w(rows: int, cols: int) -> Any:
@@ -343,14 +354,15 @@ class Decoder:
 
 def transformer_decode(ctx: Ctx) -> None:
     torch = _torch()
-    shape = DecoderShape()
+    shape = (DecoderShape(d=64, heads=4, layers=2, vocab=100, prompt=8, new_tokens=16)
+             if SMALL else DecoderShape())
     counters = VllmCounters(ctx.port)
     model = Decoder(torch, shape)
     with torch.inference_mode():
-        tok = model.step(torch.randint(shape.vocab, (shape.batch, shape.prompt), device="cuda"), 0)
+        tok = model.step(torch.randint(shape.vocab, (shape.batch, shape.prompt), device=DEV), 0)
         for i in range(4):
             tok = model.step(tok[:, None], shape.prompt + i)
-        torch.cuda.synchronize()
+        _sync(torch)
         ready(ctx, model=MODEL_NAME, params=shape.params, flops_per_token=2 * shape.params,
               batch=shape.batch, prompt=shape.prompt, new_tokens=shape.new_tokens,
               d_model=shape.d, layers=shape.layers, port=ctx.port, **_env_info(torch))
@@ -358,9 +370,9 @@ def transformer_decode(ctx: Ctx) -> None:
         while ctx.running():
             counters.running.set(shape.batch)
             counters.waiting.set(shape.batch)  # the next batch is always queued
-            prompts = torch.randint(shape.vocab, (shape.batch, shape.prompt), device="cuda")
+            prompts = torch.randint(shape.vocab, (shape.batch, shape.prompt), device=DEV)
             tok = model.step(prompts, 0)
-            torch.cuda.synchronize()
+            _sync(torch)
             counters.prompt.inc(shape.batch * shape.prompt)
             prompt_tokens += shape.batch * shape.prompt
             pending = 0
@@ -370,12 +382,12 @@ def transformer_decode(ctx: Ctx) -> None:
                 tok = model.step(tok[:, None], shape.prompt + i)
                 pending += shape.batch
                 if i % 8 == 7:
-                    torch.cuda.synchronize()  # count only tokens the GPU really produced
+                    _sync(torch)  # count only tokens the GPU really produced
                     counters.generation.inc(pending)
                     generated += pending
                     pending = 0
                     counters.cache.set((shape.prompt + i + 1) / shape.max_seq)
-            torch.cuda.synchronize()
+            _sync(torch)
             counters.generation.inc(pending)
             generated += pending
         counters.running.set(0)
@@ -418,7 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=18080,
                         help="port of the vLLM-style /metrics endpoint (transformer_decode)")
     parser.add_argument("--dry-run", action="store_true", help="no torch, no GPU")
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global DEV, SMALL
+    DEV, SMALL = args.device, args.small
     ctx = Ctx(seconds=args.seconds, port=args.port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: ctx.stop.set())
