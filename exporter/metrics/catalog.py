@@ -39,6 +39,8 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.nvml",
     "exporter.sources.gpm",
     "exporter.sources.xid",
+    "exporter.sources.kubernetes.status",
+    "exporter.sources.kubernetes.processes",
 )
 
 
