@@ -19,6 +19,7 @@ from tests.kubernetes.conftest import INVENTORY, MIG_UUIDS, UUIDS
 from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
 
 GPU = "nvidia.com/gpu"
+REPO = Path(__file__).parents[2]
 
 
 def store_with_inventory() -> SnapshotStore:
@@ -95,7 +96,9 @@ async def test_a_pod_that_goes_away_loses_its_labels(kubelet: tuple[KubeletStand
     assert ("ml", "a") not in second.extra["pod_devices"]
 
 
-async def test_unknown_device_ids_are_counted_not_fatal(kubelet: tuple[KubeletStandIn, str]) -> None:
+async def test_unknown_device_ids_are_counted_not_fatal(
+    kubelet: tuple[KubeletStandIn, str],
+) -> None:
     standin, path = kubelet
     standin.pods = [pod("ml", "a", {"c": [(GPU, ["GPU-not-on-this-node", UUIDS[0]])]})]
     result = await source(path, store_with_inventory()).poll()
@@ -177,6 +180,6 @@ async def test_permission_denied(kubelet: tuple[KubeletStandIn, str]) -> None:
         os.chmod(directory, 0o755)
     out = subprocess.run(
         [sys.executable, "-c", _AS_NOBODY, path], capture_output=True, text=True, timeout=60,
-        cwd=Path(__file__).parents[2], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert out.stdout.strip() == "permission_denied", out.stderr
