@@ -63,3 +63,31 @@ async def serve(path: str) -> tuple[grpc.aio.Server, KubeletStandIn]:
     server.add_insecure_port(f"unix://{path}")
     await server.start()
     return server, standin
+
+
+def simulated_node_pods() -> list[pb.PodResources]:
+    """Pods holding the GPUs of ``--simulate`` (exporter/sim): 0 free, 4 time-sliced."""
+    uuid = [f"GPU-5e1f0000-0000-4000-8000-{i:012d}" for i in range(8)]
+    gpu = "nvidia.com/gpu"
+    return [
+        pod("research", "notebook", {"jupyter": [(gpu, [uuid[1]])]}),
+        pod("ml", "trainer-0", {"main": [(gpu, [uuid[2]])]}),
+        pod("infer", "llama-decode", {"vllm": [(gpu, [uuid[3]])]}),
+        pod("infer", "embed-a", {"server": [("nvidia.com/gpu.shared", [f"{uuid[4]}::0"])]}),
+        pod("infer", "embed-b", {"server": [("nvidia.com/gpu.shared", [f"{uuid[4]}::1"])]}),
+        pod("ml", "tiny-kernels", {"main": [(gpu, [uuid[5]])]}),
+        pod("ml", "trainer-1", {"main": [(gpu, [uuid[6], uuid[7]])]}),
+    ]
+
+
+async def _main(path: str) -> None:
+    server, standin = await serve(path)
+    standin.pods = simulated_node_pods()
+    print(f"kubelet stand-in serving the simulated node's pods on unix://{path}", flush=True)
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    import sys
+
+    asyncio.run(_main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/goodput-kubelet.sock"))
