@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any
 
 import grpc
 
@@ -85,19 +86,21 @@ class PodResourcesClient:
         return pb_grpc.PodResourcesListerStub(self._channel)
 
     async def list(self) -> pb.ListPodResourcesResponse:
-        check_socket(self.socket_path)
-        try:
-            return await self._stub().List(pb.ListPodResourcesRequest(), timeout=self.timeout)
-        except grpc.RpcError as exc:
-            await self.close()
-            raise _from_rpc_error(self.socket_path, exc) from None
+        response: pb.ListPodResourcesResponse = await self._call(
+            "List", pb.ListPodResourcesRequest()
+        )
+        return response
 
     async def allocatable(self) -> pb.AllocatableResourcesResponse:
+        response: pb.AllocatableResourcesResponse = await self._call(
+            "GetAllocatableResources", pb.AllocatableResourcesRequest()
+        )
+        return response
+
+    async def _call(self, method: str, request: Any) -> Any:
         check_socket(self.socket_path)
         try:
-            return await self._stub().GetAllocatableResources(
-                pb.AllocatableResourcesRequest(), timeout=self.timeout
-            )
+            return await getattr(self._stub(), method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             await self.close()
             raise _from_rpc_error(self.socket_path, exc) from None
