@@ -40,6 +40,8 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.profiling_metrics",
     "exporter.sources.gpm",
     "exporter.sources.xid",
+    "exporter.sources.kubernetes.status",
+    "exporter.sources.kubernetes.processes",
 )
 
 
