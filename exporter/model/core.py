@@ -164,11 +164,24 @@ def silent_zeros(w: Window, cfg: ModelConfig) -> bool:
     return True
 
 
-def sm_fill(w: Window) -> float | None:
-    """SM activity while a kernel runs: sm_active / util, 0..1."""
-    if w.sm_active is None or not w.util:
+def kernel_time(w: Window, usable: bool) -> float | None:
+    """The kernel-time ratio the model reasons with.
+
+    The profiling reader's own graphics-engine activity (GPM GRAPHICS_UTIL, DCGM
+    GR_ENGINE_ACTIVE) when profiling is usable: it covers exactly the window SM active was
+    averaged over and agrees with NVML's figure on steady loads (37 vs 37.1 measured). Else
+    NVML's utilization, whose own sample period need not match the window.
+    """
+    if usable and w.graphics_active is not None:
+        return w.graphics_active
+    return w.util
+
+
+def sm_fill(w: Window, busy: float | None) -> float | None:
+    """SM activity while a kernel runs: sm_active / kernel time, 0..1."""
+    if w.sm_active is None or not busy:
         return None
-    return min(w.sm_active / w.util, 1.0)
+    return min(w.sm_active / busy, 1.0)
 
 
 def _compute_pressure(w: Window, cfg: ModelConfig) -> float | None:
@@ -201,20 +214,21 @@ def _waiting(w: Window) -> float:
 
 def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
     """The raw regime of one window (rules in the order docs/efficiency.md lists them)."""
-    if w.util is None:
+    busy = kernel_time(w, usable)
+    if busy is None:
         return UNKNOWN
-    if w.util < cfg.idle_util_max:
+    if busy < cfg.idle_util_max:
         return ALLOCATED_IDLE if _allocated(w, cfg) else IDLE
     if not usable:
         return UNKNOWN
     compute = _compute_pressure(w, cfg)
     memory = _memory_pressure(w, cfg)
-    fill = sm_fill(w)
+    fill = sm_fill(w, busy)
     at_a_wall = (compute or 0.0) >= 1.0 or (memory or 0.0) >= 1.0
     if fill is not None and fill < cfg.launch_sm_fill_max and not at_a_wall:
         return LAUNCH_BOUND
     host_max = cfg.host_util_max_queued if _waiting(w) > 0 else cfg.host_util_max
-    if w.util < host_max:
+    if busy < host_max:
         return HOST_BOUND
     if compute is None and memory is None:
         return UNKNOWN
@@ -292,10 +306,11 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     stale = w.profiling_available and (zeros or old)
     usable = w.profiling_available and not stale and w.sm_active is not None
     regime = classify(w, cfg, usable)
+    busy = kernel_time(w, usable)
     hollow = None
-    if usable and w.util is not None and w.sm_active is not None:
-        hollow = max(w.util - w.sm_active, 0.0)
-    fill = sm_fill(w) if usable else None
+    if usable and busy is not None and w.sm_active is not None:
+        hollow = max(busy - w.sm_active, 0.0)
+    fill = sm_fill(w, busy) if usable else None
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
         hollow is not None and fill is not None and hollow >= cfg.hollow_min
@@ -303,7 +318,7 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     )
     tokens = None if w.serving is None else sum(m.tokens_per_second for m in w.serving)
     no_output = bool(
-        tokens is not None and w.util is not None and w.util >= cfg.no_output_util_min
+        tokens is not None and busy is not None and busy >= cfg.no_output_util_min
         and tokens < cfg.no_output_tokens_per_second
         and (usable or not cfg.no_output_needs_profiling)
     )
@@ -339,9 +354,9 @@ class GpuModel:
     def __init__(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
         self._regime = Hysteresis(UNKNOWN, cfg.enter_windows, cfg.leave_windows,
-                                  immediate=frozenset({UNKNOWN}))
+                                  leave_for={UNKNOWN: 1}, immediate=frozenset({UNKNOWN}))
         self._flags = {
-            reason: Hysteresis(False, cfg.enter_windows, cfg.leave_windows)
+            reason: Hysteresis(False, cfg.enter_windows, cfg.leave_windows, enter_for={False: 1})
             for reason in UNPRODUCTIVE_REASONS
         }
 

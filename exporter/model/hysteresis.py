@@ -1,14 +1,17 @@
 """Debouncing a per-window verdict so a regime or flag does not flap.
 
 A new value is entered only after it was seen ``enter`` windows in a row, and the current
-value is left only after it was absent ``leave`` windows in a row; until both hold the current
-value stays. Values in ``immediate`` are entered at once (``unknown``: when the evidence is
-gone we stop claiming a regime now, not three windows later).
+value is left only after it was absent ``leave`` windows in a row; until both hold, the current
+value stays. ``enter_for`` / ``leave_for`` override the counts for particular values and
+``immediate`` values are entered at once. The model enters ``unknown`` at once (when the
+evidence goes we stop claiming a regime now) and leaves it without the ``leave`` wait
+(nothing was claimed that needs un-claiming); a busy_unproductive flag turns off after
+``leave`` clean windows, with no separate ``enter`` wait for "off".
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Generic, TypeVar
 
 T = TypeVar("T", bound=Hashable)
@@ -16,11 +19,19 @@ T = TypeVar("T", bound=Hashable)
 
 class Hysteresis(Generic[T]):
     def __init__(
-        self, initial: T, enter: int, leave: int, immediate: frozenset[T] = frozenset()
+        self,
+        initial: T,
+        enter: int,
+        leave: int,
+        enter_for: Mapping[T, int] | None = None,
+        leave_for: Mapping[T, int] | None = None,
+        immediate: frozenset[T] = frozenset(),
     ) -> None:
         self.state: T = initial
         self.enter = max(enter, 1)
         self.leave = max(leave, 1)
+        self.enter_for = dict(enter_for or {})
+        self.leave_for = dict(leave_for or {})
         self.immediate = immediate
         self._candidate: T | None = None
         self._streak = 0
@@ -36,7 +47,9 @@ class Hysteresis(Generic[T]):
             self._streak += 1
         else:
             self._candidate, self._streak = raw, 1
-        if raw in self.immediate or (self._streak >= self.enter and self._absent >= self.leave):
+        enter = self.enter_for.get(raw, self.enter)
+        leave = self.leave_for.get(self.state, self.leave)
+        if raw in self.immediate or (self._streak >= enter and self._absent >= leave):
             self.force(raw)
         return self.state
 
