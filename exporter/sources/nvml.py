@@ -198,10 +198,16 @@ class NvmlSource(BlockingSource):
     name = SOURCE
     readiness = True
 
-    def __init__(self, session: NvmlSession, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        session: NvmlSession,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.interval = interval
         super().__init__()
         self.session = session
+        self.clock = clock
         self._unsupported: dict[str, set[str]] = {}
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
@@ -246,7 +252,7 @@ class NvmlSource(BlockingSource):
                 return SourceResult(
                     source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
                 )
-        now = time.monotonic()
+        now = self.clock()
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now
         nvml = self.session.nvml
