@@ -17,6 +17,7 @@ from exporter import __version__
 from exporter.config import Settings
 from exporter.metrics.render import ExpositionCache, SnapshotCollector
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.model.source import build_sources as model_sources
 from exporter.scheduler import Scheduler
 from exporter.server import build_app
 from exporter.snapshot import SnapshotStore
@@ -87,7 +88,11 @@ def core_sources(settings: Settings, session: NvmlSession) -> list[Source]:
 def build(settings: Settings, session: NvmlSession) -> Daemon:
     node = settings.node_name
     store = SnapshotStore(node, ready_sources=[NvmlSource.name])
-    sources = core_sources(settings, session) + kubernetes.build_sources(settings, store)
+    sources = [
+        *core_sources(settings, session),
+        *kubernetes.build_sources(settings, store),
+        *model_sources(settings, store),
+    ]
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
