@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,12 +75,14 @@ class GpmSource(BlockingSource):
         interval: float = 1.0,
         min_window: float = 0.5,
         max_window: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval = interval
         super().__init__()
         self.session = session
         self.min_window = min_window
         self.max_window = max_window
+        self.clock = clock
         self._states: dict[str, _DeviceState] = {}
         self._integrator = ProfilingIntegrator()
         self._last: dict[str, list[Sample]] = {}
@@ -136,7 +139,7 @@ class GpmSource(BlockingSource):
                 unavailable(SOURCE, _profiling_reason(reason)),
                 *self._integrator.totals_only(gpu),
             ], reason
-        now = time.monotonic()
+        now = self.clock()
         old, old_at = state.sample, state.taken_at
         window = now - old_at
         if old is not None and window < self.min_window:
