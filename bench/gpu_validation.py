@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -52,9 +53,11 @@ sys.path.insert(0, str(HERE))
 from workloads import (  # noqa: E402  (bench/ is not a package)
     DESCRIPTIONS,
     EXPECTED,
+    MODEL_NAME,
     NO_PROCESS,
     SERVING,
     WORKLOADS,
+    DecoderShape,
 )
 
 SCHEMA = 1
@@ -146,18 +149,56 @@ def counter_rate(samples: list[dict[str, Any]], section: str, key_prefix: str) -
     return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
 
 
+def regime_changes(lines: Iterable[str], gpu: str, ready_time: float) -> list[list[Any]]:
+    """``[seconds after ready, regime]`` from the daemon's ``regime_changed`` log lines of
+    ``gpu``; the last change before the ready moment is kept (clamped to 0) as the regime the
+    workload started under."""
+    out: list[list[Any]] = []
+    before: list[Any] | None = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("event") != "regime_changed":
+            continue
+        if str(rec.get("gpu")) != gpu or "timestamp" not in rec:
+            continue
+        try:
+            when = datetime.fromisoformat(str(rec["timestamp"]).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        rel = when.timestamp() - ready_time
+        if rel < 0:
+            before = [0.0, rec.get("regime")]
+        else:
+            out.append([round(rel, 3), rec.get("regime")])
+    return ([before] if before else []) + out
+
+
+def log_windows_to_regime(changes: list[list[Any]], good: set[str], interval: float
+                          ) -> int | None:
+    """Whole windows from ready until the regime log first says a ``good`` regime."""
+    for rel, regime in changes:
+        if regime in good:
+            return math.ceil(rel / interval - 1e-6) if rel > 0 else 0
+    return None
+
+
 def summarize(
     samples: list[dict[str, Any]],
     expected: str,
     acceptable: Iterable[str] = (),
     drop: float = 5.0,
     interval: float = 1.0,
+    changes: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
     """Steady-state medians (samples with ``t >= drop``), regime sequence and timing.
 
     ``windows_to_regime`` counts daemon windows from the workload's ready moment (t=0) to the
-    first sample showing the expected (or an acceptable) regime; ``regime_share`` is the share
-    of steady samples that show it.
+    expected (or an acceptable) regime: from the daemon's own ``regime_changed`` log lines when
+    given (exact), else from the first 1 s sample showing it (up to one window late).
+    ``regime_share`` is the share of steady samples that show it.
     """
     good = {expected, *acceptable}
     steady = [s for s in samples if s["t"] >= drop]
@@ -182,7 +223,11 @@ def summarize(
                         for k in smi_keys},
         "regime_sequence": run_lengths(r for _, r in regimes),
         "steady_regime": (statistics.mode(steady_regimes) if steady_regimes else None),
-        "windows_to_regime": (None if first is None else max(0, round(first / interval))),
+        "windows_to_regime": (
+            log_windows_to_regime(changes, good, interval) if changes
+            else None if first is None else max(0, round(first / interval))),
+        "windows_to_regime_source": "daemon log" if changes else "samples",
+        "regime_changes": changes or [],
         "regime_share": (sum(1 for r in steady_regimes if r in good) / len(steady_regimes)
                          if steady_regimes else None),
         "busy_unproductive_share": flags,
@@ -649,8 +694,17 @@ class Validation:
                     entry["stats"] = done.get("stats", {})
                 if "error" in work.events and "error" not in entry:
                     entry["error"] = work.events["error"].get("error")
+        changes = None
+        if "ready_time" in entry:
+            self.daemon_log.flush()
+            lines = (self.out / "daemon.log").read_text(errors="replace").splitlines()
+            changes = regime_changes(lines, entry["gpu"], entry["ready_time"])
+            # only the changes up to the end of this workload's sampling
+            last = entry["samples"][-1]["t"] + 1 if entry["samples"] else 0
+            changes = [c for c in changes if c[0] <= last]
         entry["summary"] = summarize(entry["samples"], expected, acceptable,
-                                     drop=self.args.drop, interval=self.args.interval)
+                                     drop=self.args.drop, interval=self.args.interval,
+                                     changes=changes)
         s = entry["summary"]
         self.say(f"workload {name}: {entry['status']} regime={s['steady_regime']} "
                  f"(expected {expected}) windows_to_regime={s['windows_to_regime']}")
@@ -661,6 +715,8 @@ class Validation:
         d = self.daemon
         cpu0 = d.cpu() if d else None
         t0 = time.monotonic()
+        entry["ready_time"] = (work.events["ready"]["time"] if work is not None
+                               else time.time())
         n = round(self.args.seconds / self.args.interval)
         raw_saved = False
         for i in range(n + 1):
@@ -865,9 +921,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=19433, help="daemon listen port")
     parser.add_argument("--workloads", default="",
                         help=f"comma-separated subset of: {','.join(WORKLOADS)}")
-    parser.add_argument("--model-config", default="",
-                        help="YAML for the daemon's `model:` section (e.g. parameters per model "
-                             "name for MFU); dropped if the daemon rejects it")
+    parser.add_argument("--model-config",
+                        default=f"{{model_parameters: {{{MODEL_NAME}: {DecoderShape().params}}}}}",
+                        help="YAML for the daemon's `model:` section (default: the transformer "
+                             "workload's parameter count, for MFU); dropped if the daemon "
+                             "rejects it")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter for the daemon and workloads")
     parser.add_argument("--simulate", action="store_true",

@@ -20,6 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_validation import gpu_kind  # bench/ is not a package
+from workloads import WORKLOADS
 
 GIB = 1024.0**3
 # Dense bf16 peak (TFLOP/s) by device kind, datasheet figures for the SXM parts; used only for
@@ -91,7 +92,10 @@ def table(headers: list[str], rows: Iterable[list[str]]) -> list[str]:
 
 
 def workloads(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return list((data.get("workloads") or {}).items())
+    """Workloads in the panel's run order (the JSON is written with sorted keys)."""
+    order = {name: i for i, name in enumerate(WORKLOADS)}
+    items = (data.get("workloads") or {}).items()
+    return sorted(items, key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
 
 
 def medians(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -176,3 +176,23 @@ def test_report_rejects_unreadable_input(tmp_path: Path) -> None:
     bad = tmp_path / "v.json"
     bad.write_text("{not json")
     assert report.main([str(bad), "--out-dir", str(tmp_path)]) == 2
+
+
+def test_windows_to_regime_from_the_daemon_log() -> None:
+    ready = 1_800_000_000.0
+
+    def line(offset: float, regime: str, gpu: str = "0") -> str:
+        stamp = gv.datetime.fromtimestamp(ready + offset, gv.UTC).isoformat()
+        return json.dumps({"event": "regime_changed", "gpu": gpu, "regime": regime,
+                           "timestamp": stamp.replace("+00:00", "Z")})
+
+    lines = [line(-9, "idle"), line(-2, "compute_bound"), line(0.4, "unknown"),
+             line(1.5, "other", gpu="1"), line(2.7, "memory_bound"), "not json"]
+    changes = gv.regime_changes(lines, "0", ready)
+    assert changes == [[0.0, "compute_bound"], [0.4, "unknown"], [2.7, "memory_bound"]]
+    assert gv.log_windows_to_regime(changes, {"memory_bound"}, 1.0) == 3
+    assert gv.log_windows_to_regime(changes, {"compute_bound"}, 1.0) == 0
+    assert gv.log_windows_to_regime(changes, {"idle"}, 1.0) is None
+    samples = _samples(["unknown"] * 5 + ["memory_bound"] * 5, 0.9)
+    s = gv.summarize(samples, "memory_bound", drop=3, changes=changes)
+    assert s["windows_to_regime"] == 3 and s["windows_to_regime_source"] == "daemon log"
