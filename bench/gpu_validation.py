@@ -816,6 +816,7 @@ class Validation:
                 phases.append(("hardware", plain, None))
             if serving:
                 phases.append(("serving", serving, "0"))
+        restarts = 0
         for i, (phase, names, serving_gpu) in enumerate(phases):
             self.start_daemon(phase, serving_gpu, self.serving_port)
             if i == 0:
@@ -829,6 +830,11 @@ class Validation:
                         "error": f"budget: {self.elapsed():.0f}s used of {args.budget:.0f}s"}
                     self.say(f"workload {name}: skipped (budget)")
                     continue
+                if (self.daemon is None or not self.daemon.alive()) and restarts < 2:
+                    restarts += 1
+                    self.say("daemon is not running: starting it again")
+                    self.start_daemon(f"{phase}-restart{restarts}", serving_gpu,
+                                      self.serving_port)
                 self.run_workload(name)
                 time.sleep(1.0)
             if self.daemon is not None and self.daemon.alive():
