@@ -941,6 +941,11 @@ def main(argv: list[str] | None = None) -> int:
                              "--simulate; e.g. '--device cpu --small' for a CPU smoke run)")
     args = parser.parse_args(argv)
     run = Validation(args)
+
+    def _terminate(*_: Any) -> None:
+        raise KeyboardInterrupt  # unwinds into close(): daemon stopped, JSON saved
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         run.run()
     except KeyboardInterrupt:

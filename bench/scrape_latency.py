@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="also write the raw results here")
     args = parser.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",") if x]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the daemon is stopped
     try:
         result = asyncio.run(run(args))
     except RuntimeError as exc:
