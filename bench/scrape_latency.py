@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,11 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gpu_validation import free_port  # noqa: E402  (bench/ is not a package)
+from gpu_validation import proc_rss_bytes as rss_bytes  # noqa: E402
+
 # What Prometheus 2.x/3.x sends when scraping.
 PROM_HEADERS = {
     "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,"
@@ -38,21 +42,6 @@ PROM_HEADERS = {
     "Accept-Encoding": "gzip",
     "User-Agent": "goodput-bench-scraper",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_bytes(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(rest.split()[0]) * 1024
-    return out
 
 
 def percentile(values: list[float], q: float) -> float:

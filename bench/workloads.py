@@ -171,14 +171,21 @@ def tiny_kernels(ctx: Ctx) -> None:
     ctx.stats.update(mode=mode, kernels=kernels, kernels_per_second=_rate(ctx, kernels))
 
 
-def small_gemm_sync(ctx: Ctx) -> None:
-    torch = _torch()
-    n = size(1024, 32)
+def _gemm_operands(torch: Any, n: int) -> tuple[Any, Any, Any]:
+    """Random bf16 n x n operands and an output, with the GEMM warmed up (cuBLAS picked)."""
     a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
     c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
-    torch.matmul(a, b, out=c)
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
     _sync(torch)
+    return a, b, c
+
+
+def small_gemm_sync(ctx: Ctx) -> None:
+    torch = _torch()
+    n = size(1024, 32)
+    a, b, c = _gemm_operands(torch, n)
     ready(ctx, n=n, gemms_per_sync=8, **_env_info(torch))
     batches = 0
     while ctx.running():
@@ -202,12 +209,7 @@ def _host_work(seconds: float) -> None:
 def large_gemm(ctx: Ctx) -> None:
     torch = _torch()
     n = size(8192, 64)
-    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
-    c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
-    _sync(torch)
+    a, b, c = _gemm_operands(torch, n)
     ready(ctx, n=n, dtype="bf16", **_env_info(torch))
     count = 0
     while ctx.running():
@@ -241,11 +243,7 @@ def hbm_copy(ctx: Ctx) -> None:
 def large_kernels_host_sleep(ctx: Ctx) -> None:
     torch = _torch()
     n = size(8192, 64)
-    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
-    c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
-    torch.matmul(a, b, out=c)
-    _sync(torch)
+    a, b, c = _gemm_operands(torch, n)
     ready(ctx, n=n, matmuls_per_burst=8, sleep_seconds=0.02, **_env_info(torch))
     busy = 0.0
     bursts = 0
