@@ -123,7 +123,8 @@ def repo_copy(tmp_path: Path) -> Path:
     dashboards.mkdir()
     (dashboards / "gpu-goodput.json").write_text(json.dumps(
         {"title": "GPU goodput", "uid": "gpu-goodput", "panels": [
-            {"type": "timeseries", "targets": [{"expr": 'sum by (gpu) (goodput_gpu_sm_active_ratio{node="$node"})'}]}]},
+            {"type": "timeseries", "targets": [
+                {"expr": 'sum by (gpu) (goodput_gpu_sm_active_ratio{node="$node"})'}]}]},
         indent=2))
     return tmp_path
 
@@ -149,7 +150,7 @@ def test_rules_and_dashboards_come_from_the_repository_files(repo_copy: Path) ->
 
 def test_a_broken_rule_file_fails_the_render_naming_it(repo_copy: Path) -> None:
     (repo_copy / "alerts" / "broken.rules.yml").write_text("rules: []\n")
-    with pytest.raises(helm().HelmRenderError, match="broken.rules.yml"):
+    with pytest.raises(helm().HelmRenderError, match=r"broken\.rules\.yml"):
         render(VALUE_SETS["monitoring"], chart=repo_copy / "helm" / CHART.name)
 
 
@@ -178,7 +179,8 @@ def test_the_real_repository_files_render() -> None:
                      for o in by_kind(objs, "PrometheusRule"))
     assert sources == [f"alerts/{p.name}" for p in rule_files]
     dash_files = sorted((ROOT / "dashboards").glob("*.json"))
-    dashboards = [o for o in by_kind(objs, "ConfigMap") if "grafana_dashboard" in o["metadata"]["labels"]]
+    dashboards = [o for o in by_kind(objs, "ConfigMap")
+                  if "grafana_dashboard" in o["metadata"]["labels"]]
     assert len(dashboards) == len(dash_files)
     for cm in dashboards:
         ((key, text),) = cm["data"].items()

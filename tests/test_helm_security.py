@@ -20,7 +20,7 @@ def defaults() -> list[dict[str, Any]]:
     return manifests()
 
 
-def test_defaults_are_non_root_read_only_without_capabilities(defaults: list[dict[str, Any]]) -> None:
+def test_defaults_are_non_root_read_only_without_caps(defaults: list[dict[str, Any]]) -> None:
     pod = pod_spec(defaults)
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
@@ -92,7 +92,8 @@ def test_attribution_mounts_pod_resources_read_only_as_uid_0_without_capabilitie
     assert pod["hostPID"] is True
     vol = next(v for v in pod["volumes"] if v["name"] == "pod-resources")
     assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
-    mount = next(m for m in exporter_container(objs)["volumeMounts"] if m["name"] == "pod-resources")
+    mounts = exporter_container(objs)["volumeMounts"]
+    mount = next(m for m in mounts if m["name"] == "pod-resources")
     assert mount["readOnly"] is True
     assert exporter_container(objs)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 

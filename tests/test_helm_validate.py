@@ -68,7 +68,7 @@ def test_crd_schemas_reject_what_the_operator_would() -> None:
     no_selector = {**good, "spec": {"endpoints": []}}
     assert list(sm.iter_errors(no_selector))
     pr = jsonschema.Draft202012Validator(crd_schema("PrometheusRule"))
-    rule_doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+    rule_doc: dict[str, Any] = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                 "metadata": {"name": "r"},
                 "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0",
                                                              "for": "5m"}]}]}}
