@@ -21,6 +21,7 @@ from tests.support.helm import (
     ROOT,
     VALUE_SETS,
     by_kind,
+    exporter_container,
     helm,
     manifests,
     one,
@@ -70,17 +71,43 @@ def test_values_yaml_documents_every_key_the_schema_knows() -> None:
     assert set(schema["properties"]) - {"global"} == set(values)
 
 
+# Keys the chart writes that another area adds to the daemon's schema. Until that lands in
+# this branch they are left out of the check (everything else is still validated); once the
+# owner's schema has them, they are checked like the rest.
+PENDING_KEYS = {
+    "serving.discovery": "[serving]",
+    "profiling.dcgm_host_engine": "[dcgm]",
+    "profiling.dcgm_exporter_url": "[dcgm]",
+}
+
+
+def _known(dotted: str) -> bool:
+    model: Any = daemon_config.Settings
+    for part in dotted.split("."):
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        model = field.annotation
+    return True
+
+
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_rendered_daemon_config_passes_the_daemon_schema(name: str, tmp_path: Path) -> None:
-    values = VALUE_SETS[name]
-    if values.get("serving", {}).get("discovery", {}).get("enabled") and (
-        "discovery" not in daemon_config.ServingConfig.model_fields
-    ):
-        pytest.skip("serving.discovery is not in the daemon's config schema yet ([serving])")
-    cm = next(o for o in by_kind(manifests(values), "ConfigMap") if "config.yaml" in o["data"])
+    """The config file plus the GOODPUT_* environment the DaemonSet sets, as the daemon
+    would read them (the kubelet's $(HOST_IP) expansion done by hand)."""
+    objs = manifests(VALUE_SETS[name])
+    cm = next(o for o in by_kind(objs, "ConfigMap") if "config.yaml" in o["data"])
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    env = {e["name"]: e["value"].replace("$(HOST_IP)", "10.0.0.7")
+           for e in exporter_container(objs)["env"] if e["name"].startswith("GOODPUT_")}
+    for key in PENDING_KEYS:
+        if not _known(key):
+            section, leaf = key.split(".")
+            cfg.get(section, {}).pop(leaf, None)
+            env.pop(f"GOODPUT_{section}__{leaf}".upper(), None)
     path = tmp_path / "config.yaml"
-    path.write_text(cm["data"]["config.yaml"])
-    settings = daemon_config.build({}, environ={}, config_file=str(path))
+    path.write_text(yaml.safe_dump(cfg))
+    settings = daemon_config.build({}, environ=env, config_file=str(path))
     assert settings.listen == ":9433"
 
 

@@ -31,7 +31,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "discovery": {"serving": {"discovery": {"enabled": True}}},
     "dcgm": {"profiling": {"mode": "dcgm"}},
     "dcgm-hostengine": {"profiling": {"mode": "dcgm", "dcgm": {"embedded": False}}},
-    "attribution": {"kubernetes": {"attribution": {"enabled": True}, "hostPID": True}},
+    "attribution": {"kubernetes": {"attribution": {"enabled": True, "deviceCheckpoint": True},
+                                   "hostPID": True}},
+    "dcgm-exporter": {"profiling": {"mode": "dcgm-exporter",
+                                    "dcgmExporterUrl": "http://$(HOST_IP):9400/metrics"}},
     "monitoring": {
         "serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"},
                            "metricRelabelings": [{"action": "drop", "regex": "go_.*",

@@ -70,6 +70,7 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
 {{- define "gge.webConfigDir" -}}/etc/gpu-goodput-exporter/web{{- end }}
 {{- define "gge.tlsDir" -}}/etc/gpu-goodput-exporter/tls{{- end }}
 {{- define "gge.podResourcesMount" -}}/var/lib/kubelet/pod-resources{{- end }}
+{{- define "gge.deviceCheckpointMount" -}}/var/lib/kubelet/device-plugins{{- end }}
 
 {{/* Web-config Secret name (rendered or existing). */}}
 {{- define "gge.webConfigSecret" -}}
@@ -90,9 +91,14 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
   "profiling" (dict "mode" .Values.profiling.mode)
   "kubernetes" (dict
       "enabled" .Values.kubernetes.attribution.enabled
-      "kubelet_socket" (printf "%s/kubelet.sock" (include "gge.podResourcesMount" .)))
+      "kubelet_socket" (printf "%s/kubelet.sock" (include "gge.podResourcesMount" .))
+      "processes" .Values.kubernetes.hostPID
+      "device_checkpoint" (printf "%s/kubelet_internal_checkpoint" (include "gge.deviceCheckpointMount" .)))
   "serving" (dict "targets" .Values.serving.targets)
 }}
+{{- if include "gge.dcgmEmbedded" . }}
+{{- $_ := set $cfg.profiling "dcgm_host_engine" "embedded" }}
+{{- end }}
 {{- if .Values.serving.discovery.enabled }}
 {{- $_ := set $cfg.serving "discovery" (dict "enabled" true) }}
 {{- end }}
