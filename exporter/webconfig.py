@@ -44,6 +44,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from exporter.config import describe_validation_error
+
 log = structlog.get_logger("exporter.webconfig")
 
 
@@ -179,20 +181,8 @@ def parse(source: Path) -> WebConfigFile:
     try:
         return WebConfigFile.model_validate(data)
     except ValidationError as exc:
-        raise WebConfigError(f"web config file {source}: {_describe(exc)}") from exc
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key {key!r}")
-        elif err["type"] == "missing":
-            parts.append(f"missing key {key!r}")
-        else:
-            parts.append(f"bad value for {key!r}: {err['msg']}")
-    return "; ".join(parts)
+        raise WebConfigError(
+            f"web config file {source}: {describe_validation_error(exc)}") from exc
 
 
 # --- TLS ---------------------------------------------------------------------------------

@@ -99,11 +99,11 @@ TLS = {"cert_file": "server.crt", "key_file": "server.key"}
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"tls_server_confg": {}}, "unknown key 'tls_server_confg'"),
+        ({"tls_server_confg": {}}, "unknown config key 'tls_server_confg'"),
         ({"tls_server_config": {**TLS, "min_versoin": "TLS12"}},
-         "unknown key 'tls_server_config.min_versoin'"),
+         "unknown config key 'tls_server_config.min_versoin'"),
         ({"tls_server_config": {"cert_file": "server.crt"}},
-         "missing key 'tls_server_config.key_file'"),
+         "'tls_server_config.key_file': Field required"),
         ({"tls_server_config": {**TLS, "cipher_suites": ["TLS_AES_128_GCM_SHA256"]}},
          "tls_server_config.cipher_suites is not supported"),
         ({"tls_server_config": {**TLS, "min_version": "SSL3"}}, "tls_server_config.min_version"),
