@@ -30,10 +30,29 @@ class Section(BaseModel):
 
 
 class ServingTarget(Section):
+    """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
+
     url: str
     gpus: list[str] = Field(default_factory=list)
     engine: str = ""
     model: str = ""
+    pid: int | None = Field(None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"serving target {value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        from exporter.sources.serving.engines import ENGINE_NAMES
+
+        if value and value not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+        return value
 
 
 class ServingConfig(Section):
@@ -44,6 +63,9 @@ class ServingConfig(Section):
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
+    discover_pods: bool = False
+    """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
+    annotation_prefix: str = "serving.goodput.dev/"
 
 
 class KubernetesConfig(Section):

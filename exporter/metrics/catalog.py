@@ -39,6 +39,7 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.nvml",
     "exporter.sources.gpm",
     "exporter.sources.xid",
+    "exporter.sources.serving.metrics",
 )
 
 
