@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.serving.adapter import UnknownEngine, detect, read
+from exporter.sources.serving.adapter import UnknownEngine, detect
 from exporter.sources.serving.engines import SIGNALS, TABLES
 from exporter.sources.serving.exposition import ExpositionError, parse
 from exporter.sources.serving.scrape import interpret

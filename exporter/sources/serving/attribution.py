@@ -43,9 +43,10 @@ def to_gpu_labels(refs: Iterable[str], snapshot: Snapshot) -> tuple[str, ...]:
     known = {d.gpu for d in inventory}
     out: list[str] = []
     for ref in refs:
-        label = by_uuid.get(ref) or (ref if (ref in known or not inventory) else None)
-        if label is None and ref.startswith(("GPU-", "MIG-")):
-            continue
+        if ref.startswith(("GPU-", "MIG-")):
+            label = by_uuid.get(ref)  # a UUID is only usable once NVML has listed it
+        else:
+            label = ref if (ref in known or not inventory) else None
         if label is not None and label not in out:
             out.append(label)
     return tuple(out)
