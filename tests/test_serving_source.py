@@ -21,7 +21,7 @@ from exporter.sources.serving.metrics import (
     TOKENS,
 )
 from exporter.sources.serving.source import ServingSource
-from exporter.sources.serving.targets import TargetSet, static_targets
+from exporter.sources.serving.targets import Target, TargetSet, static_targets
 from tests.support.serving import (
     HUGE_BYTES,
     Zoo,
@@ -171,3 +171,16 @@ async def test_no_attribution_still_reports_the_target(zoo: tuple[Zoo, str]) -> 
     assert node_value(result, TARGET_UP, target=f"{base}/ok") == 1.0
     assert node_value(result, TARGET_GPUS, target=f"{base}/ok", via="none") == 0.0
     assert not result.devices
+
+
+async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
+    config = ServingConfig(interval=0.1)
+    bad = Target("http://10.0.0.1:http/metrics", namespace="ml", pod="p",
+                 origin="kubernetes", invalid="serving.goodput.dev/port 'http' is not a port")
+    source = ServingSource(config, gpu_store(), TargetSet([bad]))
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+    assert node_value(result, TARGET_UP, target=bad.url) == 0.0
+    assert node_value(result, TARGET_ERROR, target=bad.url, reason="bad_annotation") == 1.0

@@ -130,6 +130,8 @@ class PodWatcher:
                     self._apply(event["type"], event["object"])
                     self._changed()
             except Exception as exc:  # API down, RBAC, bad config: retry, keep last targets
+                if self._stop.is_set():
+                    return
                 self._set_state(("down", _reason(exc)), error=f"{type(exc).__name__}: {exc}")
                 self._stop.wait(self._retry)
 
