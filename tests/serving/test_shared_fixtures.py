@@ -14,7 +14,7 @@ import pytest
 from exporter.sources.serving.exposition import ExpositionError
 from exporter.sources.serving.scrape import interpret
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _BASE = Path(os.environ["GOODPUT_FIXTURES"]) if os.environ.get("GOODPUT_FIXTURES") else (
     ROOT.parent / "shared" / "fixtures"
 )

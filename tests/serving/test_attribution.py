@@ -129,7 +129,7 @@ async def test_triton_series_go_to_the_gpu_they_name(tmp_path: Path) -> None:
     from exporter.sources.serving.targets import TargetSet, static_targets
     from tests.support.serving import device_value, start
 
-    text = (Path(__file__).parent / "fixtures" / "serving" / "triton_trtllm.txt").read_text()
+    text = (Path(__file__).parent / "fixtures" / "triton_trtllm.txt").read_text()
     text = text.replace("GPU-aaaa", "GPU-0").replace("GPU-bbbb", "GPU-1")
 
     async def metrics(_: web.Request) -> web.Response:

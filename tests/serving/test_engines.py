@@ -11,7 +11,7 @@ from exporter.sources.serving.engines import SIGNALS, TABLES
 from exporter.sources.serving.exposition import ExpositionError, parse
 from exporter.sources.serving.scrape import interpret
 
-FIXTURES = Path(__file__).parent / "fixtures" / "serving"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 # file -> (engine, version, {(signal, model, gpu_uuid, reason): value}, {signal: live})
 CASES = {
