@@ -66,6 +66,8 @@ class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
+    extra_targets: list[str] = Field(default_factory=list)
+    """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
     interval: float = Field(5.0, gt=0)
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -73,6 +75,21 @@ class ServingConfig(Section):
     discover_pods: bool = False
     """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
     annotation_prefix: str = "serving.goodput.dev/"
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _url_shorthand(cls, value: Any) -> Any:
+        """``- http://host:8000/metrics`` in a targets list means ``- url: ...``."""
+        if isinstance(value, list):
+            return [{"url": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("extra_targets")
+    @classmethod
+    def _check_extra(cls, value: list[str]) -> list[str]:
+        for url in value:
+            ServingTarget(url=url)
+        return value
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"

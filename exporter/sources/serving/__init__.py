@@ -6,7 +6,6 @@ attribution.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -21,20 +20,20 @@ log = structlog.get_logger("serving")
 def build_sources(
     settings: Settings,
     store: SnapshotStore,
-    flag_targets: Iterable[str] = (),
     kube_api: Any = None,
 ) -> list[Source]:
     """The serving source, if any target is configured or pod discovery is on.
 
-    ``flag_targets`` are the ``--serving-target`` URLs; ``kube_api`` (a ``CoreV1Api``)
-    overrides the in-cluster/kubeconfig client, for tests.
+    Targets come from ``settings.serving.targets`` and ``.extra_targets`` (the
+    ``--serving-target`` URLs); ``kube_api`` (a ``CoreV1Api``) overrides the
+    in-cluster/kubeconfig client, for tests.
     """
     from exporter.sources.serving.discovery import PodWatcher
     from exporter.sources.serving.source import ServingSource
     from exporter.sources.serving.targets import TargetSet, static_targets
 
     config = settings.serving
-    targets = TargetSet(static_targets(config, flag_targets))
+    targets = TargetSet(static_targets(config))
     watcher = None
     if config.discover_pods:
         api = kube_api if kube_api is not None else _kube_api()

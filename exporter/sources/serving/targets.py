@@ -43,7 +43,7 @@ class Target:
         return (urlsplit(self.url).hostname or "") in LOOPBACK_HOSTS
 
 
-def static_targets(config: ServingConfig, flag_urls: Iterable[str] = ()) -> list[Target]:
+def static_targets(config: ServingConfig) -> list[Target]:
     """Targets of the config file, then ``--serving-target`` URLs not already listed."""
     out = [
         Target(
@@ -53,7 +53,7 @@ def static_targets(config: ServingConfig, flag_urls: Iterable[str] = ()) -> list
         for t in config.targets
     ]
     known = {t.url for t in out}
-    for url in flag_urls:
+    for url in config.extra_targets:
         if url not in known:
             out.append(Target(url=url, origin="flag"))
             known.add(url)
