@@ -6,6 +6,7 @@ attribution.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -42,7 +43,9 @@ def build_sources(
                                  targets.set_discovered)
     if not targets() and watcher is None:
         return []
-    return [ServingSource(config, store, targets, discovery=watcher)]
+    # The host's /proc (where NVML's PIDs live) is shared with the Kubernetes sources.
+    proc_root = Path(settings.kubernetes.proc_root)
+    return [ServingSource(config, store, targets, proc_root=proc_root, discovery=watcher)]
 
 
 def _kube_api() -> Any:
