@@ -59,8 +59,7 @@ async def test_watch_follows_annotated_pods_of_this_node(api: Any, kmock: Any) -
     try:
         await wait_for(lambda: watcher.state == ("ok", ""))
         assert [t.url for t in targets()] == ["http://127.0.0.1:9/metrics"]
-        notes = {PREFIX + "scrape": "true", PREFIX + "path": "/prometheus/metrics",
-                 PREFIX + "engine": "trtllm-serve"}
+        notes = {PREFIX + "scrape": "true", PREFIX + "engine": "trtllm-serve"}
         await asyncio.to_thread(create, "ml", pod("engine-0", "node-a", notes))
         await wait_for(lambda: len(targets()) == 2)
         found = targets()[1]

@@ -4,7 +4,7 @@ A pod is scraped when it carries ``<prefix>scrape: "true"`` (prefix
 ``serving.goodput.dev/`` by default) and optionally:
 
 - ``<prefix>port``: the metrics port (default: the pod's first declared container port);
-- ``<prefix>path``: the path (default ``/metrics``; trtllm-serve needs ``/prometheus/metrics``);
+- ``<prefix>path``: the path (default ``/metrics``, ``/prometheus/metrics`` for trtllm-serve);
 - ``<prefix>scheme``: ``http`` (default) or ``https``;
 - ``<prefix>engine``, ``<prefix>model``, ``<prefix>gpus`` (comma separated): as in config.
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from exporter.sources.serving.engines import default_path
 from exporter.sources.serving.targets import Target
 
 log = structlog.get_logger("serving.discovery")
@@ -41,7 +42,8 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
     if status is None or status.phase != "Running" or not status.pod_ip:
         return None
     scheme = notes.get(prefix + "scheme", "http")
-    path = notes.get(prefix + "path", "/metrics")
+    engine = notes.get(prefix + "engine", "")
+    path = notes.get(prefix + "path") or default_path(engine)
     port_text = notes.get(prefix + "port") or _first_port(spec)
     host = f"[{status.pod_ip}]" if ":" in status.pod_ip else status.pod_ip
     url = f"{scheme}://{host}:{port_text}{path if path.startswith('/') else '/' + path}"
@@ -54,7 +56,7 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         problem = f"{prefix}scheme {scheme!r} is not http or https"
     gpus = tuple(g.strip() for g in notes.get(prefix + "gpus", "").split(",") if g.strip())
     return Target(
-        url=url, gpus=gpus, engine=notes.get(prefix + "engine", ""),
+        url=url, gpus=gpus, engine=engine,
         model=notes.get(prefix + "model", ""), namespace=meta.namespace or "",
         pod=meta.name or "", origin="kubernetes", invalid=problem,
     )

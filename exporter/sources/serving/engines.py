@@ -403,8 +403,8 @@ TABLES: tuple[EngineTable, ...] = (
 ENGINE_NAMES: frozenset[str] = frozenset(t.engine for t in TABLES)
 
 
-def tables_for(engine: str) -> tuple[EngineTable, ...]:
-    """Tables of one engine name (a target's ``engine:`` setting narrows detection)."""
-    return tuple(t for t in TABLES if t.engine == engine)
+def default_path(engine: str) -> str:
+    """Where an engine serves Prometheus text (trtllm-serve's ``/metrics`` is JSON)."""
+    return next((t.default_path for t in TABLES if t.engine == engine), "/metrics")
 
 
