@@ -88,7 +88,8 @@ class ServingConfig(Section):
     @classmethod
     def _check_extra(cls, value: list[str]) -> list[str]:
         for url in value:
-            ServingTarget(url=url)
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"serving target {url!r} is not an http(s) URL")
         return value
 
 

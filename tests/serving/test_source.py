@@ -184,3 +184,17 @@ async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
         await source.close()
     assert node_value(result, TARGET_UP, target=bad.url) == 0.0
     assert node_value(result, TARGET_ERROR, target=bad.url, reason="bad_annotation") == 1.0
+
+
+def test_config_names_the_bad_serving_setting() -> None:
+    from exporter.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match="'serving.extra_targets'.*not an http"):
+        build({"serving": {"extra_targets": ["ftp://x"]}}, environ={})
+    with pytest.raises(ConfigError, match="unknown engine 'vlm'"):
+        build({"serving": {"targets": [{"url": "http://x", "engine": "vlm"}]}}, environ={})
+    settings = build({"serving": {"targets": ["http://a/metrics"],
+                                  "extra_targets": ["http://b/metrics", "http://a/metrics"]}},
+                     environ={})
+    assert [t.url for t in static_targets(settings.serving)] == [
+        "http://a/metrics", "http://b/metrics"]
