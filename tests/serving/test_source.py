@@ -189,7 +189,7 @@ async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
 def test_config_names_the_bad_serving_setting() -> None:
     from exporter.config import ConfigError, build
 
-    with pytest.raises(ConfigError, match="'serving.extra_targets'.*not an http"):
+    with pytest.raises(ConfigError, match=r"'serving\.extra_targets'.*not an http"):
         build({"serving": {"extra_targets": ["ftp://x"]}}, environ={})
     with pytest.raises(ConfigError, match="unknown engine 'vlm'"):
         build({"serving": {"targets": [{"url": "http://x", "engine": "vlm"}]}}, environ={})
