@@ -21,7 +21,7 @@ from exporter.model.source import build_sources as model_sources
 from exporter.scheduler import Scheduler
 from exporter.server import build_app
 from exporter.snapshot import SnapshotStore
-from exporter.sources import kubernetes
+from exporter.sources import kubernetes, serving
 from exporter.sources.base import Source
 from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
@@ -91,6 +91,7 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     sources = [
         *core_sources(settings, session),
         *kubernetes.build_sources(settings, store),
+        *serving.build_sources(settings, store),
         *model_sources(settings, store),
     ]
     registry = CollectorRegistry(auto_describe=False)

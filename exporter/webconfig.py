@@ -94,7 +94,9 @@ class TLSServerConfig(_Strict):
     cert_file: str
     key_file: str
     client_auth_type: Literal[
-        "NoClientCert", "RequestClientCert", "VerifyClientCertIfGiven",
+        "NoClientCert",
+        "RequestClientCert",
+        "VerifyClientCertIfGiven",
         "RequireAndVerifyClientCert",
     ] = "NoClientCert"
     client_ca_file: str = ""
@@ -111,8 +113,10 @@ class HTTPServerConfig(_Strict):
     def _known_headers(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
             if name not in _ALLOWED_HEADERS:
-                raise ValueError(f"header {name!r} may not be set (allowed: "
-                                 f"{', '.join(sorted(_ALLOWED_HEADERS))})")
+                raise ValueError(
+                    f"header {name!r} may not be set (allowed: "
+                    f"{', '.join(sorted(_ALLOWED_HEADERS))})"
+                )
         return value
 
 
@@ -156,8 +160,12 @@ def load(path: str | os.PathLike[str] | None) -> WebConfig:
         middlewares.append(headers_middleware(spec.http_server_config.headers))
     if spec.basic_auth_users:
         middlewares.append(BasicAuth(spec.basic_auth_users).middleware)
-    log.info("web config loaded", file=str(source), tls=ctx is not None,
-             basic_auth_users=len(spec.basic_auth_users))
+    log.info(
+        "web config loaded",
+        file=str(source),
+        tls=ctx is not None,
+        basic_auth_users=len(spec.basic_auth_users),
+    )
     return WebConfig(ctx, tuple(middlewares), source)
 
 
@@ -177,12 +185,12 @@ def parse(source: Path) -> WebConfigFile:
         for key, why in keys.items():
             if isinstance(given, dict) and key in given:
                 raise WebConfigError(
-                    f"web config file {source}: {section}.{key} is not supported: {why}")
+                    f"web config file {source}: {section}.{key} is not supported: {why}"
+                )
     try:
         return WebConfigFile.model_validate(data)
     except ValidationError as exc:
-        raise WebConfigError(
-            f"web config file {source}: {describe_validation_error(exc)}") from exc
+        raise WebConfigError(f"web config file {source}: {describe_validation_error(exc)}") from exc
 
 
 # --- TLS ---------------------------------------------------------------------------------
@@ -203,10 +211,14 @@ class _ReloadingTLS:
         self._ca = base / cfg.client_ca_file if cfg.client_ca_file else None
         if self._ca is not None:
             self._files.append(self._ca)
-        if cfg.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert") \
-                and self._ca is None:
-            raise WebConfigError(f"web config file {source}: tls_server_config.client_ca_file "
-                                 f"is required with client_auth_type {cfg.client_auth_type}")
+        if (
+            cfg.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+            and self._ca is None
+        ):
+            raise WebConfigError(
+                f"web config file {source}: tls_server_config.client_ca_file "
+                f"is required with client_auth_type {cfg.client_auth_type}"
+            )
         self._stamp = self._stat()
         self._current = self._build()
         self._failed_stamp: tuple[tuple[int, int], ...] | None = None
@@ -219,14 +231,17 @@ class _ReloadingTLS:
             return tuple((s.st_mtime_ns, s.st_size) for s in (p.stat() for p in self._files))
         except OSError as exc:
             raise WebConfigError(
-                f"web config file {self._source}: {exc.filename}: {exc.strerror}") from exc
+                f"web config file {self._source}: {exc.filename}: {exc.strerror}"
+            ) from exc
 
     def _build(self) -> ssl.SSLContext:
         cfg = self._cfg
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         if cfg.max_version and cfg.max_version < cfg.min_version:  # "TLS1x" sorts by version
-            raise WebConfigError(f"web config file {self._source}: min_version "
-                                 f"{cfg.min_version} is above max_version {cfg.max_version}")
+            raise WebConfigError(
+                f"web config file {self._source}: min_version "
+                f"{cfg.min_version} is above max_version {cfg.max_version}"
+            )
         ctx.minimum_version = _TLS_VERSIONS[cfg.min_version]
         if cfg.max_version:
             ctx.maximum_version = _TLS_VERSIONS[cfg.max_version]
@@ -234,14 +249,17 @@ class _ReloadingTLS:
         try:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
-            raise WebConfigError(f"web config file {self._source}: cannot load certificate "
-                                 f"{cert} with key {key}: {exc}") from exc
+            raise WebConfigError(
+                f"web config file {self._source}: cannot load certificate "
+                f"{cert} with key {key}: {exc}"
+            ) from exc
         if self._ca is not None:
             try:
                 ctx.load_verify_locations(cafile=self._ca)
             except (OSError, ssl.SSLError) as exc:
-                raise WebConfigError(f"web config file {self._source}: cannot load "
-                                     f"client_ca_file {self._ca}: {exc}") from exc
+                raise WebConfigError(
+                    f"web config file {self._source}: cannot load client_ca_file {self._ca}: {exc}"
+                ) from exc
         # RequestClientCert asks for a certificate it never checks; the exporter never looks
         # at an unverified one, so not asking is equivalent.
         ctx.verify_mode = {
@@ -252,8 +270,7 @@ class _ReloadingTLS:
         }[cfg.client_auth_type]
         return ctx
 
-    def _on_hello(self, sock: ssl.SSLObject, server_name: str | None,
-                  _ctx: ssl.SSLContext) -> None:
+    def _on_hello(self, sock: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> None:
         try:
             stamp = self._stat()
         except WebConfigError:
@@ -281,8 +298,9 @@ class BasicAuth:
     one bcrypt check so timing does not reveal which names exist.
     """
 
-    def __init__(self, users: Mapping[str, str],
-                 open_paths: Iterable[str] = DEFAULT_OPEN_PATHS) -> None:
+    def __init__(
+        self, users: Mapping[str, str], open_paths: Iterable[str] = DEFAULT_OPEN_PATHS
+    ) -> None:
         self._users = {u: h.encode() for u, h in users.items()}
         self._open = frozenset(open_paths)
         self._key = secrets.token_bytes(32)
@@ -315,8 +333,11 @@ class BasicAuth:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in self._open or await self.check(request.headers.get("Authorization")):
             return await handler(request)
-        return web.Response(status=401, text="Unauthorized\n",
-                            headers={"WWW-Authenticate": 'Basic realm="gpu-goodput-exporter"'})
+        return web.Response(
+            status=401,
+            text="Unauthorized\n",
+            headers={"WWW-Authenticate": 'Basic realm="gpu-goodput-exporter"'},
+        )
 
     # aiohttp recognises new-style middlewares by this attribute.
     middleware.__middleware_version__ = 1  # type: ignore[attr-defined]
@@ -355,4 +376,3 @@ def headers_middleware(headers: Mapping[str, str]) -> Middleware:
         return response
 
     return add_headers
-

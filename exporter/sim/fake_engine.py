@@ -63,8 +63,9 @@ def make_app(engine: FakeEngine) -> web.Application:
     registry.register(engine)
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry),
-                            content_type="text/plain", charset="utf-8")
+        return web.Response(
+            body=generate_latest(registry), content_type="text/plain", charset="utf-8"
+        )
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

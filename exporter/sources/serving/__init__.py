@@ -39,8 +39,9 @@ def build_sources(
     if config.discover_pods:
         api = kube_api if kube_api is not None else _kube_api()
         if api is not None:
-            watcher = PodWatcher(api, settings.node_name, config.annotation_prefix,
-                                 targets.set_discovered)
+            watcher = PodWatcher(
+                api, settings.node_name, config.annotation_prefix, targets.set_discovered
+            )
     if not targets() and watcher is None:
         return []
     # The host's /proc (where NVML's PIDs live) is shared with the Kubernetes sources.

@@ -56,9 +56,14 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         problem = f"{prefix}scheme {scheme!r} is not http or https"
     gpus = tuple(g.strip() for g in notes.get(prefix + "gpus", "").split(",") if g.strip())
     return Target(
-        url=url, gpus=gpus, engine=engine,
-        model=notes.get(prefix + "model", ""), namespace=meta.namespace or "",
-        pod=meta.name or "", origin="kubernetes", invalid=problem,
+        url=url,
+        gpus=gpus,
+        engine=engine,
+        model=notes.get(prefix + "model", ""),
+        namespace=meta.namespace or "",
+        pod=meta.name or "",
+        origin="kubernetes",
+        invalid=problem,
     )
 
 

@@ -143,8 +143,11 @@ VLLM_V1 = EngineTable(
         itl_old=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=(
-        "vllm:kv_cache_usage_perc", "vllm:engine_sleep_state", "vllm:prefix_cache_queries",
-        "vllm:gpu_prefix_cache_queries", "vllm:request_prefill_kv_computed_tokens",
+        "vllm:kv_cache_usage_perc",
+        "vllm:engine_sleep_state",
+        "vllm:prefix_cache_queries",
+        "vllm:gpu_prefix_cache_queries",
+        "vllm:request_prefill_kv_computed_tokens",
         "vllm:request_inference_time_seconds",
     ),
     notes="tokens counted per engine step (live); engine label = data-parallel rank",
@@ -167,9 +170,12 @@ VLLM_V0 = EngineTable(
         itl=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=(
-        "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
-        "vllm:avg_generation_throughput_toks_per_s", "vllm:avg_prompt_throughput_toks_per_s",
-        "vllm:gpu_prefix_cache_hit_rate", "vllm:cpu_prefix_cache_hit_rate",
+        "vllm:num_requests_swapped",
+        "vllm:cpu_cache_usage_perc",
+        "vllm:avg_generation_throughput_toks_per_s",
+        "vllm:avg_prompt_throughput_toks_per_s",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "vllm:cpu_prefix_cache_hit_rate",
     ),
     notes="tokens counted per engine step (live)",
 )
@@ -179,8 +185,10 @@ def _reprefixed(table: EngineTable, engine: str, old: str, new: str) -> EngineTa
     """The same aliases under another prefix (Ray Serve re-exporting vLLM)."""
 
     def rename(name: str) -> str:
-        return new + name.removeprefix(old).replace(":", "_") if new.endswith("_") else (
-            new + name.removeprefix(old)
+        return (
+            new + name.removeprefix(old).replace(":", "_")
+            if new.endswith("_")
+            else (new + name.removeprefix(old))
         )
 
     signals = {
@@ -406,5 +414,3 @@ ENGINE_NAMES: frozenset[str] = frozenset(t.engine for t in TABLES)
 def default_path(engine: str) -> str:
     """Where an engine serves Prometheus text (trtllm-serve's ``/metrics`` is JSON)."""
     return next((t.default_path for t in TABLES if t.engine == engine), "/metrics")
-
-

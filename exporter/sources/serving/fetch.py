@@ -23,9 +23,7 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
-async def fetch(
-    session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int
-) -> str:
+async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> str:
     """The body of ``url`` as text, or :class:`ScrapeError`."""
     try:
         async with asyncio.timeout(timeout):

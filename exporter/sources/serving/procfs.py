@@ -65,7 +65,7 @@ def parent_pid(pid: int, root: Path = Path("/proc")) -> int | None:
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ")".
-    rest = stat[stat.rfind(")") + 2:].split()
+    rest = stat[stat.rfind(")") + 2 :].split()
     try:
         return int(rest[1])
     except (IndexError, ValueError):

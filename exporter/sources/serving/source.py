@@ -96,7 +96,9 @@ class ServingSource(Source):
             async with gate:
                 return await scrape(
                     self._session,  # type: ignore[arg-type]
-                    target, self._config.timeout, self._config.max_body_bytes,
+                    target,
+                    self._config.timeout,
+                    self._config.max_body_bytes,
                 )
 
         outcomes = await asyncio.gather(*(one(t) for t in targets))
@@ -124,8 +126,9 @@ class ServingSource(Source):
             errors=dict(errors),
             extra={
                 READINGS_KEY: {o.target.url: o.reading for o in outcomes if o.reading},
-                ATTRIBUTION_KEY: {o.target.url: self._attributed.get(o.target.url, NONE)
-                                  for o in outcomes},
+                ATTRIBUTION_KEY: {
+                    o.target.url: self._attributed.get(o.target.url, NONE) for o in outcomes
+                },
             },
         )
 
@@ -222,14 +225,18 @@ class ServingSource(Source):
         engine, model = self._identity.get(target.url, (target.engine, target.model))
         att = self._attributed.get(target.url, NONE)
         samples = [
-            Sample(TARGET_UP, 1.0 if outcome.ok else 0.0,
-                   labels(target=target.url, engine=engine, model=model)),
+            Sample(
+                TARGET_UP,
+                1.0 if outcome.ok else 0.0,
+                labels(target=target.url, engine=engine, model=model),
+            ),
             Sample(SCRAPE_DURATION, outcome.duration, labels(target=target.url)),
             Sample(TARGET_GPUS, float(len(att.gpus)), labels(target=target.url, via=att.via)),
         ]
         if not outcome.ok:
-            samples.append(Sample(TARGET_ERROR, 1.0,
-                                  labels(target=target.url, reason=outcome.reason)))
+            samples.append(
+                Sample(TARGET_ERROR, 1.0, labels(target=target.url, reason=outcome.reason))
+            )
         return samples
 
     def _log_state(self, outcome: Outcome, attribution: Attribution) -> None:
@@ -239,12 +246,19 @@ class ServingSource(Source):
             if outcome.ok:
                 reading = outcome.reading
                 assert reading is not None
-                log.info("serving_target_up", target=url, engine=reading.engine,
-                         version=reading.version, models=list(reading.models),
-                         gpus=list(attribution.gpus), via=attribution.via)
+                log.info(
+                    "serving_target_up",
+                    target=url,
+                    engine=reading.engine,
+                    version=reading.version,
+                    models=list(reading.models),
+                    gpus=list(attribution.gpus),
+                    via=attribution.via,
+                )
             else:
-                log.warning("serving_target_down", target=url, reason=outcome.reason,
-                            error=outcome.error)
+                log.warning(
+                    "serving_target_down", target=url, reason=outcome.reason, error=outcome.error
+                )
             self._state[url] = state
 
     def _forget_removed(self, current: set[str]) -> None:

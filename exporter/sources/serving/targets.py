@@ -47,7 +47,11 @@ def static_targets(config: ServingConfig) -> list[Target]:
     """Targets of the config file, then ``--serving-target`` URLs not already listed."""
     out = [
         Target(
-            url=t.url, gpus=tuple(t.gpus), engine=t.engine, model=t.model, pid=t.pid,
+            url=t.url,
+            gpus=tuple(t.gpus),
+            engine=t.engine,
+            model=t.model,
+            pid=t.pid,
             origin="config",
         )
         for t in config.targets
