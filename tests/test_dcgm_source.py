@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from exporter.snapshot import Device, SnapshotStore, SourceResult
-from exporter.sources.dcgm import HostEngineAddress, DcgmSource
+from exporter.sources.dcgm import DcgmSource, HostEngineAddress
 from exporter.sources.dcgm_bindings import load_bindings
 from exporter.sources.profiling_select import ProfilingSelector
 

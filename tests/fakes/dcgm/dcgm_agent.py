@@ -160,7 +160,8 @@ def dcgmEntitiesGetLatestValues(dcgmHandle: object, entities: Sequence[S.c_dcgmG
         for field_id in fieldIds:
             status, kind, value = engine.latest(int(entity.entityId), field_id)
             fv = out[i]
-            fv.entityGroupId, fv.entityId, fv.fieldId = entity.entityGroupId, entity.entityId, field_id
+            fv.entityGroupId, fv.entityId = entity.entityGroupId, entity.entityId
+            fv.fieldId = field_id
             fv.status, fv.fieldType, fv.ts = status, kind, engine.ts_us
             if kind == ord(F.DCGM_FT_INT64):
                 fv.value.i64 = int(value)

@@ -56,7 +56,7 @@ _TEXT = {
 class DCGMError(Exception):
     """Like the real class: constructing DCGMError(code) yields the subclass for that code."""
 
-    _valClassMapping: dict[int, type] = {}  # noqa: RUF012 - mirrors the real attribute
+    _valClassMapping: dict[int, type] = {}
 
     def __new__(cls, value: int):  # type: ignore[no-untyped-def]
         if cls is DCGMError:
@@ -106,7 +106,7 @@ def _dcgmInit(libDcgmPath: str | None = None) -> None:
 
 
 class c_dcgmConnectV2Params_v2(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("version", ctypes.c_uint),
         ("persistAfterDisconnect", ctypes.c_uint),
         ("timeoutMs", ctypes.c_uint),
@@ -119,7 +119,7 @@ c_dcgmConnectV2Params_version = c_dcgmConnectV2Params_version2
 
 
 class c_dcgmConnectV3Params_v1(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("version", ctypes.c_uint),
         ("persistAfterDisconnect", ctypes.c_uint),
         ("timeoutMs", ctypes.c_uint),
@@ -131,11 +131,11 @@ c_dcgmConnectV3Params_version = c_dcgmConnectV3Params_version1
 
 
 class c_dcgmGroupEntityPair_t(ctypes.Structure):
-    _fields_ = [("entityGroupId", ctypes.c_uint32), ("entityId", ctypes.c_uint32)]  # noqa: RUF012
+    _fields_ = [("entityGroupId", ctypes.c_uint32), ("entityId", ctypes.c_uint32)]
 
 
 class c_dcgmFieldValue_v1_value(ctypes.Union):
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("i64", ctypes.c_int64),
         ("dbl", ctypes.c_double),
         ("str", ctypes.c_char * DCGM_MAX_STR_LENGTH),
@@ -143,7 +143,7 @@ class c_dcgmFieldValue_v1_value(ctypes.Union):
 
 
 class c_dcgmFieldValue_v2(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("version", ctypes.c_uint),
         ("entityGroupId", ctypes.c_uint),
         ("entityId", ctypes.c_uint),
@@ -157,7 +157,7 @@ class c_dcgmFieldValue_v2(ctypes.Structure):
 
 
 class c_dcgmDeviceIdentifiers_v1(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("version", ctypes.c_uint),
         ("brandName", ctypes.c_char * DCGM_MAX_STR_LENGTH),
         ("deviceName", ctypes.c_char * DCGM_MAX_STR_LENGTH),
@@ -170,7 +170,7 @@ class c_dcgmDeviceIdentifiers_v1(ctypes.Structure):
 class c_dcgmDeviceAttributes_v3(ctypes.Structure):
     """Only ``identifiers`` of the real structure; the exporter reads nothing else."""
 
-    _fields_ = [  # noqa: RUF012
+    _fields_ = [
         ("version", ctypes.c_uint),
         ("identifiers", c_dcgmDeviceIdentifiers_v1),
     ]
