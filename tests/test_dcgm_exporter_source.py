@@ -1,4 +1,5 @@
 """dcgm-exporter source against a real aiohttp server on loopback, both vocabularies."""
+# ruff: noqa: E501  (exposition lines are as long as dcgm-exporter prints them)
 
 from __future__ import annotations
 
