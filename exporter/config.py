@@ -53,12 +53,41 @@ class ServingConfig(Section):
     max_concurrency: int = Field(8, gt=0)
 
 
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+
 class KubernetesConfig(Section):
-    """Attribution of GPUs and processes to pods."""
+    """Attribution of GPUs and processes to pods; see docs/kubernetes.md."""
 
     enabled: bool = False
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # The kubelet rate-limits pod-resources (100 qps, burst 10); one List per interval.
     interval: float = Field(10.0, gt=0)
+    timeout: float = Field(5.0, gt=0)
+    # Keep the last mapping this long while the kubelet is unreachable (restarts), so labels
+    # do not flap; after that GPUs show as unassigned.
+    stale_after: float = Field(60.0, ge=0)
+    # Extra resource names (fnmatch patterns) on top of nvidia.com/gpu, nvidia.com/gpu.shared
+    # and nvidia.com/mig-*.
+    resource_names: list[str] = Field(default_factory=list)
+    namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
+    pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
+    container_label: str = Field(default="container", pattern=_LABEL_NAME)
+    # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
+    processes: bool = True
+    proc_root: str = "/proc"
+    process_interval: float = Field(5.0, gt=0)
+    # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
+    device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+
+    @model_validator(mode="after")
+    def _distinct_labels(self) -> KubernetesConfig:
+        names = [self.namespace_label, self.pod_label, self.container_label]
+        if len(set(names)) != 3:
+            raise ValueError(f"namespace/pod/container label names must differ: {names}")
+        if {"gpu", "uuid", "node"} & set(names):
+            raise ValueError("attribution label names must not be gpu, uuid or node")
+        return self
 
 
 class ProfilingConfig(Section):
@@ -109,10 +138,10 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
     simulate_gpus: int = Field(8, ge=1, le=64)
-    serving: ServingConfig = Field(default_factory=ServingConfig)
-    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
-    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    serving: ServingConfig = ServingConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    profiling: ProfilingConfig = ProfilingConfig()
+    model: ModelConfig = ModelConfig()
 
     @field_validator("listen")
     @classmethod
@@ -161,7 +190,7 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for key, raw in environ.items():
         if not key.startswith(ENV_PREFIX):
             continue
-        path = key[len(ENV_PREFIX):].lower().split("__")
+        path = key[len(ENV_PREFIX) :].lower().split("__")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:

@@ -37,8 +37,11 @@ CATALOG: dict[str, MetricSpec] = {}
 DECLARING_MODULES: tuple[str, ...] = (
     "exporter.metrics.self_metrics",
     "exporter.sources.nvml",
+    "exporter.sources.profiling_metrics",
     "exporter.sources.gpm",
     "exporter.sources.xid",
+    "exporter.sources.kubernetes.status",
+    "exporter.sources.kubernetes.processes",
 )
 
 
