@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.dcgm_exporter import DcgmExporterSource, parse
 from exporter.sources.profiling_select import ProfilingSelector
+from tests.support.samples import profiling_available, sample_value
 
 UUID0 = "GPU-0f0e0d0c-aaaa-bbbb-cccc-000000000000"
 UUID1 = "GPU-1f1e1d1c-aaaa-bbbb-cccc-111111111111"
@@ -142,19 +143,11 @@ def store() -> SnapshotStore:
 
 
 def value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == name and set(lbl.items()) <= set(s.labels):
-            return s.value
-    return None
+    return sample_value(result, gpu, name, **lbl)
 
 
 def available(result: SourceResult, gpu: str) -> tuple[float, str] | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == "goodput_gpu_profiling_available":
-            d = dict(s.labels)
-            assert d["source"] == "dcgm-exporter"
-            return s.value, d["reason"]
-    return None
+    return profiling_available(result, gpu, "dcgm-exporter")
 
 
 async def source(store: SnapshotStore, url: str, **kw: Any) -> DcgmExporterSource:

@@ -12,6 +12,7 @@ from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.dcgm import DcgmSource, HostEngineAddress
 from exporter.sources.dcgm_bindings import load_bindings
 from exporter.sources.profiling_select import ProfilingSelector
+from tests.support.samples import profiling_available, sample_value
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())  # puts the fake modules on sys.path
@@ -67,19 +68,11 @@ def step(src: DcgmSource, engine: FakeHostEngine, clock: Clock, dt: float = 1.0)
 
 
 def value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == name and set(lbl.items()) <= set(s.labels):
-            return s.value
-    return None
+    return sample_value(result, gpu, name, **lbl)
 
 
 def available(result: SourceResult, gpu: str) -> tuple[float, str] | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == "goodput_gpu_profiling_available":
-            d = dict(s.labels)
-            assert d["source"] == "dcgm"
-            return s.value, d["reason"]
-    return None
+    return profiling_available(result, gpu, "dcgm")
 
 
 def test_reads_profiling_fields_as_the_gpm_samples(engine, store, clock) -> None:
