@@ -127,7 +127,74 @@ class ProfilingConfig(Section):
 
 
 class ModelConfig(Section):
-    """Thresholds of the efficiency model; see docs/efficiency.md."""
+    """Thresholds of the efficiency model; docs/efficiency.md explains each default.
+
+    Ratios are 0..1 window averages (kernel-time ``util``, ``sm_active``...).
+    ``sm_fill`` is ``sm_active / util``: how much of the GPU a kernel fills while one runs.
+    """
+
+    interval: float | None = Field(default=None, ge=0.5, le=60)
+    """Seconds between model evaluations (one "window"); None means the daemon interval."""
+    enter_windows: int = Field(default=3, ge=1, le=100)
+    """Consecutive windows a new regime (or a busy_unproductive flag) must hold to be entered."""
+    leave_windows: int = Field(default=2, ge=1, le=100)
+    """Consecutive windows the current regime (or flag) must be absent before it is left."""
+    idle_util_max: float = Field(default=0.05, ge=0, le=1)
+    """Kernel time below this is idle (or allocated_idle when memory or a process is held)."""
+    allocated_memory_min_ratio: float = Field(default=0.05, ge=0, le=1)
+    """Memory used above this share of the total counts as allocated even without a process."""
+    launch_sm_fill_max: float = Field(default=0.35, ge=0, le=1)
+    """sm_fill below this while kernels run means tiny kernels / skinny GEMMs: launch_bound."""
+    host_util_max: float = Field(default=0.7, ge=0, le=1)
+    """Kernel time below this (with kernels that do fill the SMs) means host_bound."""
+    host_util_max_queued: float = Field(default=0.9, ge=0, le=1)
+    """Same, when the attributed engine has requests waiting (work exists, GPU not fed)."""
+    compute_tensor_min: float = Field(default=0.4, ge=0, le=1)
+    """Tensor-pipe activity at or above this is compute_bound."""
+    compute_fp_min: float = Field(default=0.5, ge=0, le=1)
+    """Any FP pipe (fp64/fp32/fp16) activity at or above this is compute_bound."""
+    memory_dram_min: float = Field(default=0.5, ge=0, le=1)
+    """DRAM bandwidth at or above this share of peak is memory_bound."""
+    hollow_min: float = Field(default=0.3, ge=0, le=1)
+    """hollow_busy needs util - sm_active at least this (plus sm_fill under launch_sm_fill_max)."""
+    no_output_util_min: float = Field(default=0.5, ge=0, le=1)
+    """busy_no_output needs kernel time at least this..."""
+    no_output_tokens_per_second: float = Field(default=1.0, ge=0)
+    """...while the attributed engine makes fewer tokens per second than this."""
+    no_output_needs_profiling: bool = True
+    """Suppress busy_no_output too while profiling is unusable (the conservative reading)."""
+    silent_zero_util_min: float = Field(default=0.5, ge=0, le=1)
+    """Every profiling ratio exactly 0 while util >= this (and power high) is a broken reader."""
+    silent_zero_power_min_ratio: float = Field(default=0.2, ge=0, le=1)
+    """"Power high" for silent zeros: power / power limit at or above this."""
+    stale_after_seconds: float = Field(default=30.0, gt=0)
+    """Profiling (or serving) input older than this is stale."""
+    min_sm_active_for_rate: float = Field(default=0.01, ge=0, le=1)
+    """tokens_per_sm_second is not published below this SM activity (the ratio explodes)."""
+    score_weights: dict[str, float] = Field(
+        default_factory=lambda: {"sm_active": 0.3, "occupancy": 0.2, "wall": 0.5}
+    )
+    """Weights of the efficiency score terms (normalised over the terms that are known)."""
+    efficiency_token_kinds: list[str] = Field(default_factory=lambda: ["generation"])
+    """Token kinds counted by tokens_per_sm_second and joules_per_token."""
+    model_parameters: dict[str, float] = Field(default_factory=dict)
+    """Parameters per served model name (active parameters for MoE), for 2 x N FLOPs/token."""
+    mfu_dtype: str = "bf16"
+    """Dtype whose peak dense FLOP/s divides achieved FLOP/s (bf16, fp16, fp8, tf32, fp32...)."""
+    model_dtypes: dict[str, str] = Field(default_factory=dict)
+    """Per-model dtype overriding mfu_dtype."""
+    peak_flops: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Peak dense FLOP/s by GPU-name substring and dtype; checked before the built-in table."""
+
+    @field_validator("score_weights")
+    @classmethod
+    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - {"sm_active", "occupancy", "wall"}
+        if unknown:
+            raise ValueError(f"unknown score weight(s) {sorted(unknown)}")
+        if any(w < 0 for w in value.values()) or sum(value.values()) <= 0:
+            raise ValueError("score weights must be >= 0 with a positive sum")
+        return value
 
 
 class Settings(Section):

@@ -42,6 +42,7 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.xid",
     "exporter.sources.kubernetes.status",
     "exporter.sources.kubernetes.processes",
+    "exporter.model.source",
 )
 
 

@@ -87,10 +87,13 @@ class SnapshotCollector(Collector):
         if not any(label in own for label in self._attribution_labels):
             return base
         head = len(DEVICE_BASE_LABELS)
-        return (*base[:head], *(
-            own.get(label, value)
-            for label, value in zip(self._attribution_labels, base[head:], strict=True)
-        ))
+        return (
+            *base[:head],
+            *(
+                own.get(label, value)
+                for label, value in zip(self._attribution_labels, base[head:], strict=True)
+            ),
+        )
 
     def base_label_names(self, spec: MetricSpec) -> list[str]:
         if spec.scope == "node":

@@ -78,10 +78,16 @@ def container_gpus(
                         unmatched.append(device_id)
                     else:
                         gpus.add(gpu)
-                out.append(ContainerGpus(
-                    pod.namespace, pod.name, container.name, devices.resource_name,
-                    ids, tuple(sorted(gpus)),
-                ))
+                out.append(
+                    ContainerGpus(
+                        pod.namespace,
+                        pod.name,
+                        container.name,
+                        devices.resource_name,
+                        ids,
+                        tuple(sorted(gpus)),
+                    )
+                )
     return out, unmatched
 
 

@@ -57,7 +57,7 @@ def parse_cgroup_path(path: str) -> CgroupRef | None:
     uid = match.group(1).replace("_", "-")
     # Everything below the pod's cgroup names the container; CRI-O may add a sub-cgroup
     # (``crio-<id>.scope/container``), so the id is the last one anywhere below the pod.
-    below = path[match.end():]
+    below = path[match.end() :]
     ids = _CONTAINER_ID.findall(below)
     if not ids:
         return CgroupRef(uid)

@@ -50,7 +50,9 @@ def _entry(raw: dict[str, Any]) -> CheckpointEntry:
     # Since Kubernetes 1.20 ids are grouped by NUMA node ({"0": [...]}); before, a list.
     flat = [i for group in ids.values() for i in group] if isinstance(ids, dict) else list(ids)
     return CheckpointEntry(
-        str(raw["PodUID"]), str(raw["ContainerName"]), str(raw["ResourceName"]),
+        str(raw["PodUID"]),
+        str(raw["ContainerName"]),
+        str(raw["ResourceName"]),
         frozenset(str(i) for i in flat),
     )
 

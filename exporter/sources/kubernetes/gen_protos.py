@@ -27,14 +27,16 @@ def generate() -> dict[str, bytes]:
     from grpc_tools import protoc
 
     with tempfile.TemporaryDirectory() as out:
-        code = protoc.main([
-            "grpc_tools.protoc",
-            f"-I{HERE}",
-            f"--python_out={out}",
-            f"--pyi_out={out}",
-            f"--grpc_python_out={out}",
-            str(HERE / PROTO),
-        ])
+        code = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{HERE}",
+                f"--python_out={out}",
+                f"--pyi_out={out}",
+                f"--grpc_python_out={out}",
+                str(HERE / PROTO),
+            ]
+        )
         if code != 0:
             raise RuntimeError(f"protoc failed on {PROTO} (exit {code})")
         files = {name: (Path(out) / name).read_bytes() for name in GENERATED}
@@ -51,7 +53,8 @@ def stale_files(directory: Path = HERE) -> list[str]:
     """Names of committed stubs that differ from a fresh generation."""
     fresh = generate()
     return [
-        name for name, content in fresh.items()
+        name
+        for name, content in fresh.items()
         if not (directory / name).exists() or (directory / name).read_bytes() != content
     ]
 
@@ -61,13 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--check"]:
         stale = stale_files()
         if stale:
-            print(f"stale generated stubs: {', '.join(stale)}; run "
-                  "python -m exporter.sources.kubernetes.gen_protos", file=sys.stderr)
+            print(
+                f"stale generated stubs: {', '.join(stale)}; run "
+                "python -m exporter.sources.kubernetes.gen_protos",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if args:
-        print("usage: python -m exporter.sources.kubernetes.gen_protos [--check]",
-              file=sys.stderr)
+        print("usage: python -m exporter.sources.kubernetes.gen_protos [--check]", file=sys.stderr)
         return 2
     for name, content in generate().items():
         (HERE / name).write_bytes(content)

@@ -91,8 +91,12 @@ class KubeletSource(Source):
             if time.monotonic() - at <= self._config.stale_after:
                 keep = {"device_labels": last.device_labels, "extra": last.extra}
         return SourceResult(
-            source=SOURCE, ok=False, reason=exc.reason, error=str(exc),
-            node=(availability(SOURCE, exc.reason),), **keep,
+            source=SOURCE,
+            ok=False,
+            reason=exc.reason,
+            error=str(exc),
+            node=(availability(SOURCE, exc.reason),),
+            **keep,
         )
 
     def _log_unmatched(self, device_ids: list[str]) -> None:
@@ -100,7 +104,8 @@ class KubeletSource(Source):
         if new:
             self._unmatched_logged.update(new)
             log.warning(
-                "kubelet_device_unmatched", device_ids=new,
+                "kubelet_device_unmatched",
+                device_ids=new,
                 hint="device ids of a GPU resource match no GPU/MIG UUID or index on this node",
             )
 
@@ -116,7 +121,8 @@ class KubeletSource(Source):
         index = self._device_index(inventory)
         ids = [
             device_id
-            for devices in response.devices if self._wanted(devices.resource_name)
+            for devices in response.devices
+            if self._wanted(devices.resource_name)
             for device_id in devices.device_ids
         ]
         missing = [i for i in ids if index.gpu_for(i) is None]

@@ -157,7 +157,10 @@ class PodProcessSource(BlockingSource):
                 entries = parse_checkpoint(f.read())
         except OSError as exc:
             self._checkpoint_state(
-                "unreadable", "warning", path=path, error=exc.strerror or str(exc),
+                "unreadable",
+                "warning",
+                path=path,
+                error=exc.strerror or str(exc),
                 hint="pods sharing a GPU cannot be told apart without it",
             )
             return None
@@ -169,6 +172,9 @@ class PodProcessSource(BlockingSource):
 
     def _failed(self, reason: str, error: str) -> SourceResult:
         return SourceResult(
-            source=SOURCE, ok=False, reason=reason, error=error,
+            source=SOURCE,
+            ok=False,
+            reason=reason,
+            error=error,
             node=(availability(SOURCE, reason),),
         )
