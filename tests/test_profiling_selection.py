@@ -82,6 +82,13 @@ def test_modes_build_their_sources(mode: str, extra: dict[str, Any], names: list
         assert dcgm[0].required is (mode == "dcgm")
 
 
+def test_auto_fallbacks_share_their_counters() -> None:
+    settings = config.build({"profiling": {"dcgm_exporter_url": "http://localhost:9400/m"}},
+                            environ={})
+    _, dcgm, exporter = build_profiling_sources(settings, _session(), _store())
+    assert dcgm._integrator is exporter._integrator  # type: ignore[attr-defined]
+
+
 def test_auto_never_starts_an_embedded_engine() -> None:
     settings = config.build({"profiling": {"dcgm_host_engine": "embedded"}}, environ={})
     dcgm = next(s for s in build_profiling_sources(settings, _session(), _store())

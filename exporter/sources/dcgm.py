@@ -135,6 +135,7 @@ class DcgmSource(BlockingSource):
         library_path: str = "",
         selector: ProfilingSelector | None = None,
         required: bool = False,
+        integrator: ProfilingIntegrator | None = None,
         loader: Callable[[str], DcgmBindings] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -156,7 +157,7 @@ class DcgmSource(BlockingSource):
         self._ids: dict[str, int] = {}
         self._field_groups: dict[tuple[int, ...], Any] = {}
         self._states: dict[str, _GpuState] = {}
-        self._integrator = ProfilingIntegrator()
+        self._integrator = integrator or ProfilingIntegrator()
         self._names = itertools.count()
         self._down_reason = ""
         self._down_error = ""

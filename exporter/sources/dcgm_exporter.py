@@ -142,6 +142,7 @@ class DcgmExporterSource(Source):
         max_body_bytes: int = 16 * 1024 * 1024,
         selector: ProfilingSelector | None = None,
         required: bool = False,
+        integrator: ProfilingIntegrator | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -153,7 +154,7 @@ class DcgmExporterSource(Source):
         self.required = required
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
-        self._integrator = ProfilingIntegrator()
+        self._integrator = integrator or ProfilingIntegrator()
         self._last_scrape_at = 0.0
         self._scrape_reason = "pending"
         self._gpu_reason: dict[str, str] = {}

@@ -20,7 +20,7 @@ from exporter.sources.dcgm import DcgmSource
 from exporter.sources.dcgm_exporter import DcgmExporterSource
 from exporter.sources.gpm import GpmSource
 from exporter.sources.profiling_metrics import unavailable
-from exporter.sources.profiling_select import ProfilingSelector
+from exporter.sources.profiling_select import ProfilingSelector, SharedIntegrator
 
 log = structlog.get_logger("profiling")
 
@@ -50,6 +50,8 @@ def build_profiling_sources(settings: Settings, session: Any, store: SnapshotSto
     if mode == "auto":
         candidates = ("gpm", "dcgm") + (("dcgm-exporter",) if cfg.dcgm_exporter_url else ())
     selector = ProfilingSelector(candidates) if candidates else None
+    # DCGM and dcgm-exporter can hand GPUs to each other in auto mode: one set of counters.
+    shared = SharedIntegrator() if selector is not None else None
     sources: list[Source] = []
     if mode in ("auto", "gpm"):
         sources.append(GpmSource(session, interval=settings.interval, selector=selector))
@@ -63,6 +65,7 @@ def build_profiling_sources(settings: Settings, session: Any, store: SnapshotSto
             library_path=cfg.dcgm_library_path,
             selector=selector,
             required=mode == "dcgm",
+            integrator=shared,
         ))
     if mode == "dcgm-exporter" or (mode == "auto" and cfg.dcgm_exporter_url):
         sources.append(DcgmExporterSource(
@@ -73,6 +76,7 @@ def build_profiling_sources(settings: Settings, session: Any, store: SnapshotSto
             max_body_bytes=cfg.dcgm_exporter_max_body_bytes,
             selector=selector,
             required=mode == "dcgm-exporter",
+            integrator=shared,
         ))
     if mode == "off":
         sources.append(ProfilingOffSource(store))
