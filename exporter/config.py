@@ -37,20 +37,60 @@ class Section(BaseModel):
 
 
 class ServingTarget(Section):
+    """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
+
     url: str
     gpus: list[str] = Field(default_factory=list)
     engine: str = ""
     model: str = ""
+    pid: int | None = Field(None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"serving target {value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        from exporter.sources.serving.engines import ENGINE_NAMES
+
+        if value and value not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+        return value
 
 
 class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
+    extra_targets: list[str] = Field(default_factory=list)
+    """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
     interval: float = Field(5.0, gt=0)
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
+    discover_pods: bool = False
+    """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
+    annotation_prefix: str = "serving.goodput.dev/"
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _url_shorthand(cls, value: Any) -> Any:
+        """``- http://host:8000/metrics`` in a targets list means ``- url: ...``."""
+        if isinstance(value, list):
+            return [{"url": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("extra_targets")
+    @classmethod
+    def _check_extra(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"serving target {url!r} is not an http(s) URL")
+        return value
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"

@@ -42,5 +42,6 @@ def test_override_wins_and_is_case_insensitive() -> None:
 def test_mig_share() -> None:
     full = peak_flops("NVIDIA H100 80GB HBM3", "bf16")
     assert full is not None
-    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16", mig_profile="3g.40gb") == \
-        pytest.approx(full * 3 / 7)
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16", mig_profile="3g.40gb") == pytest.approx(
+        full * 3 / 7
+    )

@@ -14,8 +14,9 @@ from exporter.model.flops import PEAK_DENSE_FLOPS, peak_flops
 CFG = ModelConfig(model_parameters={"m": 7e9, "zero": 0.0})
 
 # Any float, including NaN, infinities, negatives and values above 1: bad input must not leak.
-wild = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True),
-                 st.sampled_from([0.0, 1.0, 0.5]))
+wild = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, 1.0, 0.5])
+)
 ratio = st.one_of(st.none(), st.floats(0.0, 1.0))
 rates = st.builds(
     ModelRates,

@@ -26,61 +26,173 @@ GIB = 1024.0**3
 
 def prof(**kw: object) -> Window:
     """A window with profiling available and fresh."""
-    base: dict[str, object] = {"profiling_available": True, "profiling_age_seconds": 0.0,
-                               "gpu_name": H100, "power_limit_watts": 700.0}
+    base: dict[str, object] = {
+        "profiling_available": True,
+        "profiling_age_seconds": 0.0,
+        "gpu_name": H100,
+        "power_limit_watts": 700.0,
+    }
     base.update(kw)
     return Window(**base)  # type: ignore[arg-type]
 
 
 # (case, window, expected regime, hollow_busy)
 CASES = [
-    ("idle, nothing held", prof(util=0.0, graphics_active=0.0, sm_active=0.0, processes=0,
-                                memory_used_bytes=0.5 * GIB, memory_total_bytes=80 * GIB),
-     IDLE, False),
-    ("allocated idle: a process", prof(util=0.0, graphics_active=0.0, sm_active=0.0, processes=1),
-     ALLOCATED_IDLE, False),
-    ("allocated idle: memory only", prof(util=0.01, sm_active=0.0, processes=0,
-                                         memory_used_bytes=60 * GIB, memory_total_bytes=80 * GIB),
-     ALLOCATED_IDLE, False),
-    ("large GEMMs", prof(util=1.0, graphics_active=1.0, sm_active=0.97, sm_occupancy=0.42,
-                         tensor_active=0.86, dram_active=0.38), COMPUTE_BOUND, False),
-    ("fp32 SIMT kernels", prof(util=1.0, sm_active=0.95, tensor_active=0.0, fp_active=0.7,
-                               dram_active=0.2), COMPUTE_BOUND, False),
-    ("decode", prof(util=0.96, graphics_active=0.96, sm_active=0.74, sm_occupancy=0.28,
-                    tensor_active=0.14, dram_active=0.83), MEMORY_BOUND, False),
-    ("HBM copy (reference: util 100%, DRAM 88.7%) even with few SMs",
-     prof(util=1.0, sm_active=0.2, tensor_active=0.0, dram_active=0.887), MEMORY_BOUND, False),
-    ("host gaps (reference: util 31%)", prof(util=0.31, sm_active=0.28, tensor_active=0.25,
-                                              dram_active=0.1), HOST_BOUND, False),
-    ("sync bursts, NVML caught a burst: graphics_active decides",
-     prof(util=1.0, graphics_active=0.35, sm_active=0.30, tensor_active=0.15, dram_active=0.1),
-     HOST_BOUND, False),
-    ("tiny kernels (sim GPU 5)", prof(util=0.99, graphics_active=0.99, sm_active=0.04,
-                                      tensor_active=0.0, dram_active=0.02), LAUNCH_BOUND, True),
-    ("tiny kernels (reference: util 37%, SM 0.05%)",
-     prof(util=0.37, graphics_active=0.371, sm_active=0.0005, tensor_active=0.0,
-          dram_active=0.0), LAUNCH_BOUND, True),
-    ("skinny GEMMs at moderate kernel time: launch, not hollow",
-     prof(util=0.2, sm_active=0.03, tensor_active=0.02, dram_active=0.01), LAUNCH_BOUND, False),
-    ("queued work, GPU at 85%: host_bound", prof(
-        util=0.85, sm_active=0.8, tensor_active=0.3, dram_active=0.3,
-        serving=(ModelRates("llama-8b", 100.0, 80.0, requests_waiting=12),)), HOST_BOUND, False),
-    ("85% without a queue: nearest wall", prof(util=0.85, sm_active=0.8, tensor_active=0.3,
-                                              dram_active=0.3), COMPUTE_BOUND, False),
+    (
+        "idle, nothing held",
+        prof(
+            util=0.0,
+            graphics_active=0.0,
+            sm_active=0.0,
+            processes=0,
+            memory_used_bytes=0.5 * GIB,
+            memory_total_bytes=80 * GIB,
+        ),
+        IDLE,
+        False,
+    ),
+    (
+        "allocated idle: a process",
+        prof(util=0.0, graphics_active=0.0, sm_active=0.0, processes=1),
+        ALLOCATED_IDLE,
+        False,
+    ),
+    (
+        "allocated idle: memory only",
+        prof(
+            util=0.01,
+            sm_active=0.0,
+            processes=0,
+            memory_used_bytes=60 * GIB,
+            memory_total_bytes=80 * GIB,
+        ),
+        ALLOCATED_IDLE,
+        False,
+    ),
+    (
+        "large GEMMs",
+        prof(
+            util=1.0,
+            graphics_active=1.0,
+            sm_active=0.97,
+            sm_occupancy=0.42,
+            tensor_active=0.86,
+            dram_active=0.38,
+        ),
+        COMPUTE_BOUND,
+        False,
+    ),
+    (
+        "fp32 SIMT kernels",
+        prof(util=1.0, sm_active=0.95, tensor_active=0.0, fp_active=0.7, dram_active=0.2),
+        COMPUTE_BOUND,
+        False,
+    ),
+    (
+        "decode",
+        prof(
+            util=0.96,
+            graphics_active=0.96,
+            sm_active=0.74,
+            sm_occupancy=0.28,
+            tensor_active=0.14,
+            dram_active=0.83,
+        ),
+        MEMORY_BOUND,
+        False,
+    ),
+    (
+        "HBM copy (reference: util 100%, DRAM 88.7%) even with few SMs",
+        prof(util=1.0, sm_active=0.2, tensor_active=0.0, dram_active=0.887),
+        MEMORY_BOUND,
+        False,
+    ),
+    (
+        "host gaps (reference: util 31%)",
+        prof(util=0.31, sm_active=0.28, tensor_active=0.25, dram_active=0.1),
+        HOST_BOUND,
+        False,
+    ),
+    (
+        "sync bursts, NVML caught a burst: graphics_active decides",
+        prof(util=1.0, graphics_active=0.35, sm_active=0.30, tensor_active=0.15, dram_active=0.1),
+        HOST_BOUND,
+        False,
+    ),
+    (
+        "tiny kernels (sim GPU 5)",
+        prof(util=0.99, graphics_active=0.99, sm_active=0.04, tensor_active=0.0, dram_active=0.02),
+        LAUNCH_BOUND,
+        True,
+    ),
+    (
+        "tiny kernels (reference: util 37%, SM 0.05%)",
+        prof(
+            util=0.37, graphics_active=0.371, sm_active=0.0005, tensor_active=0.0, dram_active=0.0
+        ),
+        LAUNCH_BOUND,
+        True,
+    ),
+    (
+        "skinny GEMMs at moderate kernel time: launch, not hollow",
+        prof(util=0.2, sm_active=0.03, tensor_active=0.02, dram_active=0.01),
+        LAUNCH_BOUND,
+        False,
+    ),
+    (
+        "queued work, GPU at 85%: host_bound",
+        prof(
+            util=0.85,
+            sm_active=0.8,
+            tensor_active=0.3,
+            dram_active=0.3,
+            serving=(ModelRates("llama-8b", 100.0, 80.0, requests_waiting=12),),
+        ),
+        HOST_BOUND,
+        False,
+    ),
+    (
+        "85% without a queue: nearest wall",
+        prof(util=0.85, sm_active=0.8, tensor_active=0.3, dram_active=0.3),
+        COMPUTE_BOUND,
+        False,
+    ),
     ("profiling unavailable, busy", Window(util=1.0, gpu_name=H100), UNKNOWN, False),
     ("profiling unavailable, idle", Window(util=0.0, processes=0), IDLE, False),
-    ("profiling stale", prof(util=1.0, sm_active=0.04, tensor_active=0.0, dram_active=0.0,
-                             profiling_age_seconds=120.0), UNKNOWN, False),
-    ("silent zeros", prof(util=0.98, graphics_active=0.0, sm_active=0.0, sm_occupancy=0.0,
-                          tensor_active=0.0, dram_active=0.0, power_watts=520.0),
-     UNKNOWN, False),
+    (
+        "profiling stale",
+        prof(
+            util=1.0,
+            sm_active=0.04,
+            tensor_active=0.0,
+            dram_active=0.0,
+            profiling_age_seconds=120.0,
+        ),
+        UNKNOWN,
+        False,
+    ),
+    (
+        "silent zeros",
+        prof(
+            util=0.98,
+            graphics_active=0.0,
+            sm_active=0.0,
+            sm_occupancy=0.0,
+            tensor_active=0.0,
+            dram_active=0.0,
+            power_watts=520.0,
+        ),
+        UNKNOWN,
+        False,
+    ),
     ("GPU lost: no utilization", prof(), UNKNOWN, False),
     ("only SM active known, busy and full", prof(util=1.0, sm_active=0.9), UNKNOWN, False),
 ]
 
 
-@pytest.mark.parametrize(("window", "regime", "hollow"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("window", "regime", "hollow"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_regime_table(window: Window, regime: str, hollow: bool) -> None:
     a = assess(window, CFG)
     assert a.regime == regime
@@ -88,8 +200,9 @@ def test_regime_table(window: Window, regime: str, hollow: bool) -> None:
 
 
 def test_unknown_means_nothing_unproductive_and_no_score() -> None:
-    a = assess(prof(util=0.98, sm_active=0.0, tensor_active=0.0, dram_active=0.0,
-                    power_watts=520.0), CFG)
+    a = assess(
+        prof(util=0.98, sm_active=0.0, tensor_active=0.0, dram_active=0.0, power_watts=520.0), CFG
+    )
     assert a.silent_zeros and a.profiling_stale
     assert not a.hollow_busy and not a.busy_no_output
     assert a.efficiency_score is None and a.hollow_utilization is None
@@ -108,14 +221,25 @@ def test_unavailable_is_not_stale() -> None:
 
 
 def test_busy_no_output() -> None:
-    stuck = prof(util=0.97, graphics_active=0.97, sm_active=0.95, tensor_active=0.6,
-                 dram_active=0.3, serving=(ModelRates("llama-8b", 0.0, 0.0, requests_running=4),))
+    stuck = prof(
+        util=0.97,
+        graphics_active=0.97,
+        sm_active=0.95,
+        tensor_active=0.6,
+        dram_active=0.3,
+        serving=(ModelRates("llama-8b", 0.0, 0.0, requests_running=4),),
+    )
     a = assess(stuck, CFG)
     assert a.busy_no_output and not a.hollow_busy
     assert a.efficiency_score == 0.0
     assert a.joules_per_token is None  # no tokens: undefined, not infinite
-    healthy = prof(util=0.97, sm_active=0.95, tensor_active=0.6, dram_active=0.3,
-                   serving=(ModelRates("llama-8b", 900.0, 400.0, requests_running=4),))
+    healthy = prof(
+        util=0.97,
+        sm_active=0.95,
+        tensor_active=0.6,
+        dram_active=0.3,
+        serving=(ModelRates("llama-8b", 900.0, 400.0, requests_running=4),),
+    )
     assert not assess(healthy, CFG).busy_no_output
 
 
@@ -127,8 +251,14 @@ def test_busy_no_output_respects_profiling_switch() -> None:
 
 
 def test_serving_gauges_and_mfu_from_parameters() -> None:
-    w = prof(util=0.95, sm_active=0.8, tensor_active=0.2, dram_active=0.7, power_watts=600.0,
-             serving=(ModelRates("llama-8b", 2000.0, 1500.0, requests_running=30),))
+    w = prof(
+        util=0.95,
+        sm_active=0.8,
+        tensor_active=0.2,
+        dram_active=0.7,
+        power_watts=600.0,
+        serving=(ModelRates("llama-8b", 2000.0, 1500.0, requests_running=30),),
+    )
     a = assess(w, CFG)
     assert a.tokens_per_sm_second == pytest.approx(1500.0 / 0.8)
     assert a.joules_per_token == pytest.approx(600.0 / 1500.0)
@@ -136,13 +266,21 @@ def test_serving_gauges_and_mfu_from_parameters() -> None:
 
 
 def test_mfu_prefers_engine_flops_and_needs_known_models() -> None:
-    engine = prof(util=1.0, sm_active=0.9, tensor_active=0.5, dram_active=0.5, serving=(
-        ModelRates("unknown-model", 100.0, 50.0, flops_per_second=494.7e12),))
+    engine = prof(
+        util=1.0,
+        sm_active=0.9,
+        tensor_active=0.5,
+        dram_active=0.5,
+        serving=(ModelRates("unknown-model", 100.0, 50.0, flops_per_second=494.7e12),),
+    )
     assert assess(engine, CFG).mfu == pytest.approx(0.5)
     unknown = prof(util=1.0, sm_active=0.9, serving=(ModelRates("unknown-model", 100.0, 50.0),))
     assert assess(unknown, CFG).mfu is None
-    silent_unknown = prof(util=1.0, sm_active=0.9, serving=(
-        ModelRates("llama-8b", 100.0, 50.0), ModelRates("unknown-model", 0.0, 0.0)))
+    silent_unknown = prof(
+        util=1.0,
+        sm_active=0.9,
+        serving=(ModelRates("llama-8b", 100.0, 50.0), ModelRates("unknown-model", 0.0, 0.0)),
+    )
     assert assess(silent_unknown, CFG).mfu == pytest.approx(100.0 * 16e9 / 989.4e12)
 
 
@@ -153,8 +291,9 @@ def test_mfu_above_peak_is_clamped_and_flagged() -> None:
 
 
 def test_mfu_per_model_dtype_and_override() -> None:
-    cfg = CFG.model_copy(update={"model_dtypes": {"llama-8b": "fp8"},
-                                 "peak_flops": {"H100": {"fp8": 2e15}}})
+    cfg = CFG.model_copy(
+        update={"model_dtypes": {"llama-8b": "fp8"}, "peak_flops": {"H100": {"fp8": 2e15}}}
+    )
     w = prof(util=1.0, sm_active=0.9, serving=(ModelRates("llama-8b", 1000.0, 1000.0),))
     assert assess(w, cfg).mfu == pytest.approx(1000.0 * 16e9 / 2e15)
 

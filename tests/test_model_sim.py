@@ -62,15 +62,19 @@ def run_node(seconds: int) -> list[SourceResult]:
 
 
 def regime(result: SourceResult, gpu: str) -> str:
-    on = [dict(s.labels)["regime"] for s in result.devices[gpu]
-          if s.name == "goodput_gpu_regime" and s.value == 1.0]
+    on = [
+        dict(s.labels)["regime"]
+        for s in result.devices[gpu]
+        if s.name == "goodput_gpu_regime" and s.value == 1.0
+    ]
     assert len(on) == 1, f"GPU {gpu} has {len(on)} regimes"
     return on[0]
 
 
 def flag(result: SourceResult, gpu: str) -> bool:
-    return any(s.value == 1.0 for s in result.devices[gpu]
-               if s.name == "goodput_gpu_busy_unproductive")
+    return any(
+        s.value == 1.0 for s in result.devices[gpu] if s.name == "goodput_gpu_busy_unproductive"
+    )
 
 
 def test_each_pattern_gets_the_expert_regime() -> None:
@@ -89,6 +93,7 @@ def test_each_pattern_gets_the_expert_regime() -> None:
     last = results[-1]
     assert regime(last, "7") == "unknown" and not flag(last, "7")
     assert regime(last, "2") == "compute_bound"
-    hollow = [s.value for s in last.devices["5"]
-              if s.name == "goodput_gpu_hollow_utilization_ratio"]
+    hollow = [
+        s.value for s in last.devices["5"] if s.name == "goodput_gpu_hollow_utilization_ratio"
+    ]
     assert hollow and hollow[0] > 0.8

@@ -51,56 +51,92 @@ class Node:
     ) -> None:
         self.t += 1.0
         self.energy += power
-        self.store.publish(SourceResult(
-            source="nvml", timestamp=self.t, inventory=(DEVICE,),
-            devices={"0": (
-                Sample("goodput_gpu_utilization_ratio", util),
-                Sample("goodput_gpu_power_watts", power),
-                Sample("goodput_gpu_power_limit_watts", 700.0),
-                Sample("goodput_gpu_energy_joules_total", self.energy),
-                Sample("goodput_gpu_memory_used_bytes", 70e9),
-                Sample("goodput_gpu_memory_total_bytes", 80e9),
-                Sample("goodput_gpu_processes", 1.0),
-                *extra,
-            )},
-        ))
+        self.store.publish(
+            SourceResult(
+                source="nvml",
+                timestamp=self.t,
+                inventory=(DEVICE,),
+                devices={
+                    "0": (
+                        Sample("goodput_gpu_utilization_ratio", util),
+                        Sample("goodput_gpu_power_watts", power),
+                        Sample("goodput_gpu_power_limit_watts", 700.0),
+                        Sample("goodput_gpu_energy_joules_total", self.energy),
+                        Sample("goodput_gpu_memory_used_bytes", 70e9),
+                        Sample("goodput_gpu_memory_total_bytes", 80e9),
+                        Sample("goodput_gpu_processes", 1.0),
+                        *extra,
+                    )
+                },
+            )
+        )
         if profiling:
             if move_profiling:
                 self.profiled += 1.0
             ratios = prof if prof is not None else {}
-            samples = [Sample("goodput_gpu_profiling_available", 1.0,
-                              labels(source="gpm", reason="")),
-                       Sample("goodput_gpu_profiled_seconds_total", self.profiled)]
+            samples = [
+                Sample("goodput_gpu_profiling_available", 1.0, labels(source="gpm", reason="")),
+                Sample("goodput_gpu_profiled_seconds_total", self.profiled),
+            ]
             samples += [Sample(f"goodput_gpu_{k}_ratio", v) for k, v in ratios.items()]
         else:
-            samples = [Sample("goodput_gpu_profiling_available", 0.0,
-                              labels(source="gpm", reason="unsupported"))]
-        self.store.publish(SourceResult(source="gpm", timestamp=self.t,
-                                        devices={"0": tuple(samples)}))
+            samples = [
+                Sample(
+                    "goodput_gpu_profiling_available",
+                    0.0,
+                    labels(source="gpm", reason="unsupported"),
+                )
+            ]
+        self.store.publish(
+            SourceResult(source="gpm", timestamp=self.t, devices={"0": tuple(samples)})
+        )
         if tokens_per_second is not None:
             self.tokens += tokens_per_second
             model = labels(model="llama-8b", engine="vllm")
             serving = [
-                Sample("goodput_gpu_tokens_total", self.tokens * 0.25,
-                       labels(kind="prompt", model="llama-8b", engine="vllm")),
-                Sample("goodput_gpu_tokens_total", self.tokens * 0.75,
-                       labels(kind="generation", model="llama-8b", engine="vllm")),
-                Sample("goodput_gpu_serving_requests", waiting,
-                       labels(state="waiting", model="llama-8b", engine="vllm")),
-                Sample("goodput_gpu_serving_requests", 8.0,
-                       labels(state="running", model="llama-8b", engine="vllm")),
+                Sample(
+                    "goodput_gpu_tokens_total",
+                    self.tokens * 0.25,
+                    labels(kind="prompt", model="llama-8b", engine="vllm"),
+                ),
+                Sample(
+                    "goodput_gpu_tokens_total",
+                    self.tokens * 0.75,
+                    labels(kind="generation", model="llama-8b", engine="vllm"),
+                ),
+                Sample(
+                    "goodput_gpu_serving_requests",
+                    waiting,
+                    labels(state="waiting", model="llama-8b", engine="vllm"),
+                ),
+                Sample(
+                    "goodput_gpu_serving_requests",
+                    8.0,
+                    labels(state="running", model="llama-8b", engine="vllm"),
+                ),
             ]
             if flops_per_second is not None:
                 self.flops += flops_per_second
                 serving.append(Sample("goodput_gpu_serving_flops_total", self.flops, model))
-            self.store.publish(SourceResult(source="serving", timestamp=self.t,
-                                            devices={"0": tuple(serving)}))
+            self.store.publish(
+                SourceResult(source="serving", timestamp=self.t, devices={"0": tuple(serving)})
+            )
 
 
-GEMM = {"graphics_active": 1.0, "sm_active": 0.97, "sm_occupancy": 0.42,
-        "tensor_active": 0.86, "dram_active": 0.38}
-TINY = {"graphics_active": 0.99, "sm_active": 0.04, "sm_occupancy": 0.01,
-        "tensor_active": 0.0, "dram_active": 0.02}
+GEMM = {
+    "graphics_active": 1.0,
+    "sm_active": 0.97,
+    "sm_occupancy": 0.42,
+    "tensor_active": 0.86,
+    "dram_active": 0.38,
+}
+TINY = {
+    "graphics_active": 0.99,
+    "sm_active": 0.04,
+    "sm_occupancy": 0.01,
+    "tensor_active": 0.0,
+    "dram_active": 0.02,
+}
 ZEROS = dict.fromkeys(GEMM, 0.0)
 
 
@@ -113,8 +149,9 @@ def rig() -> tuple[Node, ModelSource, Clock]:
 
 
 def values(result: SourceResult, name: str) -> dict[str, float]:
-    return {",".join(v for _, v in s.labels): s.value
-            for s in result.devices["0"] if s.name == name}
+    return {
+        ",".join(v for _, v in s.labels): s.value for s in result.devices["0"] if s.name == name
+    }
 
 
 def tick(rig: tuple[Node, ModelSource, Clock], n: int = 1, **kw: object) -> SourceResult:
@@ -134,13 +171,15 @@ def test_regime_state_set_and_compute_bound(rig: tuple[Node, ModelSource, Clock]
     regimes = values(r, "goodput_gpu_regime")
     assert set(regimes) == set(REGIMES)
     assert sum(regimes.values()) == 1.0 and regimes["compute_bound"] == 1.0
-    assert values(r, "goodput_gpu_busy_unproductive") == {"hollow_busy": 0.0,
-                                                           "busy_no_output": 0.0}
+    assert values(r, "goodput_gpu_busy_unproductive") == {"hollow_busy": 0.0, "busy_no_output": 0.0}
     assert values(r, "goodput_gpu_profiling_stale") == {"": 0.0}
     assert values(r, "goodput_gpu_efficiency_score_ratio")[""] > 0.7
     # no serving counters attributed: no serving-derived gauges at all
-    for name in ("goodput_gpu_mfu_ratio", "goodput_gpu_joules_per_token",
-                 "goodput_gpu_tokens_per_sm_second"):
+    for name in (
+        "goodput_gpu_mfu_ratio",
+        "goodput_gpu_joules_per_token",
+        "goodput_gpu_tokens_per_sm_second",
+    ):
         assert values(r, name) == {}
 
 

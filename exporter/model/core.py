@@ -22,7 +22,13 @@ MEMORY_BOUND = "memory_bound"
 COMPUTE_BOUND = "compute_bound"
 UNKNOWN = "unknown"
 REGIMES: tuple[str, ...] = (
-    IDLE, ALLOCATED_IDLE, HOST_BOUND, LAUNCH_BOUND, MEMORY_BOUND, COMPUTE_BOUND, UNKNOWN,
+    IDLE,
+    ALLOCATED_IDLE,
+    HOST_BOUND,
+    LAUNCH_BOUND,
+    MEMORY_BOUND,
+    COMPUTE_BOUND,
+    UNKNOWN,
 )
 HOLLOW_BUSY = "hollow_busy"
 BUSY_NO_OUTPUT = "busy_no_output"
@@ -142,8 +148,14 @@ def _clean(w: Window) -> Window:
 
 
 def _profiling_ratios(w: Window) -> list[float]:
-    values = (w.sm_active, w.sm_occupancy, w.tensor_active, w.dram_active, w.fp_active,
-              w.graphics_active)
+    values = (
+        w.sm_active,
+        w.sm_occupancy,
+        w.tensor_active,
+        w.dram_active,
+        w.fp_active,
+        w.graphics_active,
+    )
     return [v for v in values if v is not None]
 
 
@@ -313,21 +325,32 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     fill = sm_fill(w, busy) if usable else None
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
-        hollow is not None and fill is not None and hollow >= cfg.hollow_min
-        and fill < cfg.launch_sm_fill_max and memory < 1.0
+        hollow is not None
+        and fill is not None
+        and hollow >= cfg.hollow_min
+        and fill < cfg.launch_sm_fill_max
+        and memory < 1.0
     )
     tokens = None if w.serving is None else sum(m.tokens_per_second for m in w.serving)
     no_output = bool(
-        tokens is not None and busy is not None and busy >= cfg.no_output_util_min
+        tokens is not None
+        and busy is not None
+        and busy >= cfg.no_output_util_min
         and tokens < cfg.no_output_tokens_per_second
         and (usable or not cfg.no_output_needs_profiling)
     )
-    eff_tokens = None if w.serving is None else sum(
-        max(m.efficiency_tokens_per_second, 0.0) for m in w.serving
+    eff_tokens = (
+        None
+        if w.serving is None
+        else sum(max(m.efficiency_tokens_per_second, 0.0) for m in w.serving)
     )
     per_sm = None
-    if (eff_tokens is not None and usable and w.sm_active is not None
-            and w.sm_active >= max(cfg.min_sm_active_for_rate, 1e-9)):
+    if (
+        eff_tokens is not None
+        and usable
+        and w.sm_active is not None
+        and w.sm_active >= max(cfg.min_sm_active_for_rate, 1e-9)
+    ):
         per_sm = eff_tokens / w.sm_active
     joules = None
     if eff_tokens and w.power_watts is not None and eff_tokens > 0:
@@ -353,8 +376,13 @@ class GpuModel:
 
     def __init__(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
-        self._regime = Hysteresis(UNKNOWN, cfg.enter_windows, cfg.leave_windows,
-                                  leave_for={UNKNOWN: 1}, immediate=frozenset({UNKNOWN}))
+        self._regime = Hysteresis(
+            UNKNOWN,
+            cfg.enter_windows,
+            cfg.leave_windows,
+            leave_for={UNKNOWN: 1},
+            immediate=frozenset({UNKNOWN}),
+        )
         self._flags = {
             reason: Hysteresis(False, cfg.enter_windows, cfg.leave_windows, enter_for={False: 1})
             for reason in UNPRODUCTIVE_REASONS

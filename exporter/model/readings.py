@@ -110,8 +110,11 @@ class WindowBuilder:
             return None
 
         available, age = self._profiling(gpu, rows, now)
-        pipes = [s.value for s, _ in rows
-                 if s.name == PIPE_ACTIVE and dict(s.labels).get("pipe") in FP_PIPES]
+        pipes = [
+            s.value
+            for s, _ in rows
+            if s.name == PIPE_ACTIVE and dict(s.labels).get("pipe") in FP_PIPES
+        ]
         power = None
         for s, ts in rows:
             if s.name == ENERGY:
@@ -161,8 +164,10 @@ class WindowBuilder:
         token_rows = [(s, ts) for s, ts in rows if s.name == TOKENS]
         if not token_rows:
             return None
-        if self._age(gpu, "serving_result", max(ts for _, ts in token_rows), now) \
-                > self.cfg.stale_after_seconds:
+        if (
+            self._age(gpu, "serving_result", max(ts for _, ts in token_rows), now)
+            > self.cfg.stale_after_seconds
+        ):
             return None
         kinds = set(self.cfg.efficiency_token_kinds)
         tokens: dict[str, float] = defaultdict(float)

@@ -154,8 +154,10 @@ class ModelSource(Source):
     def _samples(self, gpu: str, v: Verdict, seconds: float) -> list[Sample]:
         out = [Sample(REGIME, 1.0 if r == v.regime else 0.0, labels(regime=r)) for r in REGIMES]
         flags = {"hollow_busy": v.hollow_busy, "busy_no_output": v.busy_no_output}
-        out += [Sample(BUSY_UNPRODUCTIVE, float(flags[r]), labels(reason=r))
-                for r in UNPRODUCTIVE_REASONS]
+        out += [
+            Sample(BUSY_UNPRODUCTIVE, float(flags[r]), labels(reason=r))
+            for r in UNPRODUCTIVE_REASONS
+        ]
         total = self._unproductive_seconds.get(gpu, 0.0)
         if v.busy_unproductive:
             total += seconds
@@ -176,20 +178,28 @@ class ModelSource(Source):
 
     def _log_changes(self, gpu: str, v: Verdict) -> None:
         """One log line per change of regime, flag, profiling health or MFU sanity."""
-        health = "silent_zeros" if v.window.silent_zeros else (
-            "stale" if v.window.profiling_stale else "ok")
+        health = (
+            "silent_zeros"
+            if v.window.silent_zeros
+            else ("stale" if v.window.profiling_stale else "ok")
+        )
         if self._changed(gpu, "regime", v.regime, None):
             log.info("regime_changed", gpu=gpu, regime=v.regime)
         flags = (v.hollow_busy, v.busy_no_output)
         if self._changed(gpu, "flags", flags, (False, False)):
-            log.info("busy_unproductive_changed", gpu=gpu, hollow_busy=flags[0],
-                     busy_no_output=flags[1])
+            log.info(
+                "busy_unproductive_changed", gpu=gpu, hollow_busy=flags[0], busy_no_output=flags[1]
+            )
         if self._changed(gpu, "health", health, "ok"):
             (log.warning if health != "ok" else log.info)(
-                "profiling_health_changed", gpu=gpu, state=health)
+                "profiling_health_changed", gpu=gpu, state=health
+            )
         if self._changed(gpu, "mfu", v.window.mfu_above_peak, False) and v.window.mfu_above_peak:
-            log.warning("mfu_above_peak", gpu=gpu,
-                        hint="check model.model_parameters, dtype and per-GPU token split")
+            log.warning(
+                "mfu_above_peak",
+                gpu=gpu,
+                hint="check model.model_parameters, dtype and per-GPU token split",
+            )
 
     def _changed(self, gpu: str, what: str, state: object, initial: object) -> bool:
         previous = self._logged.get((gpu, what), initial)

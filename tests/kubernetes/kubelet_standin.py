@@ -41,8 +41,9 @@ class KubeletStandIn(pb_grpc.PodResourcesListerServicer):
         self.fail: grpc.StatusCode | None = None
         self.list_calls = 0
 
-    async def List(self, request: pb.ListPodResourcesRequest, context: grpc.aio.ServicerContext
-                   ) -> pb.ListPodResourcesResponse:
+    async def List(
+        self, request: pb.ListPodResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPodResourcesResponse:
         self.list_calls += 1
         if self.delay:
             await asyncio.sleep(self.delay)

@@ -26,21 +26,28 @@ def render(store: SnapshotStore, names: tuple[str, ...]) -> Series:
     text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
     }
 
 
 def find(series: Series, name: str, **match: str) -> list[dict[str, str]]:
-    return [dict(lbl) for (n, lbl), _ in series.items()
-            if n == name and match.items() <= dict(lbl).items()]
+    return [
+        dict(lbl)
+        for (n, lbl), _ in series.items()
+        if n == name and match.items() <= dict(lbl).items()
+    ]
 
 
 def gpu_source(store: SnapshotStore) -> None:
-    store.publish(SourceResult(
-        source="nvml", inventory=INVENTORY,
-        devices={d.gpu: (Sample(nvml.MEMORY_USED, 1e9),) for d in INVENTORY},
-        processes=(ProcessInfo("2", 11, 3 << 30), ProcessInfo("2", 12, 5 << 30)),
-    ))
+    store.publish(
+        SourceResult(
+            source="nvml",
+            inventory=INVENTORY,
+            devices={d.gpu: (Sample(nvml.MEMORY_USED, 1e9),) for d in INVENTORY},
+            processes=(ProcessInfo("2", 11, 3 << 30), ProcessInfo("2", 12, 5 << 30)),
+        )
+    )
 
 
 async def test_every_gpu_series_carries_its_pod(
@@ -63,10 +70,18 @@ async def test_every_gpu_series_carries_its_pod(
         f'{{"PodUID":"{uid_b}","ContainerName":"srv","ResourceName":"nvidia.com/gpu",'
         f'"DeviceIDs":{{"-1":["{UUIDS[2]}::2"]}}}}]}},"Checksum":0}}'
     )
-    settings = Settings.model_validate({"node_name": "node-a", "kubernetes": {
-        "enabled": True, "kubelet_socket": path, "proc_root": str(tmp_path),
-        "device_checkpoint": str(tmp_path / "ckpt"), "pod_label": "k8s_pod",
-    }})
+    settings = Settings.model_validate(
+        {
+            "node_name": "node-a",
+            "kubernetes": {
+                "enabled": True,
+                "kubelet_socket": path,
+                "proc_root": str(tmp_path),
+                "device_checkpoint": str(tmp_path / "ckpt"),
+                "pod_label": "k8s_pod",
+            },
+        }
+    )
     store = SnapshotStore(settings.node_name)
     gpu_source(store)
     sources = build_sources(settings, store)
@@ -78,8 +93,14 @@ async def test_every_gpu_series_carries_its_pod(
     series = render(store, names)
 
     [g0] = find(series, "goodput_gpu_memory_used_bytes", gpu="0")
-    assert g0 == {"gpu": "0", "uuid": UUIDS[0], "node": "node-a", "namespace": "ml",
-                  "k8s_pod": "trainer-0", "container": "main"}
+    assert g0 == {
+        "gpu": "0",
+        "uuid": UUIDS[0],
+        "node": "node-a",
+        "namespace": "ml",
+        "k8s_pod": "trainer-0",
+        "container": "main",
+    }
     [g2] = find(series, "goodput_gpu_memory_used_bytes", gpu="2")
     assert (g2["k8s_pod"], g2["namespace"]) == ("a,b", "infer,infer")
     [g3] = find(series, "goodput_gpu_memory_used_bytes", gpu="3")
@@ -97,9 +118,16 @@ async def test_every_gpu_series_carries_its_pod(
 
 
 async def test_missing_socket_leaves_gpu_metrics_flowing(tmp_path: Path) -> None:
-    settings = Settings.model_validate({"node_name": "n", "kubernetes": {
-        "enabled": True, "kubelet_socket": str(tmp_path / "missing.sock"),
-        "proc_root": str(tmp_path)}})
+    settings = Settings.model_validate(
+        {
+            "node_name": "n",
+            "kubernetes": {
+                "enabled": True,
+                "kubelet_socket": str(tmp_path / "missing.sock"),
+                "proc_root": str(tmp_path),
+            },
+        }
+    )
     store = SnapshotStore("n")
     gpu_source(store)
     for source in build_sources(settings, store):

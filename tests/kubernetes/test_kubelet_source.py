@@ -29,8 +29,7 @@ def store_with_inventory() -> SnapshotStore:
 
 
 def source(path: str, store: SnapshotStore, **overrides: object) -> KubeletSource:
-    config = KubernetesConfig.model_validate({"enabled": True, "kubelet_socket": path,
-                                               **overrides})
+    config = KubernetesConfig.model_validate({"enabled": True, "kubelet_socket": path, **overrides})
     return KubeletSource(config, store)
 
 
@@ -60,13 +59,17 @@ async def test_plain_gpus_mig_and_time_slicing(kubelet: tuple[KubeletStandIn, st
     assert labels_of(result, "1") == labels_of(result, "0")
     # time-sliced: one series, holders listed position by position
     assert labels_of(result, "2") == {
-        "namespace": "infer,infer", "pod": "decode-a,decode-b", "container": "server,server"
+        "namespace": "infer,infer",
+        "pod": "decode-a,decode-b",
+        "container": "server,server",
     }
     assert labels_of(result, "4-2") == {"namespace": "research", "pod": "nb", "container": "lab"}
     assert labels_of(result, "3") == {} and labels_of(result, "4-1") == {}
     assert result.extra["pod_devices"] == {
-        ("infer", "decode-a"): ("2",), ("infer", "decode-b"): ("2",),
-        ("ml", "trainer-0"): ("0", "1"), ("research", "nb"): ("4-2",),
+        ("infer", "decode-a"): ("2",),
+        ("infer", "decode-b"): ("2",),
+        ("ml", "trainer-0"): ("0", "1"),
+        ("research", "nb"): ("4-2",),
     }
     assert not result.errors
 
@@ -76,9 +79,14 @@ async def test_configured_label_names_and_extra_resources(
 ) -> None:
     standin, path = kubelet
     standin.pods = [pod("ml", "p", {"c": [("example.com/h100", [UUIDS[3].lower()])]})]
-    src = source(path, store_with_inventory(), resource_names=["example.com/*"],
-                 namespace_label="k8s_namespace", pod_label="k8s_pod",
-                 container_label="k8s_container")
+    src = source(
+        path,
+        store_with_inventory(),
+        resource_names=["example.com/*"],
+        namespace_label="k8s_namespace",
+        pod_label="k8s_pod",
+        container_label="k8s_container",
+    )
     result = await src.poll()
     assert labels_of(result, "3") == {"k8s_namespace": "ml", "k8s_pod": "p", "k8s_container": "c"}
 
@@ -86,8 +94,10 @@ async def test_configured_label_names_and_extra_resources(
 async def test_a_pod_that_goes_away_loses_its_labels(kubelet: tuple[KubeletStandIn, str]) -> None:
     standin, path = kubelet
     src = source(path, store_with_inventory())
-    standin.pods = [pod("ml", "a", {"c": [(GPU, [UUIDS[0]])]}),
-                    pod("ml", "b", {"c": [(GPU, [UUIDS[1]])]})]
+    standin.pods = [
+        pod("ml", "a", {"c": [(GPU, [UUIDS[0]])]}),
+        pod("ml", "b", {"c": [(GPU, [UUIDS[1]])]}),
+    ]
     first = await src.poll()
     assert labels_of(first, "0")["pod"] == "a"
     standin.pods = standin.pods[1:]
@@ -179,7 +189,11 @@ async def test_permission_denied(kubelet: tuple[KubeletStandIn, str]) -> None:
     for directory in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
         os.chmod(directory, 0o755)
     out = subprocess.run(
-        [sys.executable, "-c", _AS_NOBODY, path], capture_output=True, text=True, timeout=60,
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-c", _AS_NOBODY, path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert out.stdout.strip() == "permission_denied", out.stderr

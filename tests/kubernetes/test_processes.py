@@ -27,8 +27,10 @@ GiB = 1 << 30
 
 def container_cgroup(uid: str, n: int) -> str:
     cid = f"{n:064x}"
-    return (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-            f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+    return (
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n"
+    )
 
 
 def write_proc(root: Path, cgroups: dict[int, str]) -> None:
@@ -38,12 +40,26 @@ def write_proc(root: Path, cgroups: dict[int, str]) -> None:
 
 
 def write_checkpoint(path: Path, entries: list[tuple[str, str, str, list[str]]]) -> None:
-    path.write_text(json.dumps({"Data": {"PodDeviceEntries": [
-        {"PodUID": uid, "ContainerName": c, "ResourceName": r, "DeviceIDs": {"0": ids},
-         "AllocResp": "CgA="}
-        for uid, c, r, ids in entries
-    ], "RegisteredDevices": {SHARED: [f"{UUIDS[2]}::{i}" for i in range(4)]}},
-        "Checksum": 1}))
+    path.write_text(
+        json.dumps(
+            {
+                "Data": {
+                    "PodDeviceEntries": [
+                        {
+                            "PodUID": uid,
+                            "ContainerName": c,
+                            "ResourceName": r,
+                            "DeviceIDs": {"0": ids},
+                            "AllocResp": "CgA=",
+                        }
+                        for uid, c, r, ids in entries
+                    ],
+                    "RegisteredDevices": {SHARED: [f"{UUIDS[2]}::{i}" for i in range(4)]},
+                },
+                "Checksum": 1,
+            }
+        )
+    )
 
 
 def samples_by_pod(result: SourceResult, gpu: str) -> dict[tuple[str, str, str], dict[str, float]]:
@@ -59,8 +75,9 @@ def status(result: SourceResult) -> tuple[float, str]:
     return s.value, dict(s.labels)["reason"]
 
 
-async def setup(tmp_path: Path, kubelet: tuple[KubeletStandIn, str], checkpoint: bool
-                ) -> tuple[SnapshotStore, KubernetesConfig]:
+async def setup(
+    tmp_path: Path, kubelet: tuple[KubeletStandIn, str], checkpoint: bool
+) -> tuple[SnapshotStore, KubernetesConfig]:
     standin, path = kubelet
     standin.pods = [
         pod("infer", "decode-a", {"server": [(SHARED, [f"{UUIDS[2]}::0"])]}),
@@ -68,28 +85,46 @@ async def setup(tmp_path: Path, kubelet: tuple[KubeletStandIn, str], checkpoint:
         pod("ml", "trainer", {"main": [("nvidia.com/gpu", [UUIDS[0]])]}),
     ]
     proc = tmp_path / "proc"
-    write_proc(proc, {
-        101: container_cgroup(UID_A, 1), 102: container_cgroup(UID_A, 1),
-        201: container_cgroup(UID_B, 2), 301: container_cgroup(UID_X, 3),
-        401: "0::/system.slice/some-daemon.service\n",
-        501: container_cgroup("dddddddd-0000-4000-8000-00000000000d", 5),
-    })
+    write_proc(
+        proc,
+        {
+            101: container_cgroup(UID_A, 1),
+            102: container_cgroup(UID_A, 1),
+            201: container_cgroup(UID_B, 2),
+            301: container_cgroup(UID_X, 3),
+            401: "0::/system.slice/some-daemon.service\n",
+            501: container_cgroup("dddddddd-0000-4000-8000-00000000000d", 5),
+        },
+    )
     ckpt = tmp_path / "kubelet_internal_checkpoint"
     if checkpoint:
-        write_checkpoint(ckpt, [
-            (UID_A, "server", SHARED, [f"{UUIDS[2]}::0"]),
-            (UID_B, "server", SHARED, [f"{UUIDS[2]}::3"]),
-            ("dddddddd-0000-4000-8000-00000000000d", "main", "nvidia.com/gpu", [UUIDS[0]]),
-        ])
-    config = KubernetesConfig(enabled=True, kubelet_socket=path, proc_root=str(proc),
-                              device_checkpoint=str(ckpt))
+        write_checkpoint(
+            ckpt,
+            [
+                (UID_A, "server", SHARED, [f"{UUIDS[2]}::0"]),
+                (UID_B, "server", SHARED, [f"{UUIDS[2]}::3"]),
+                ("dddddddd-0000-4000-8000-00000000000d", "main", "nvidia.com/gpu", [UUIDS[0]]),
+            ],
+        )
+    config = KubernetesConfig(
+        enabled=True, kubelet_socket=path, proc_root=str(proc), device_checkpoint=str(ckpt)
+    )
     store = SnapshotStore("node-a")
-    store.publish(SourceResult(source="nvml", inventory=INVENTORY, processes=(
-        ProcessInfo("2", 101, 2 * GiB), ProcessInfo("2", 102, 1 * GiB),
-        ProcessInfo("2", 201, 5 * GiB), ProcessInfo("2", 301, 1 * GiB),
-        ProcessInfo("2", 401, 1 * GiB), ProcessInfo("0", 501, None),
-        ProcessInfo("2", 999, 1 * GiB),  # exited since NVML listed it
-    )))
+    store.publish(
+        SourceResult(
+            source="nvml",
+            inventory=INVENTORY,
+            processes=(
+                ProcessInfo("2", 101, 2 * GiB),
+                ProcessInfo("2", 102, 1 * GiB),
+                ProcessInfo("2", 201, 5 * GiB),
+                ProcessInfo("2", 301, 1 * GiB),
+                ProcessInfo("2", 401, 1 * GiB),
+                ProcessInfo("0", 501, None),
+                ProcessInfo("2", 999, 1 * GiB),  # exited since NVML listed it
+            ),
+        )
+    )
     store.publish(await KubeletSource(config, store).poll())
     return store, config
 
@@ -125,15 +160,17 @@ async def test_without_checkpoint_only_unambiguous_gpus_are_named(
 
 async def test_no_host_pid_and_missing_proc(tmp_path: Path) -> None:
     store = SnapshotStore("n")
-    store.publish(SourceResult(source="nvml", inventory=INVENTORY,
-                               processes=(ProcessInfo("0", 4242, GiB),)))
+    store.publish(
+        SourceResult(source="nvml", inventory=INVENTORY, processes=(ProcessInfo("0", 4242, GiB),))
+    )
     (tmp_path / "proc").mkdir()
     config = KubernetesConfig(enabled=True, proc_root=str(tmp_path / "proc"))
     result = PodProcessSource(config, store).collect()
     assert not result.ok and status(result) == (0.0, "no_host_pid")
     assert "hostPID" in result.error
-    missing = PodProcessSource(config.model_copy(update={"proc_root": str(tmp_path / "x")}),
-                               store).collect()
+    missing = PodProcessSource(
+        config.model_copy(update={"proc_root": str(tmp_path / "x")}), store
+    ).collect()
     assert status(missing) == (0.0, "proc_missing")
 
 
@@ -145,10 +182,14 @@ async def test_no_processes_is_fine(tmp_path: Path) -> None:
 
 
 def test_checkpoint_formats() -> None:
-    numa = '{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c",' \
+    numa = (
+        '{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c",'
         '"ResourceName":"r","DeviceIDs":{"0":["a"],"1":["b"]},"AllocResp":""}]},"Checksum":1}'
-    legacy = '{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c",' \
+    )
+    legacy = (
+        '{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c",'
         '"ResourceName":"r","DeviceIDs":["a","b"],"AllocResp":""}]},"Checksum":1}'
+    )
     assert parse_checkpoint(numa) == parse_checkpoint(legacy)
     assert parse_checkpoint(numa)[0].device_ids == frozenset({"a", "b"})
     assert parse_checkpoint('{"Data":{"PodDeviceEntries":null}}') == []

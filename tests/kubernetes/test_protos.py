@@ -6,9 +6,7 @@ from exporter.sources.kubernetes import gen_protos, podresources_pb2, podresourc
 
 
 def test_committed_stubs_match_a_fresh_generation() -> None:
-    assert gen_protos.stale_files() == [], (
-        "run: python -m exporter.sources.kubernetes.gen_protos"
-    )
+    assert gen_protos.stale_files() == [], "run: python -m exporter.sources.kubernetes.gen_protos"
 
 
 def test_method_paths_are_the_kubelets() -> None:
