@@ -131,9 +131,39 @@ class KubernetesConfig(Section):
 
 
 class ProfilingConfig(Section):
-    """Which source fills the profiling counters (SM active, tensor, DRAM, ...)."""
+    """Which source fills the profiling counters (SM active, tensor, DRAM, ...).
+
+    ``auto`` decides per GPU: NVML GPM where the GPU supports it (Hopper and newer), else a
+    DCGM host engine if one answers at ``dcgm_host_engine``, else ``dcgm_exporter_url`` if set.
+    See docs/profiling.md.
+    """
 
     mode: Literal["auto", "gpm", "dcgm", "dcgm-exporter", "off"] = "auto"
+    dcgm_host_engine: str = "localhost:5555"
+    """``HOST:PORT``, ``unix:///path/to/socket`` or ``embedded`` (start one in-process; never
+    chosen by ``auto`` since a second engine fights the node's one for the profiler)."""
+    dcgm_bindings_path: str = ""
+    """Directory holding DCGM's Python bindings (dcgm_agent.py ...); searched before the
+    standard install locations."""
+    dcgm_library_path: str = ""
+    """Directory holding libdcgm.so.4, when it is not on the loader's default path."""
+    dcgm_interval: float = Field(1.0, ge=0.1, le=60)
+    dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_url: str = ""
+    """A node-local dcgm-exporter, e.g. ``http://localhost:9400/metrics``."""
+    dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
+    dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> ProfilingConfig:
+        if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
+            raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
+        if self.dcgm_exporter_url and not self.dcgm_exporter_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("profiling.dcgm_exporter_url must start with http:// or https://")
+        return self
 
 
 class ModelConfig(Section):
