@@ -96,6 +96,26 @@ def parser() -> argparse.ArgumentParser:
         help="scrape annotated pods on this node (Kubernetes API watch)",
     )
 
+    prof = p.add_argument_group("profiling counters (docs/profiling.md)")
+    prof.add_argument(
+        "--dcgm-host-engine",
+        dest="profiling__dcgm_host_engine",
+        metavar="ADDR",
+        help="DCGM host engine: host:port, unix socket path, or 'embedded' (needs SYS_ADMIN)",
+    )
+    prof.add_argument(
+        "--dcgm-exporter-url",
+        dest="profiling__dcgm_exporter_url",
+        metavar="URL",
+        help="a dcgm-exporter /metrics to take profiling counters from",
+    )
+    prof.add_argument(
+        "--dcgm-bindings-path",
+        dest="profiling__dcgm_bindings_path",
+        metavar="DIR",
+        help="where DCGM's Python bindings are installed",
+    )
+
     k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")
     k8s.add_argument(
         "--kubernetes",

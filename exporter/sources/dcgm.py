@@ -69,8 +69,17 @@ FIELD_SETS: tuple[tuple[int, ...], ...] = (
 MAX_BACKOFF = 60.0
 GRACE_POLLS = 3  # blank polls right after a watch before calling it no_data
 # When several fields fail differently, the most telling reason wins.
-REASON_ORDER = ("no_permission", "not_loaded", "locked", "incompatible", "gpu_lost",
-                "unsupported", "unreachable", "error", "no_data")
+REASON_ORDER = (
+    "no_permission",
+    "not_loaded",
+    "locked",
+    "incompatible",
+    "gpu_lost",
+    "unsupported",
+    "unreachable",
+    "error",
+    "no_data",
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,9 @@ class HostEngineAddress:
         return cls("tcp", value.removeprefix("tcp://"))
 
     def __str__(self) -> str:
-        return "embedded host engine" if self.kind == "embedded" else f"{self.kind}://{self.address}"
+        return (
+            "embedded host engine" if self.kind == "embedded" else f"{self.kind}://{self.address}"
+        )
 
 
 class _Down(Exception):
@@ -224,8 +235,9 @@ class DcgmSource(BlockingSource):
             log.info("dcgm_recovered", after=self._down_reason)
         self._down_reason = self._down_error = ""
         self._backoff = 0.0
-        log.info("dcgm_connected", host_engine=str(self.address), bindings=b.path,
-                 gpus=len(self._ids))
+        log.info(
+            "dcgm_connected", host_engine=str(self.address), bindings=b.path, gpus=len(self._ids)
+        )
 
     def _open_handle(self, b: DcgmBindings) -> Any:
         s, agent = b.structs, b.agent
@@ -287,12 +299,15 @@ class DcgmSource(BlockingSource):
                 self.selector.report(SOURCE, device.gpu, False, self._down_reason)
                 if not self.selector.should_publish(SOURCE, device.gpu):
                     continue
-            out[device.gpu] = (unavailable(SOURCE, self._down_reason),
-                               *self._integrator.totals_only(device.gpu))
+            out[device.gpu] = (
+                unavailable(SOURCE, self._down_reason),
+                *self._integrator.totals_only(device.gpu),
+            )
         if not self.required:
             return SourceResult(source=SOURCE, devices=out, errors={self._down_reason: 1})
-        return SourceResult(source=SOURCE, ok=False, reason=self._down_reason,
-                            error=self._down_error, devices=out)
+        return SourceResult(
+            source=SOURCE, ok=False, reason=self._down_reason, error=self._down_error, devices=out
+        )
 
     # polling -----------------------------------------------------------------------------------
     def _poll(self, devices: list[Device], now: float) -> SourceResult:
@@ -300,8 +315,9 @@ class DcgmSource(BlockingSource):
             state = self._states.setdefault(device.gpu, _GpuState())
             if state.group is None and now >= state.retry_at:
                 self._watch(device, state, now)
-        watched = [(d.gpu, self._states[d.gpu]) for d in devices
-                   if self._states[d.gpu].group is not None]
+        watched = [
+            (d.gpu, self._states[d.gpu]) for d in devices if self._states[d.gpu].group is not None
+        ]
         values = self._read(watched, now)
         out: dict[str, tuple[Sample, ...]] = {}
         errors: dict[str, int] = {}
@@ -325,21 +341,34 @@ class DcgmSource(BlockingSource):
     def _watch(self, device: Device, state: _GpuState, now: float) -> None:
         b = self._bindings()
         if device.is_mig:
-            self._set(device.gpu, state, "unsupported", "MIG instances are not read through DCGM "
-                      "by this exporter (use dcgm-exporter or GPM)")
+            self._set(
+                device.gpu,
+                state,
+                "unsupported",
+                "MIG instances are not read through DCGM "
+                "by this exporter (use dcgm-exporter or GPM)",
+            )
             state.retry_at = now + MAX_BACKOFF
             return
         dcgm_id = self._ids.get(normalise_uuid(device.uuid))
         if dcgm_id is None:
-            self._set(device.gpu, state, "unsupported",
-                      f"GPU {device.uuid} is not among DCGM's supported devices")
+            self._set(
+                device.gpu,
+                state,
+                "unsupported",
+                f"GPU {device.uuid} is not among DCGM's supported devices",
+            )
             state.retry_at = now + MAX_BACKOFF
             return
         state.dcgm_id = dcgm_id
-        group = self._call(lambda: b.agent.dcgmGroupCreate(
-            self._handle, b.structs.DCGM_GROUP_EMPTY, self._name("group")))
-        self._call(lambda: b.agent.dcgmGroupAddEntity(
-            self._handle, group, b.fields.DCGM_FE_GPU, dcgm_id))
+        group = self._call(
+            lambda: b.agent.dcgmGroupCreate(
+                self._handle, b.structs.DCGM_GROUP_EMPTY, self._name("group")
+            )
+        )
+        self._call(
+            lambda: b.agent.dcgmGroupAddEntity(self._handle, group, b.fields.DCGM_FE_GPU, dcgm_id)
+        )
         refused: list[tuple[tuple[int, ...], BaseException]] = []
         shrink = codes(b.structs, SHRINK_CODES)
         watched: tuple[int, ...] = ()
@@ -359,16 +388,27 @@ class DcgmSource(BlockingSource):
             last = refused[-1][1]
             code = error_code(last)
             reason = reason_for(b.structs, code) if code is not None else "error"
-            if reason == "unsupported" and len(refused) == len(FIELD_SETS) and \
-                    any(error_code(e) != code for _, e in refused):
+            if (
+                reason == "unsupported"
+                and len(refused) == len(FIELD_SETS)
+                and any(error_code(e) != code for _, e in refused)
+            ):
                 reason = "incompatible"
-            self._set(device.gpu, state, reason, f"watching profiling fields on DCGM GPU "
-                      f"{dcgm_id}: {last} ({_name(b, code)})")
+            self._set(
+                device.gpu,
+                state,
+                reason,
+                f"watching profiling fields on DCGM GPU {dcgm_id}: {last} ({_name(b, code)})",
+            )
             state.retry_at = now + self._next_backoff(state)
             return
         if refused:
-            log.info("dcgm_fields_reduced", gpu=device.gpu, watching=list(watched),
-                     refused=_name(b, error_code(refused[0][1])))
+            log.info(
+                "dcgm_fields_reduced",
+                gpu=device.gpu,
+                watching=list(watched),
+                refused=_name(b, error_code(refused[0][1])),
+            )
         state.group, state.fields, state.polls_since_watch = group, watched, 0
         state.cumulative = ()
         try:
@@ -381,20 +421,24 @@ class DcgmSource(BlockingSource):
         b = self._bindings()
         if field_ids not in self._field_groups:
             self._field_groups[field_ids] = b.agent.dcgmFieldGroupCreate(
-                self._handle, list(field_ids), self._name("fields"))
+                self._handle, list(field_ids), self._name("fields")
+            )
         update_us = int(self.interval * 1_000_000)
         keep_age = max(10.0, 5 * self.interval)
-        b.agent.dcgmWatchFields(self._handle, group, self._field_groups[field_ids],
-                                update_us, keep_age, 0)
+        b.agent.dcgmWatchFields(
+            self._handle, group, self._field_groups[field_ids], update_us, keep_age, 0
+        )
 
-    def _read(self, watched: list[tuple[str, _GpuState]],
-              now: float) -> dict[int, dict[int, _Value]]:
+    def _read(
+        self, watched: list[tuple[str, _GpuState]], now: float
+    ) -> dict[int, dict[int, _Value]]:
         if not watched:
             return {}
         b = self._bindings()
         field_ids = sorted({f for _, s in watched for f in (*s.fields, *s.cumulative)})
-        entities = [b.structs.c_dcgmGroupEntityPair_t(b.fields.DCGM_FE_GPU, s.dcgm_id)
-                    for _, s in watched]
+        entities = [
+            b.structs.c_dcgmGroupEntityPair_t(b.fields.DCGM_FE_GPU, s.dcgm_id) for _, s in watched
+        ]
         try:
             rows = b.agent.dcgmEntitiesGetLatestValues(self._handle, entities, field_ids, 0)
         except b.structs.DCGMError as exc:
@@ -419,34 +463,52 @@ class DcgmSource(BlockingSource):
         v = b.value
         if fv.fieldType == ord(b.fields.DCGM_FT_DOUBLE):
             raw: float = float(fv.value.dbl)
-            blank, denied, unsupported = (v.DCGM_FP64_BLANK, v.DCGM_FP64_NOT_PERMISSIONED,
-                                          v.DCGM_FP64_NOT_SUPPORTED)
+            blank, denied, unsupported = (
+                v.DCGM_FP64_BLANK,
+                v.DCGM_FP64_NOT_PERMISSIONED,
+                v.DCGM_FP64_NOT_SUPPORTED,
+            )
         elif fv.fieldType == ord(b.fields.DCGM_FT_INT64):
             raw = int(fv.value.i64)
-            blank, denied, unsupported = (v.DCGM_INT64_BLANK, v.DCGM_INT64_NOT_PERMISSIONED,
-                                          v.DCGM_INT64_NOT_SUPPORTED)
+            blank, denied, unsupported = (
+                v.DCGM_INT64_BLANK,
+                v.DCGM_INT64_NOT_PERMISSIONED,
+                v.DCGM_INT64_NOT_SUPPORTED,
+            )
         else:
             return _Value(None, "error", ts)
         if raw >= blank:
-            reason = ("no_permission" if raw == denied
-                      else "unsupported" if raw == unsupported else "no_data")
+            reason = (
+                "no_permission"
+                if raw == denied
+                else "unsupported"
+                if raw == unsupported
+                else "no_data"
+            )
             return _Value(None, reason, ts)
         return _Value(float(raw), "", ts)
 
-    def _evaluate(self, gpu: str, state: _GpuState, values: Mapping[int, _Value],
-                  now: float) -> list[Sample]:
+    def _evaluate(
+        self, gpu: str, state: _GpuState, values: Mapping[int, _Value], now: float
+    ) -> list[Sample]:
         state.polls_since_watch += 1
         gauges = {f: values[f] for f in state.fields if f in values}
         good = {f: v for f, v in gauges.items() if v.value is not None}
         if not good:
             reasons = {v.reason for v in gauges.values()} or {"no_data"}
             reason = next((r for r in REASON_ORDER if r in reasons), "error")
-            if reason == "no_data" and state.polls_since_watch <= GRACE_POLLS and \
-                    state.reason == "pending":
+            if (
+                reason == "no_data"
+                and state.polls_since_watch <= GRACE_POLLS
+                and state.reason == "pending"
+            ):
                 return []
-            detail = ("no values from DCGM: profiling paused (dcgmProfPause, e.g. for Nsight), "
-                      "another profiler, or the module still starting"
-                      if reason == "no_data" else "DCGM returned no usable profiling values")
+            detail = (
+                "no values from DCGM: profiling paused (dcgmProfPause, e.g. for Nsight), "
+                "another profiler, or the module still starting"
+                if reason == "no_data"
+                else "DCGM returned no usable profiling values"
+            )
             fresh = state.reason in ("", "pending")
             self._set(gpu, state, reason, detail)
             if fresh:
@@ -471,8 +533,9 @@ class DcgmSource(BlockingSource):
         self._set(gpu, state, "", "")
         return rows
 
-    def _apply_cumulative(self, state: _GpuState, values: Mapping[int, _Value], gap: float,
-                          window: ProfilingWindow) -> ProfilingWindow:
+    def _apply_cumulative(
+        self, state: _GpuState, values: Mapping[int, _Value], gap: float, window: ProfilingWindow
+    ) -> ProfilingWindow:
         """Exact ratios from monotonic cycle counters, when DCGM has them (4.6+)."""
         current: dict[int, float] = {}
         for field_id in state.cumulative:
@@ -517,8 +580,12 @@ class DcgmSource(BlockingSource):
         if reason:
             log.warning("dcgm_profiling_unavailable", gpu=gpu, reason=reason, error=detail)
         elif previous == "pending":
-            log.info("dcgm_profiling_active", gpu=gpu, fields=len(state.fields),
-                     cumulative=bool(state.cumulative))
+            log.info(
+                "dcgm_profiling_active",
+                gpu=gpu,
+                fields=len(state.fields),
+                cumulative=bool(state.cumulative),
+            )
         else:
             log.info("dcgm_profiling_recovered", gpu=gpu, after=previous)
 
@@ -555,8 +622,10 @@ class DcgmSource(BlockingSource):
         b = self._bindings()
         code = error_code(exc)
         if code in codes(b.structs, CONNECTION_CODES):
-            raise _Down("unreachable", f"DCGM {self.address}: lost the host engine: {exc} "
-                        f"({_name(b, code)})") from exc
+            raise _Down(
+                "unreachable",
+                f"DCGM {self.address}: lost the host engine: {exc} ({_name(b, code)})",
+            ) from exc
 
     def _bindings(self) -> DcgmBindings:
         assert self._b is not None

@@ -54,8 +54,12 @@ DEV_FIELDS: dict[str, tuple[str, float]] = {
 }
 # >= 4.9: the unit is in the name.
 DEV_SUFFIXES: dict[str, str] = {
-    "_RATIO": "ratio", "_BYTES": "bytes", "_HZ": "hertz", "_WATTS": "watts",
-    "_JOULES": "joules", "_CELSIUS": "celsius",
+    "_RATIO": "ratio",
+    "_BYTES": "bytes",
+    "_HZ": "hertz",
+    "_WATTS": "watts",
+    "_JOULES": "joules",
+    "_CELSIUS": "celsius",
 }
 
 
@@ -206,13 +210,22 @@ class DcgmExporterSource(Source):
             self._gpu_state(device, reason)
             if self._publish(device.gpu, reason):
                 out[device.gpu] = tuple(rows)
-        return SourceResult(source=SOURCE, devices=out, errors=errors,
-                            extra={"dcgm_exporter_device": dev_values,
-                                   "dcgm_exporter_vocabulary": scrape.vocabulary})
+        return SourceResult(
+            source=SOURCE,
+            devices=out,
+            errors=errors,
+            extra={
+                "dcgm_exporter_device": dev_values,
+                "dcgm_exporter_vocabulary": scrape.vocabulary,
+            },
+        )
 
     def _wanted(self) -> list[Device]:
-        return [d for d in self.store.current.inventory if d.uuid and (
-            self.selector is None or self.selector.should_poll(SOURCE, d.gpu))]
+        return [
+            d
+            for d in self.store.current.inventory
+            if d.uuid and (self.selector is None or self.selector.should_poll(SOURCE, d.gpu))
+        ]
 
     async def _fetch(self) -> bytes:
         assert self._session is not None
@@ -224,12 +237,15 @@ class DcgmExporterSource(Source):
                 async for chunk in resp.content.iter_chunked(65536):
                     body.extend(chunk)
                     if len(body) > self.max_body_bytes:
-                        raise _ScrapeError("bad_response", f"{self.url}: body larger than "
-                                           f"{self.max_body_bytes} bytes")
+                        raise _ScrapeError(
+                            "bad_response",
+                            f"{self.url}: body larger than {self.max_body_bytes} bytes",
+                        )
                 return bytes(body)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _ScrapeError("unreachable",
-                               f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
+            raise _ScrapeError(
+                "unreachable", f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": ")
+            ) from exc
 
     def _failed(self, devices: Iterable[Device], exc: _ScrapeError) -> SourceResult:
         self._scrape_state(exc.reason, str(exc))
@@ -239,11 +255,14 @@ class DcgmExporterSource(Source):
             if self.selector is not None:
                 self.selector.report(SOURCE, device.gpu, False, exc.reason)
             if self._publish(device.gpu, exc.reason):
-                out[device.gpu] = (unavailable(SOURCE, exc.reason),
-                                   *self._integrator.totals_only(device.gpu))
+                out[device.gpu] = (
+                    unavailable(SOURCE, exc.reason),
+                    *self._integrator.totals_only(device.gpu),
+                )
         if self.required:
-            return SourceResult(source=SOURCE, ok=False, reason=exc.reason, error=str(exc),
-                                devices=out)
+            return SourceResult(
+                source=SOURCE, ok=False, reason=exc.reason, error=str(exc), devices=out
+            )
         return SourceResult(source=SOURCE, devices=out, errors={exc.reason: 1})
 
     def _publish(self, gpu: str, reason: str) -> bool:
@@ -268,8 +287,9 @@ class DcgmExporterSource(Source):
         if previous == reason:
             return
         if reason:
-            log.warning("dcgm_exporter_gpu_unavailable", gpu=device.gpu, uuid=device.uuid,
-                        reason=reason)
+            log.warning(
+                "dcgm_exporter_gpu_unavailable", gpu=device.gpu, uuid=device.uuid, reason=reason
+            )
         elif previous:
             log.info("dcgm_exporter_gpu_recovered", gpu=device.gpu, after=previous)
 
@@ -278,5 +298,6 @@ def parse_or_fail(body: bytes) -> Scrape:
     try:
         return parse(body.decode("utf-8", errors="replace"))
     except Exception as exc:  # the parser raises several types on malformed text
-        raise _ScrapeError("bad_response", f"not a Prometheus text exposition: "
-                           f"{type(exc).__name__}: {exc}") from exc
+        raise _ScrapeError(
+            "bad_response", f"not a Prometheus text exposition: {type(exc).__name__}: {exc}"
+        ) from exc

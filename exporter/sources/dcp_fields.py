@@ -43,8 +43,11 @@ MMA_CYCLES_ACTIVE_TOTAL = 1086
 PCIE_TX_BYTES_TOTAL = 1091
 PCIE_RX_BYTES_TOTAL = 1092
 CUMULATIVE_FIELDS = (
-    SM_CYCLES_ELAPSED_TOTAL, SM_CYCLES_ACTIVE_TOTAL, MMA_CYCLES_ACTIVE_TOTAL,
-    PCIE_TX_BYTES_TOTAL, PCIE_RX_BYTES_TOTAL,
+    SM_CYCLES_ELAPSED_TOTAL,
+    SM_CYCLES_ACTIVE_TOTAL,
+    MMA_CYCLES_ACTIVE_TOTAL,
+    PCIE_TX_BYTES_TOTAL,
+    PCIE_RX_BYTES_TOTAL,
 )
 
 # Names as dcgm-exporter prints them: <= 4.8 (DCGM <= 4.5 names) and >= 4.9 (DCGM 4.6+ names).
@@ -84,7 +87,9 @@ def build_window(seconds: float, values: Mapping[int, float]) -> ProfilingWindow
     """A window from DCP values keyed by field id (ratios 0-1, rates in bytes per second)."""
     scalars: dict[str, float] = {}
     groups: dict[str, list[tuple[str, float]]] = {
-        "tensor_pipes": [], "pipes": [], "pcie_bytes_per_second": [],
+        "tensor_pipes": [],
+        "pipes": [],
+        "pcie_bytes_per_second": [],
         "nvlink_bytes_per_second": [],
     }
     for field_id, value in values.items():

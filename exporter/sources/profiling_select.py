@@ -39,9 +39,15 @@ class ProfilingSelector:
             decided = owner or self._all_declined(gpu)
             if decided and self._owner.get(gpu) != owner:
                 self._owner[gpu] = owner
-                log.info("profiling_source_selected", gpu=gpu, source=owner or "none",
-                         tried={c: self._status.get((c, gpu), (False, "pending"))[1] or "ok"
-                                for c in self.candidates})
+                log.info(
+                    "profiling_source_selected",
+                    gpu=gpu,
+                    source=owner or "none",
+                    tried={
+                        c: self._status.get((c, gpu), (False, "pending"))[1] or "ok"
+                        for c in self.candidates
+                    },
+                )
 
     def _all_declined(self, gpu: str) -> bool:
         return all((c, gpu) in self._status for c in self.candidates)
@@ -60,7 +66,7 @@ class ProfilingSelector:
     def should_publish(self, source: str, gpu: str) -> bool:
         """False while a later source serves ``gpu`` in place of a failing ``source``."""
         with self._lock:
-            later = self.candidates[self.candidates.index(source) + 1:]
+            later = self.candidates[self.candidates.index(source) + 1 :]
             own_ok = self._status.get((source, gpu), (False, ""))[0]
             return own_ok or not any(self._status.get((c, gpu), (False, ""))[0] for c in later)
 

@@ -56,39 +56,49 @@ def build_profiling_sources(settings: Settings, session: Any, store: SnapshotSto
     if mode in ("auto", "gpm"):
         sources.append(GpmSource(session, interval=settings.interval, selector=selector))
     if mode in ("auto", "dcgm"):
-        sources.append(DcgmSource(
-            store,
-            cfg.dcgm_host_engine if mode == "dcgm" else _never_embedded(cfg.dcgm_host_engine),
-            interval=cfg.dcgm_interval,
-            connect_timeout=cfg.dcgm_connect_timeout,
-            bindings_path=cfg.dcgm_bindings_path,
-            library_path=cfg.dcgm_library_path,
-            selector=selector,
-            required=mode == "dcgm",
-            integrator=shared,
-        ))
+        sources.append(
+            DcgmSource(
+                store,
+                cfg.dcgm_host_engine if mode == "dcgm" else _never_embedded(cfg.dcgm_host_engine),
+                interval=cfg.dcgm_interval,
+                connect_timeout=cfg.dcgm_connect_timeout,
+                bindings_path=cfg.dcgm_bindings_path,
+                library_path=cfg.dcgm_library_path,
+                selector=selector,
+                required=mode == "dcgm",
+                integrator=shared,
+            )
+        )
     if mode == "dcgm-exporter" or (mode == "auto" and cfg.dcgm_exporter_url):
-        sources.append(DcgmExporterSource(
-            store,
-            cfg.dcgm_exporter_url,
-            interval=cfg.dcgm_exporter_interval,
-            timeout=cfg.dcgm_exporter_timeout,
-            max_body_bytes=cfg.dcgm_exporter_max_body_bytes,
-            selector=selector,
-            required=mode == "dcgm-exporter",
-            integrator=shared,
-        ))
+        sources.append(
+            DcgmExporterSource(
+                store,
+                cfg.dcgm_exporter_url,
+                interval=cfg.dcgm_exporter_interval,
+                timeout=cfg.dcgm_exporter_timeout,
+                max_body_bytes=cfg.dcgm_exporter_max_body_bytes,
+                selector=selector,
+                required=mode == "dcgm-exporter",
+                integrator=shared,
+            )
+        )
     if mode == "off":
         sources.append(ProfilingOffSource(store))
-    log.info("profiling_mode", mode=mode, sources=[s.name for s in sources],
-             order=list(candidates) or None)
+    log.info(
+        "profiling_mode",
+        mode=mode,
+        sources=[s.name for s in sources],
+        order=list(candidates) or None,
+    )
     return sources
 
 
 def _never_embedded(host_engine: str) -> str:
     """auto must not start a second host engine next to the node's (perfmon conflict)."""
     if host_engine.strip() == "embedded":
-        log.warning("profiling_auto_ignores_embedded",
-                    hint="use --profiling=dcgm to run an embedded DCGM host engine")
+        log.warning(
+            "profiling_auto_ignores_embedded",
+            hint="use --profiling=dcgm to run an embedded DCGM host engine",
+        )
         return "localhost:5555"
     return host_engine
