@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from exporter import __version__
+from exporter import __version__, webconfig
 from exporter.config import DEFAULT_PORT, ConfigError, build, parse_listen
 from exporter.logging import configure
 from exporter.sources.nvml_session import NvmlUnavailable
@@ -31,6 +31,12 @@ def parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--version", action="version", version=f"%(prog)s {__version__}")
     add("--config", metavar="FILE", help="YAML configuration file")
+    add(
+        "--web-config-file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic-auth settings in the format of Prometheus's exporter-toolkit",
+    )
     add(
         "--listen",
         metavar="HOST:PORT",
@@ -73,6 +79,41 @@ def parser() -> argparse.ArgumentParser:
         choices=["auto", "gpm", "dcgm", "dcgm-exporter", "off"],
         help="where profiling counters come from: auto picks GPM on Hopper and newer, "
         "else DCGM if a host engine answers, else dcgm-exporter if configured (default auto)",
+    )
+
+    serve = p.add_argument_group("serving engines (docs/serving.md)")
+    serve.add_argument(
+        "--serving-target",
+        action="append",
+        dest="serving__extra_targets",
+        metavar="URL",
+        help="scrape this serving engine's /metrics (repeatable)",
+    )
+    serve.add_argument(
+        "--discover-serving-pods",
+        action="store_true",
+        dest="serving__discover_pods",
+        help="scrape annotated pods on this node (Kubernetes API watch)",
+    )
+
+    prof = p.add_argument_group("profiling counters (docs/profiling.md)")
+    prof.add_argument(
+        "--dcgm-host-engine",
+        dest="profiling__dcgm_host_engine",
+        metavar="ADDR",
+        help="DCGM host engine: host:port, unix socket path, or 'embedded' (needs SYS_ADMIN)",
+    )
+    prof.add_argument(
+        "--dcgm-exporter-url",
+        dest="profiling__dcgm_exporter_url",
+        metavar="URL",
+        help="a dcgm-exporter /metrics to take profiling counters from",
+    )
+    prof.add_argument(
+        "--dcgm-bindings-path",
+        dest="profiling__dcgm_bindings_path",
+        metavar="DIR",
+        help="where DCGM's Python bindings are installed",
     )
 
     k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")
@@ -133,6 +174,7 @@ def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
     """Flat argparse results to the nested settings tree (``section__key`` nests)."""
     flat = vars(ns).copy()
     flat.pop("config", None)
+    flat.pop("web_config_file", None)
     tree: dict[str, Any] = {}
     for key, value in flat.items():
         *sections, name = key.split("__")
@@ -152,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
+    try:
+        web_config = webconfig.load(getattr(args, "web_config_file", None))
+    except webconfig.WebConfigError as exc:
+        print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     from exporter.daemon import build as build_daemon
     from exporter.daemon import open_nvml
@@ -176,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         node=settings.node_name,
     )
     web.run_app(
-        daemon.app(),
+        daemon.app(middlewares=list(web_config.middlewares)),
+        ssl_context=web_config.ssl_context,
         host=host or None,
         port=port,
         print=None,

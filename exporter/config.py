@@ -37,20 +37,60 @@ class Section(BaseModel):
 
 
 class ServingTarget(Section):
+    """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
+
     url: str
     gpus: list[str] = Field(default_factory=list)
     engine: str = ""
     model: str = ""
+    pid: int | None = Field(None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"serving target {value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        from exporter.sources.serving.engines import ENGINE_NAMES
+
+        if value and value not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+        return value
 
 
 class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
+    extra_targets: list[str] = Field(default_factory=list)
+    """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
     interval: float = Field(5.0, gt=0)
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
+    discover_pods: bool = False
+    """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
+    annotation_prefix: str = "serving.goodput.dev/"
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _url_shorthand(cls, value: Any) -> Any:
+        """``- http://host:8000/metrics`` in a targets list means ``- url: ...``."""
+        if isinstance(value, list):
+            return [{"url": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("extra_targets")
+    @classmethod
+    def _check_extra(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"serving target {url!r} is not an http(s) URL")
+        return value
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
@@ -91,9 +131,39 @@ class KubernetesConfig(Section):
 
 
 class ProfilingConfig(Section):
-    """Which source fills the profiling counters (SM active, tensor, DRAM, ...)."""
+    """Which source fills the profiling counters (SM active, tensor, DRAM, ...).
+
+    ``auto`` decides per GPU: NVML GPM where the GPU supports it (Hopper and newer), else a
+    DCGM host engine if one answers at ``dcgm_host_engine``, else ``dcgm_exporter_url`` if set.
+    See docs/profiling.md.
+    """
 
     mode: Literal["auto", "gpm", "dcgm", "dcgm-exporter", "off"] = "auto"
+    dcgm_host_engine: str = "localhost:5555"
+    """``HOST:PORT``, ``unix:///path/to/socket`` or ``embedded`` (start one in-process; never
+    chosen by ``auto`` since a second engine fights the node's one for the profiler)."""
+    dcgm_bindings_path: str = ""
+    """Directory holding DCGM's Python bindings (dcgm_agent.py ...); searched before the
+    standard install locations."""
+    dcgm_library_path: str = ""
+    """Directory holding libdcgm.so.4, when it is not on the loader's default path."""
+    dcgm_interval: float = Field(1.0, ge=0.1, le=60)
+    dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_url: str = ""
+    """A node-local dcgm-exporter, e.g. ``http://localhost:9400/metrics``."""
+    dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
+    dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> ProfilingConfig:
+        if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
+            raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
+        if self.dcgm_exporter_url and not self.dcgm_exporter_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("profiling.dcgm_exporter_url must start with http:// or https://")
+        return self
 
 
 class ModelConfig(Section):

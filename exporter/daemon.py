@@ -21,11 +21,11 @@ from exporter.model.source import build_sources as model_sources
 from exporter.scheduler import Scheduler
 from exporter.server import build_app
 from exporter.snapshot import SnapshotStore
-from exporter.sources import kubernetes
+from exporter.sources import kubernetes, serving
 from exporter.sources.base import Source
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling_sources import build_profiling_sources
 from exporter.sources.xid import XidSource
 
 
@@ -76,13 +76,10 @@ class Daemon:
 
 
 def core_sources(settings: Settings, session: NvmlSession) -> list[Source]:
-    sources: list[Source] = [
+    return [
         NvmlSource(session, interval=settings.interval),
         XidSource(session, interval=settings.interval),
     ]
-    if settings.profiling.mode in ("auto", "gpm"):
-        sources.append(GpmSource(session, interval=settings.interval))
-    return sources
 
 
 def build(settings: Settings, session: NvmlSession) -> Daemon:
@@ -90,7 +87,9 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     store = SnapshotStore(node, ready_sources=[NvmlSource.name])
     sources = [
         *core_sources(settings, session),
+        *build_profiling_sources(settings, session, store),
         *kubernetes.build_sources(settings, store),
+        *serving.build_sources(settings, store),
         *model_sources(settings, store),
     ]
     registry = CollectorRegistry(auto_describe=False)

@@ -43,6 +43,7 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.kubernetes.status",
     "exporter.sources.kubernetes.processes",
     "exporter.model.source",
+    "exporter.sources.serving.metrics",
 )
 
 

@@ -107,10 +107,16 @@ class SnapshotCollector(Collector):
             family = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=names)
         else:
             family = GaugeMetricFamily(spec.name, spec.help, labels=names, unit="")
+        seen: set[tuple[str, ...]] = set()
         for sample, base in rows:
             extra = dict(sample.labels)
-            values = [*base, *(extra.get(label, "") for label in spec.labels)]
-            family.add_metric(values, sample.value)  # type: ignore[attr-defined]
+            values = (*base, *(extra.get(label, "") for label in spec.labels))
+            if values in seen:
+                # Two sources can briefly hold the same series (a GPU handed from one
+                # profiling source to another): the first, in source order, wins.
+                continue
+            seen.add(values)
+            family.add_metric(list(values), sample.value)  # type: ignore[attr-defined]
         return family
 
 
