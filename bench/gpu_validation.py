@@ -307,6 +307,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def proc_cpu_seconds(pid: int) -> float | None:
     """utime + stime of ``pid`` from /proc (Linux), in seconds."""
     try:
@@ -400,6 +409,10 @@ class Daemon:
     def _start_once(self, config: dict[str, Any], timeout: float) -> bool:
         import yaml
 
+        if not port_free(self.port):  # someone else's daemon would answer our /readyz
+            taken, self.port = self.port, free_port()
+            self.log.write(f"# port {taken} is taken; using {self.port}\n")
+
         path = None
         if config:
             fd, path = tempfile.mkstemp(prefix=f"goodput-{self.phase}-", suffix=".yaml")
@@ -424,7 +437,11 @@ class Daemon:
                 time.sleep(0.25)
                 continue
             if status == 200 or (status == 404 and http_get(self.base + "/metrics")[0] == 200):
+                time.sleep(0.3)
+                if self.proc.poll() is not None:
+                    continue  # answered by another process; ours exited (reported above)
                 self.record["ready_seconds"] = time.monotonic() - started
+                self.record["port"] = self.port
                 return True
             self.record["last_readyz"] = f"{status} {body.strip()[:200]}"
             time.sleep(0.25)
@@ -952,8 +969,36 @@ def main(argv: list[str] | None = None) -> int:
         run.say("interrupted")
     finally:
         run.close()
+    print(summary_table(run.result), flush=True)
     run.say(f"wrote {run.out / 'validation.json'}")
     return 0
+
+
+def summary_table(result: Mapping[str, Any]) -> str:
+    """A short plain-text table for the end of the console output."""
+    rows = [f"{'workload':26} {'status':8} {'expected':15} {'observed':15} {'win':>4} "
+            f"{'util':>5} {'sm':>5} {'tensor':>6} {'dram':>5} flags"]
+    for name, entry in result.get("workloads", {}).items():
+        s = entry.get("summary") or {}
+        d = s.get("daemon_medians") or {}
+
+        def num(key: str, d: Mapping[str, Any] = d) -> str:
+            value = d.get(key)
+            return "-" if value is None else f"{value:.2f}"
+
+        flags = ",".join(k for k, v in (s.get("busy_unproductive_share") or {}).items() if v > 0.5)
+        rows.append(
+            f"{name:26} {entry.get('status', '-'):8} {entry.get('expected', '-'):15} "
+            f"{s.get('steady_regime') or '-':15} {s.get('windows_to_regime', '-')!s:>4} "
+            f"{num('goodput_gpu_utilization_ratio'):>5} {num('goodput_gpu_sm_active_ratio'):>5} "
+            f"{num('goodput_gpu_tensor_active_ratio'):>6} "
+            f"{num('goodput_gpu_dram_active_ratio'):>5} {flags or '-'}")
+    cost = result.get("poll_cost") or {}
+    rss = (cost.get("rss") or {}).get("VmRSS")
+    rows.append(f"poll cost: {cost.get('cpu_percent_of_core_per_gpu', '-')} % of a core per GPU; "
+                f"RSS {rss / 2**20 if rss else '-'} MiB; elapsed "
+                f"{result.get('elapsed_seconds', 0):.0f} s")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
