@@ -243,8 +243,9 @@ def poll_cost_lines(data: Mapping[str, Any]) -> list[str]:
     if with_scrapes:
         with_scrapes.sort()
         lines.append(f"- while scraped every second during the workloads: "
-                     f"{fmt(with_scrapes[len(with_scrapes) // 2], 2)} % of one core "
-                     f"(median over workloads; includes rendering /metrics once a second)")
+                     f"{fmt(with_scrapes[len(with_scrapes) // 2], 2)} % of one core for the "
+                     f"whole daemon (median over workloads; includes rendering /metrics once "
+                     f"a second)")
     phases = (data.get("daemon") or {}).get("phases") or []
     for phase in phases:
         end = phase.get("rss_end") or phase.get("rss") or {}
