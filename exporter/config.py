@@ -72,10 +72,10 @@ class Settings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
     simulate_gpus: int = Field(8, ge=1, le=64)
-    serving: ServingConfig = Field(default_factory=ServingConfig)
-    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
-    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    serving: ServingConfig = ServingConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    profiling: ProfilingConfig = ProfilingConfig()
+    model: ModelConfig = ModelConfig()
 
     @field_validator("listen")
     @classmethod
@@ -124,7 +124,7 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for key, raw in environ.items():
         if not key.startswith(ENV_PREFIX):
             continue
-        path = key[len(ENV_PREFIX):].lower().split("__")
+        path = key[len(ENV_PREFIX) :].lower().split("__")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:

@@ -51,7 +51,9 @@ class Scheduler:
             result = await source.poll()
         except Exception as exc:
             result = SourceResult(
-                source=source.name, ok=False, reason="exception",
+                source=source.name,
+                ok=False,
+                reason="exception",
                 error=f"{type(exc).__name__}: {exc}",
             )
         duration = time.perf_counter() - started

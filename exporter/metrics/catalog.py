@@ -37,6 +37,7 @@ CATALOG: dict[str, MetricSpec] = {}
 DECLARING_MODULES: tuple[str, ...] = (
     "exporter.metrics.self_metrics",
     "exporter.sources.nvml",
+    "exporter.sources.profiling_metrics",
     "exporter.sources.gpm",
     "exporter.sources.xid",
 )

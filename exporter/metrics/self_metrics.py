@@ -62,12 +62,17 @@ class SelfMetrics:
     def __init__(self, registry: CollectorRegistry, node: str) -> None:
         self.build_info = Gauge(BUILD_INFO, _doc(BUILD_INFO), BUILD_INFO_LABELS, registry=registry)
         self.poll_duration = Histogram(
-            POLL_DURATION, _doc(POLL_DURATION), ["node", "source"],
-            buckets=_BUCKETS, registry=registry,
+            POLL_DURATION,
+            _doc(POLL_DURATION),
+            ["node", "source"],
+            buckets=_BUCKETS,
+            registry=registry,
         )
         self.errors = Counter(
-            SOURCE_ERRORS.removesuffix("_total"), _doc(SOURCE_ERRORS),
-            ["node", "source", "reason"], registry=registry,
+            SOURCE_ERRORS.removesuffix("_total"),
+            _doc(SOURCE_ERRORS),
+            ["node", "source", "reason"],
+            registry=registry,
         )
         self.last_success = Gauge(
             LAST_SUCCESS, _doc(LAST_SUCCESS), ["node", "source"], registry=registry

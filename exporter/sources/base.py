@@ -56,11 +56,11 @@ class BlockingSource(Source):
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def open(self) -> None:  # noqa: B027 - optional hook
+    def open(self) -> None:
         """Blocking part of :meth:`start`."""
 
     @abc.abstractmethod
     def collect(self) -> SourceResult: ...
 
-    def shutdown(self) -> None:  # noqa: B027 - optional hook
+    def shutdown(self) -> None:
         """Blocking part of :meth:`close`."""

@@ -9,7 +9,9 @@ is checked and unsupported ids are dropped after the first try.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,12 +75,14 @@ class GpmSource(BlockingSource):
         interval: float = 1.0,
         min_window: float = 0.5,
         max_window: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval = interval
         super().__init__()
         self.session = session
         self.min_window = min_window
         self.max_window = max_window
+        self.clock = clock
         self._states: dict[str, _DeviceState] = {}
         self._integrator = ProfilingIntegrator()
         self._last: dict[str, list[Sample]] = {}
@@ -89,13 +93,8 @@ class GpmSource(BlockingSource):
         self._opened = True
 
     def shutdown(self) -> None:
-        nvml = self.session.nvml
         for state in self._states.values():
-            if state.sample is not None:
-                try:
-                    nvml.nvmlGpmSampleFree(state.sample)
-                except Exception:  # freeing during shutdown is best effort
-                    pass
+            self._reset(state)  # samples belong to this NVML session: free them all
         self._states.clear()
         if self._opened:
             self.session.close()
@@ -106,8 +105,9 @@ class GpmSource(BlockingSource):
             try:
                 self.open()
             except NvmlUnavailable as exc:
-                return SourceResult(source=SOURCE, ok=False, reason="nvml_unavailable",
-                                    error=str(exc))
+                return SourceResult(
+                    source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
+                )
         devices: dict[str, tuple[Sample, ...]] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:
@@ -135,9 +135,11 @@ class GpmSource(BlockingSource):
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
             self._reset(state)
-            return [unavailable(SOURCE, _profiling_reason(reason)),
-                    *self._integrator.totals_only(gpu)], reason
-        now = time.monotonic()
+            return [
+                unavailable(SOURCE, _profiling_reason(reason)),
+                *self._integrator.totals_only(gpu),
+            ], reason
+        now = self.clock()
         old, old_at = state.sample, state.taken_at
         window = now - old_at
         if old is not None and window < self.min_window:
@@ -152,8 +154,10 @@ class GpmSource(BlockingSource):
             values = self._metrics(state, old, new)
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
-            return [unavailable(SOURCE, _profiling_reason(reason)),
-                    *self._integrator.totals_only(gpu)], reason
+            return [
+                unavailable(SOURCE, _profiling_reason(reason)),
+                *self._integrator.totals_only(gpu),
+            ], reason
         finally:
             nvml.nvmlGpmSampleFree(old)
         out = self._integrator.samples(gpu, _window(window, values), SOURCE)
@@ -210,17 +214,17 @@ class GpmSource(BlockingSource):
 
     def _reset(self, state: _DeviceState) -> None:
         if state.sample is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.session.nvml.nvmlGpmSampleFree(state.sample)
-            except Exception:
-                pass
         state.sample = None
 
 
 def _window(seconds: float, values: dict[int, float]) -> ProfilingWindow:
     scalars: dict[str, float] = {}
     groups: dict[str, list[tuple[str, float]]] = {
-        "tensor_pipes": [], "pipes": [], "pcie_bytes_per_second": [],
+        "tensor_pipes": [],
+        "pipes": [],
+        "pcie_bytes_per_second": [],
         "nvlink_bytes_per_second": [],
     }
     for metric_id, value in values.items():
@@ -236,11 +240,9 @@ def _window(seconds: float, values: dict[int, float]) -> ProfilingWindow:
             groups[attr].append((label, ratio))
         else:
             scalars[attr] = ratio
-    return ProfilingWindow(
-        seconds=seconds,
-        **scalars,
-        **{k: tuple(sorted(v)) for k, v in groups.items()},
-    )
+    kwargs: dict[str, Any] = {k: tuple(sorted(v)) for k, v in groups.items()}
+    kwargs.update(scalars)
+    return ProfilingWindow(seconds=seconds, **kwargs)
 
 
 def _profiling_reason(nvml_reason: str) -> str:
@@ -250,4 +252,3 @@ def _profiling_reason(nvml_reason: str) -> str:
         "version_mismatch": "unsupported",
         "no_permission": "no_permission",
     }.get(nvml_reason, "error")
-

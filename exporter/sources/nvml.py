@@ -27,8 +27,15 @@ GPU_INFO = define(
     "goodput_gpu_info",
     "gauge",
     "Constant 1 per GPU or MIG instance; labels carry its identity.",
-    labels=("name", "pci_bus_id", "driver_version", "mig_parent_uuid", "gpu_instance_id",
-            "compute_instance_id", "mig_profile"),
+    labels=(
+        "name",
+        "pci_bus_id",
+        "driver_version",
+        "mig_parent_uuid",
+        "gpu_instance_id",
+        "compute_instance_id",
+        "mig_profile",
+    ),
     source=SOURCE,
 )
 GPU_UP = define(
@@ -65,15 +72,24 @@ MEMORY_USED = define(
     "goodput_gpu_memory_used_bytes", "gauge", "Device memory in use.", unit="bytes", source=SOURCE
 )
 MEMORY_TOTAL = define(
-    "goodput_gpu_memory_total_bytes", "gauge", "Device memory in total.", unit="bytes",
+    "goodput_gpu_memory_total_bytes",
+    "gauge",
+    "Device memory in total.",
+    unit="bytes",
     source=SOURCE,
 )
 POWER = define(
-    "goodput_gpu_power_watts", "gauge", "Board power draw (NVML power usage).", unit="watts",
+    "goodput_gpu_power_watts",
+    "gauge",
+    "Board power draw (NVML power usage).",
+    unit="watts",
     source=SOURCE,
 )
 POWER_LIMIT = define(
-    "goodput_gpu_power_limit_watts", "gauge", "Enforced board power limit.", unit="watts",
+    "goodput_gpu_power_limit_watts",
+    "gauge",
+    "Enforced board power limit.",
+    unit="watts",
     source=SOURCE,
 )
 ENERGY = define(
@@ -84,7 +100,10 @@ ENERGY = define(
     source=SOURCE,
 )
 TEMPERATURE = define(
-    "goodput_gpu_temperature_celsius", "gauge", "GPU die temperature.", unit="celsius",
+    "goodput_gpu_temperature_celsius",
+    "gauge",
+    "GPU die temperature.",
+    unit="celsius",
     source=SOURCE,
 )
 CLOCK = define(
@@ -179,10 +198,16 @@ class NvmlSource(BlockingSource):
     name = SOURCE
     readiness = True
 
-    def __init__(self, session: NvmlSession, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        session: NvmlSession,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.interval = interval
         super().__init__()
         self.session = session
+        self.clock = clock
         self._unsupported: dict[str, set[str]] = {}
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
@@ -224,9 +249,10 @@ class NvmlSource(BlockingSource):
             try:
                 self.open()
             except NvmlUnavailable as exc:
-                return SourceResult(source=SOURCE, ok=False, reason="nvml_unavailable",
-                                    error=str(exc))
-        now = time.monotonic()
+                return SourceResult(
+                    source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
+                )
+        now = self.clock()
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now
         nvml = self.session.nvml
@@ -265,8 +291,13 @@ class NvmlSource(BlockingSource):
                 reason = error_reason(nvml, exc)
                 if reason in ("not_supported", "function_not_found", "version_mismatch"):
                     skip.add(key)
-                    log.info("nvml_metric_unsupported", gpu=device.gpu, uuid=device.uuid,
-                             metric=key, reason=reason)
+                    log.info(
+                        "nvml_metric_unsupported",
+                        gpu=device.gpu,
+                        uuid=device.uuid,
+                        metric=key,
+                        reason=reason,
+                    )
                     continue
                 # The device as a whole failed (lost, no permission, ...): say so, stop here.
                 self._state_change(device.gpu, reason, str(exc))
@@ -300,13 +331,14 @@ class NvmlSource(BlockingSource):
             procs = nvml.nvmlDeviceGetComputeRunningProcesses(dh.handle)
         except nvml.NVMLError as exc:
             skip.add("processes")
-            log.info("nvml_metric_unsupported", gpu=dh.device.gpu, metric="processes",
-                     reason=error_reason(nvml, exc))
+            log.info(
+                "nvml_metric_unsupported",
+                gpu=dh.device.gpu,
+                metric="processes",
+                reason=error_reason(nvml, exc),
+            )
             return []
-        return [
-            ProcessInfo(gpu=dh.device.gpu, pid=int(p.pid), used_memory_bytes=_opt_int(p.usedGpuMemory))
-            for p in procs
-        ]
+        return [ProcessInfo(dh.device.gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
 
     # readings ---------------------------------------------------------------------------------
     @staticmethod

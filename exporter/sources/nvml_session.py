@@ -114,8 +114,12 @@ class NvmlSession:
                 device = self._describe(handle, str(index))
             except nvml.NVMLError as exc:
                 # A GPU that fails at discovery still gets a row, so it shows up as down.
-                log.error("gpu_discovery_failed", gpu=str(index), reason=error_reason(nvml, exc),
-                          error=str(exc))
+                log.error(
+                    "gpu_discovery_failed",
+                    gpu=str(index),
+                    reason=error_reason(nvml, exc),
+                    error=str(exc),
+                )
                 found.append(DeviceHandle(Device(gpu=str(index), uuid=""), None))
                 continue
             found.append(DeviceHandle(device, handle))

@@ -226,7 +226,8 @@ class ProfilingIntegrator:
             for direction, rate in rates:
                 lbl = labels(direction=direction)
                 out.append(Sample(rate_name, max(rate, 0.0), lbl))
-                out.append(Sample(total_name, self._add(gpu, total_name, lbl, rate * window.seconds), lbl))
+                total = self._add(gpu, total_name, lbl, rate * window.seconds)
+                out.append(Sample(total_name, total, lbl))
         return out
 
     def totals_only(self, gpu: str) -> list[Sample]:

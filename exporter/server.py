@@ -1,0 +1,81 @@
+"""The HTTP face of the daemon (aiohttp).
+
+Handlers read the snapshot store only; none of them calls NVML or the network, so a wedged
+GPU or a hung serving engine can never stall a scrape.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.metrics.render import ExpositionCache
+from exporter.snapshot import SnapshotStore
+
+LANDING = """<!doctype html>
+<html><head><title>gpu-goodput-exporter</title></head>
+<body>
+<h1>gpu-goodput-exporter {version}</h1>
+<p>Node <b>{node}</b>, backend <b>{backend}</b>. Is this GPU doing useful work?</p>
+<ul>
+<li><a href="metrics">/metrics</a>: Prometheus exposition (OpenMetrics on request)</li>
+<li><a href="healthz">/healthz</a>: process alive</li>
+<li><a href="readyz">/readyz</a>: a GPU source has completed a poll</li>
+<li><a href="debug/state">/debug/state</a>: the current snapshot as JSON</li>
+</ul>
+</body></html>
+"""
+
+
+def build_app(
+    store: SnapshotStore,
+    exposition: ExpositionCache,
+    backend: str,
+    middlewares: list[Any] | None = None,
+) -> web.Application:
+    app = web.Application(middlewares=middlewares or [])
+
+    async def metrics(request: web.Request) -> web.Response:
+        body, content_type = exposition.render(request.headers.get("Accept"))
+        mime, _, params = content_type.partition(";")
+        charset = "utf-8"
+        response = web.Response(body=body)
+        response.content_type = mime.strip()
+        response.charset = charset
+        if "version=" in params:
+            response.headers["Content-Type"] = content_type
+        return response
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        reason = store.current.ready_reason
+        if reason:
+            return web.Response(status=503, text=f"not ready: {reason}\n")
+        return web.Response(text="ready\n")
+
+    async def landing(_: web.Request) -> web.Response:
+        page = LANDING.format(
+            version=__version__,
+            node=html.escape(store.current.node_name),
+            backend=html.escape(backend),
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def debug_state(_: web.Request) -> web.Response:
+        return web.Response(
+            text=json.dumps(store.current.to_json(), indent=1, default=str),
+            content_type="application/json",
+        )
+
+    app.router.add_get("/", landing)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/debug/state", debug_state)
+    return app

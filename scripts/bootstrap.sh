@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Make this checkout runnable on a fresh Debian/Ubuntu machine: the real Prometheus tools the
+# tests use (when missing) and a virtualenv with the package and its dev tools.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for tool in prometheus promtool prometheus-alertmanager amtool; do
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  echo "bootstrap: installing prometheus and prometheus-alertmanager (missing: ${need_apt[*]})"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    prometheus prometheus-alertmanager >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

@@ -1,0 +1,63 @@
+"""Shared fixtures: a manual clock and simulated nodes built on the pynvml drop-in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.sim.fake_nvml import FakeGpu, FakeNvml, simulated_node
+from exporter.sim.patterns import NODE
+from exporter.sim.physics import GpuPhysics
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ManualClock:
+    """A clock tests move by hand, so simulated time is exact and no test sleeps."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def sim(clock: ManualClock) -> FakeNvml:
+    """The 8-GPU simulated node on a manual clock."""
+    return simulated_node(clock=clock)
+
+
+def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:
+    """A node whose GPU i runs the named workload of the simulated node."""
+    by_name = {w.name: w for w in NODE}
+    gpus = []
+    for index, name in enumerate(workloads):
+        w = by_name[name]
+        gpus.append(
+            FakeGpu(
+                index=index,
+                physics=GpuPhysics(w.pattern, start=clock()),
+                processes=list(w.processes),
+                lost_after=w.lost_after,
+            )
+        )
+    return FakeNvml(gpus, clock=clock)
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog():
+    """Tests that run the CLI configure structlog against a captured stream; undo it."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()

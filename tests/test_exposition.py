@@ -1,0 +1,105 @@
+"""The full exposition of the simulated node: required families, coherence, promtool."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.metrics.catalog import load_all
+from exporter.metrics.render import SnapshotCollector
+from exporter.metrics.self_metrics import SelfMetrics
+from exporter.snapshot import SnapshotStore
+from exporter.sources.gpm import GpmSource
+from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.xid import XidSource
+from tests.support.prometheus import require
+
+REQUIRED = [
+    "goodput_exporter_build_info",
+    "goodput_gpu_info",
+    "goodput_gpu_up",
+    "goodput_gpu_utilization_ratio",
+    "goodput_gpu_sm_active_ratio",
+    "goodput_gpu_sm_occupancy_ratio",
+    "goodput_gpu_tensor_active_ratio",
+    "goodput_gpu_dram_active_ratio",
+    "goodput_gpu_sm_active_seconds_total",
+    "goodput_gpu_power_watts",
+    "goodput_gpu_energy_joules_total",
+    "goodput_gpu_memory_used_bytes",
+    "goodput_gpu_memory_total_bytes",
+    "goodput_gpu_temperature_celsius",
+    "goodput_gpu_profiling_available",
+]
+
+
+def exposition(sim, clock) -> bytes:
+    session = NvmlSession(sim, "simulated")
+    store = SnapshotStore("node-a")
+    registry = CollectorRegistry(auto_describe=False)
+    metrics = SelfMetrics(registry, "node-a")
+    metrics.build_info.labels("node-a", "0.0.0", "simulated", "3").set(1)
+    registry.register(SnapshotCollector(lambda: store.current))
+    sources = [
+        NvmlSource(session, clock=clock),
+        GpmSource(session, clock=clock),
+        XidSource(session),
+    ]
+    for s in sources:
+        s.open()
+    for _ in range(3):
+        for s in sources:
+            store.publish(s.collect())
+        clock.advance(1.0)
+    sources[2].shutdown()
+    return generate_latest(registry)
+
+
+def samples(body: bytes) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_required_families_have_samples_for_every_gpu(sim, clock):
+    found = samples(exposition(sim, clock))
+    for name in REQUIRED:
+        assert name in found, name
+    for name in REQUIRED[1:]:
+        gpus = {s.labels["gpu"] for s in found[name]}
+        assert gpus == {str(i) for i in range(8)}, name
+        assert all({"gpu", "uuid", "node"} <= set(s.labels) for s in found[name])
+    for rows in found.values():
+        assert all(math.isfinite(s.value) for s in rows)
+
+
+def test_utilization_lie_is_visible_on_the_hollow_gpu(sim, clock):
+    found = samples(exposition(sim, clock))
+
+    def get(name: str, gpu: str) -> float:
+        return next(s.value for s in found[name] if s.labels.get("gpu") == gpu)
+
+    assert get("goodput_gpu_utilization_ratio", "5") > 0.9
+    assert get("goodput_gpu_sm_active_ratio", "5") < 0.1
+
+
+def test_promtool_check_metrics_is_clean(sim, clock):
+    body = exposition(sim, clock)
+    proc = subprocess.run(
+        [require("promtool"), "check", "metrics"], input=body, capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    assert proc.stdout.strip() == b"" and proc.stderr.strip() == b""
+
+
+def test_every_published_family_is_in_the_catalog(sim, clock):
+    catalog = load_all()
+    for family in text_string_to_metric_families(exposition(sim, clock).decode()):
+        name = family.name if family.type != "counter" else family.name + "_total"
+        assert name in catalog, name

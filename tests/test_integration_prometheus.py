@@ -1,0 +1,41 @@
+"""A real Prometheus scrapes the simulated daemon; the answers come from its query API."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from tests.support.daemon import daemon
+from tests.support.prometheus import prometheus
+
+pytestmark = pytest.mark.integration
+
+
+def one(result: list[dict]) -> float:
+    assert len(result) == 1, result
+    return float(result[0]["value"][1])
+
+
+def test_prometheus_scrapes_the_simulated_node(tmp_path):
+    with daemon("--simulate", "--node-name", "sim-node", log=tmp_path / "daemon.log") as url:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=5) as resp:
+            assert resp.status == 200
+        target = url.removeprefix("http://")
+        with prometheus(tmp_path / "prom", [target]) as prom:
+            prom.wait_for('count_over_time(goodput_gpu_energy_joules_total{gpu="2"}[6s]) >= 6')
+            assert one(prom.query('up{job="goodput"}')) == 1
+            build = prom.query("goodput_exporter_build_info")
+            assert build[0]["metric"]["backend"] == "simulated"
+            assert len(prom.query("goodput_gpu_up == 1")) == 8
+            # the utilization lie, as Prometheus sees it
+            assert one(prom.query('goodput_gpu_utilization_ratio{gpu="5"}')) > 0.9
+            assert one(prom.query('goodput_gpu_sm_active_ratio{gpu="5"}')) < 0.1
+            # counters next to gauges: rate() of the integrated counter is the mean ratio
+            mean = one(prom.query('rate(goodput_gpu_sm_active_seconds_total{gpu="2"}[5s])'))
+            assert mean == pytest.approx(0.97, abs=0.05)
+            watts = one(prom.query('rate(goodput_gpu_energy_joules_total{gpu="2"}[5s])'))
+            power = one(prom.query('goodput_gpu_power_watts{gpu="2"}'))
+            assert watts == pytest.approx(power, rel=0.1)
+            labels = prom.query('goodput_gpu_info{gpu="0"}')[0]["metric"]
+            assert labels["node"] == "sim-node" and labels["uuid"].startswith("GPU-")

@@ -1,0 +1,58 @@
+"""XID events arrive on their own thread and are counted per GPU and code."""
+
+from __future__ import annotations
+
+import time
+
+from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.xid import XidSource
+
+
+def test_xid_events_are_counted(sim, clock):
+    source = XidSource(NvmlSession(sim, "test"))
+    source.open()
+    try:
+        sim.inject_xid(3, 48)
+        sim.inject_xid(3, 48)
+        sim.inject_xid(1, 13)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            result = source.collect()
+            counts = {
+                (g, s.labels, s.value)
+                for g, ss in result.devices.items()
+                for s in ss
+                if s.name == "goodput_gpu_xid_errors_total"
+            }
+            if len(counts) == 2:
+                break
+            time.sleep(0.02)
+        assert ("3", (("xid", "48"),), 2.0) in counts
+        assert ("1", (("xid", "13"),), 1.0) in counts
+        last = {
+            g: s.value
+            for g, ss in result.devices.items()
+            for s in ss
+            if s.name == "goodput_gpu_last_xid"
+        }
+        assert last["3"] == 48.0 and last["0"] == 0.0
+    finally:
+        source.shutdown()
+
+
+def test_lost_gpu_raises_xid_79(sim, clock):
+    source = XidSource(NvmlSession(sim, "test"))
+    source.open()
+    try:
+        clock.advance(95.0)
+        deadline = time.monotonic() + 5
+        seen = None
+        while time.monotonic() < deadline and not seen:
+            result = source.collect()
+            seen = [
+                s for s in result.devices.get("7", ()) if s.name == "goodput_gpu_xid_errors_total"
+            ]
+            time.sleep(0.05)
+        assert seen and seen[0].labels == (("xid", "79"),)
+    finally:
+        source.shutdown()
