@@ -167,11 +167,13 @@ class Stack:
         self.workdir = workdir
         self.test = test
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []
         self.logs: list[Any] = []
 
     def spawn(self, name: str, argv: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
         self.logs.append(log)
+        self.names.append(name)
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            cwd=ROOT))
 
@@ -187,10 +189,10 @@ class Stack:
             log.close()
 
     def check_alive(self) -> None:
-        for proc in self.procs:
+        for name, proc in zip(self.names, self.procs, strict=True):
             if proc.poll() is not None:
-                raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}; "
-                                   f"see the logs in {self.workdir}")
+                raise RuntimeError(f"{name} exited with {proc.returncode}; "
+                                   f"see {self.workdir / (name + '.log')}")
 
 
 def main(argv: list[str] | None = None) -> int:
