@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus
+from grafana_foundation_sdk.builders import prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
@@ -34,6 +34,17 @@ def query(expr: str, legend: str = "", ref: str = "A", instant: bool = False,
     if table:
         q = q.format(prom_model.PromQueryFormat.TABLE)
     return q
+
+
+def series(title: str, unit: str, *targets: tuple[str, str], description: str = "",
+           span: int = 12) -> timeseries.Panel:
+    """A time series panel with one query per (expr, legend), refIds A, B, ..."""
+    panel = timeseries.Panel().title(title).datasource(DS).unit(unit).height(8).span(span)
+    if description:
+        panel = panel.description(description)
+    for i, (expr, legend) in enumerate(targets):
+        panel = panel.with_target(query(expr, legend, ref=chr(ord("A") + i)))
+    return panel
 
 
 def _label_variable(name: str, label: str, metric: str, selector: str) -> dash.QueryVariable:

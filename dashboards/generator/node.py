@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import stat, statetimeline, timeseries
+from grafana_foundation_sdk.builders import stat, statetimeline
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
-from dashboards.generator.common import DS, GPU, UIDS, base, query
+from dashboards.generator.common import DS, GPU, UIDS, base, query, series
 
 # Regime -> number for the state timeline (goodput_gpu_regime is one-hot per GPU).
 REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
@@ -35,23 +35,13 @@ def _regime_mappings() -> list[model.ValueMapping]:
             for i, (name, color) in enumerate(REGIMES)]
 
 
-def _series(title: str, unit: str, *targets: tuple[str, str], description: str = "",
-            span: int = 12) -> timeseries.Panel:
-    panel = timeseries.Panel().title(title).datasource(DS).unit(unit).height(8).span(span)
-    if description:
-        panel = panel.description(description)
-    for i, (expr, legend) in enumerate(targets):
-        panel = panel.with_target(query(expr, legend, ref=chr(ord("A") + i)))
-    return panel
-
-
 def build() -> dash.Dashboard:
     board = base(UIDS["node"], "GPU goodput / Node and GPU drilldown",
                  "One node, one GPU: what kernel-time utilisation hides, the regime, power, "
                  "clocks, throttling and errors.")
     board.with_row(dash.Row("The utilization lie"))
     board.with_panel(
-        _series(
+        series(
             "The utilization lie: kernel time vs SM active vs tensor vs DRAM (GPU $gpu)",
             "percentunit",
             (_rate("goodput_gpu_utilization_seconds_total"), "{{node}} gpu {{gpu}} kernel time"),
@@ -75,7 +65,7 @@ def build() -> dash.Dashboard:
         .height(8).span(24)
     )
     board.with_row(dash.Row("Power and energy"))
-    board.with_panel(_series(
+    board.with_panel(series(
         "Power", "watt",
         (f"goodput_gpu_power_watts{{{GPU}}}", "gpu {{gpu}}"),
         (f"goodput_gpu_power_limit_watts{{{GPU}}}", "gpu {{gpu}} limit")))
@@ -87,26 +77,26 @@ def build() -> dash.Dashboard:
         .unit("kwatth").height(8).span(12)
     )
     board.with_row(dash.Row("Clocks and throttling"))
-    board.with_panel(_series(
+    board.with_panel(series(
         "SM clock", "hertz",
         (f'goodput_gpu_clock_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}}"),
         (f'goodput_gpu_clock_max_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}} max")))
-    board.with_panel(_series(
+    board.with_panel(series(
         "Throttling (share of time clocks were held down)", "percentunit",
         (_rate("goodput_gpu_clock_event_seconds_total"), "gpu {{gpu}} {{reason}}")))
-    board.with_panel(_series(
+    board.with_panel(series(
         "Temperature", "celsius", (f"goodput_gpu_temperature_celsius{{{GPU}}}", "gpu {{gpu}}")))
-    board.with_panel(_series(
+    board.with_panel(series(
         "Memory used", "bytes", (f"goodput_gpu_memory_used_bytes{{{GPU}}}", "gpu {{gpu}}"),
         (f"goodput_gpu_memory_total_bytes{{{GPU}}}", "gpu {{gpu}} total")))
     board.with_row(dash.Row("Errors"))
-    board.with_panel(_series(
+    board.with_panel(series(
         "XID errors", "none",
         (f"increase(goodput_gpu_xid_errors_total{{{GPU}}}[$__rate_interval])",
          "gpu {{gpu}} xid {{xid}}"),
         description="XID events by GPU and XID number; see the GPUXidCritical runbook for "
         "the classes."))
-    board.with_panel(_series(
+    board.with_panel(series(
         "ECC errors and GPU availability", "none",
         (f"increase(goodput_gpu_ecc_errors_total{{{GPU}}}[$__rate_interval])",
          "gpu {{gpu}} ECC {{type}}"),
