@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from exporter import __version__
+from exporter import __version__, webconfig
 from exporter.config import DEFAULT_PORT, ConfigError, build, parse_listen
 from exporter.logging import configure
 from exporter.sources.nvml_session import NvmlUnavailable
@@ -19,6 +19,7 @@ EXIT_USAGE = 2
 
 
 def parser() -> argparse.ArgumentParser:
+    """All flags. A ``dest`` of ``section__key`` sets the nested settings key."""
     p = argparse.ArgumentParser(
         prog="gpu-goodput-exporter",
         description="Prometheus exporter that tells whether GPUs do useful work.",
@@ -27,67 +28,160 @@ def parser() -> argparse.ArgumentParser:
         "GOODPUT_SECTION__KEY) and a key in the --config YAML file; flags win over the "
         "environment, which wins over the file.",
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    p.add_argument(
+    add = p.add_argument
+    add("--version", action="version", version=f"%(prog)s {__version__}")
+    add("--config", metavar="FILE", help="YAML configuration file")
+    add(
+        "--web-config-file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic-auth settings in the format of Prometheus's exporter-toolkit",
+    )
+    add(
         "--listen",
         metavar="HOST:PORT",
         help=f"address to serve /metrics on (default :{DEFAULT_PORT})",
     )
-    p.add_argument(
+    add(
         "--simulate",
         action="store_true",
         help="run on the built-in simulated 8-GPU node instead of NVML",
     )
-    p.add_argument(
+    add(
         "--simulate-gpus",
         type=int,
         dest="simulate_gpus",
         metavar="N",
         help="number of simulated GPUs (default 8)",
     )
-    p.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)"
-    )
-    p.add_argument(
+    add("--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)")
+    add(
         "--node-name",
         dest="node_name",
         metavar="NAME",
         help="value of the node label (default $NODE_NAME or the hostname)",
     )
-    p.add_argument(
+    add(
         "--log-format",
         dest="log_format",
         choices=["json", "console"],
         help="log format (default json)",
     )
-    p.add_argument(
+    add(
         "--log-level",
         dest="log_level",
         choices=["debug", "info", "warning", "error"],
         help="default info",
     )
-    p.add_argument(
+    add(
         "--profiling",
-        dest="profiling_mode",
+        dest="profiling__mode",
         choices=["auto", "gpm", "dcgm", "dcgm-exporter", "off"],
-        help="profiling counter source; auto picks GPM on Hopper and newer (default auto)",
+        help="where profiling counters come from: auto picks GPM on Hopper and newer, "
+        "else DCGM if a host engine answers, else dcgm-exporter if configured (default auto)",
+    )
+
+    serve = p.add_argument_group("serving engines (docs/serving.md)")
+    serve.add_argument(
+        "--serving-target",
+        action="append",
+        dest="serving__extra_targets",
+        metavar="URL",
+        help="scrape this serving engine's /metrics (repeatable)",
+    )
+    serve.add_argument(
+        "--discover-serving-pods",
+        action="store_true",
+        dest="serving__discover_pods",
+        help="scrape annotated pods on this node (Kubernetes API watch)",
+    )
+
+    prof = p.add_argument_group("profiling counters (docs/profiling.md)")
+    prof.add_argument(
+        "--dcgm-host-engine",
+        dest="profiling__dcgm_host_engine",
+        metavar="ADDR",
+        help="DCGM host engine: host:port, unix socket path, or 'embedded' (needs SYS_ADMIN)",
+    )
+    prof.add_argument(
+        "--dcgm-exporter-url",
+        dest="profiling__dcgm_exporter_url",
+        metavar="URL",
+        help="a dcgm-exporter /metrics to take profiling counters from",
+    )
+    prof.add_argument(
+        "--dcgm-bindings-path",
+        dest="profiling__dcgm_bindings_path",
+        metavar="DIR",
+        help="where DCGM's Python bindings are installed",
+    )
+
+    k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")
+    k8s.add_argument(
+        "--kubernetes",
+        action="store_true",
+        dest="kubernetes__enabled",
+        help="label GPU series with the pods the kubelet assigned them to",
+    )
+    k8s.add_argument(
+        "--kubelet-socket",
+        dest="kubernetes__kubelet_socket",
+        metavar="PATH",
+        help="kubelet pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)",
+    )
+    k8s.add_argument(
+        "--kubelet-interval",
+        type=float,
+        dest="kubernetes__interval",
+        metavar="SECONDS",
+        help="how often to ask the kubelet (default 10)",
+    )
+    k8s.add_argument(
+        "--kubernetes-resource-name",
+        action="append",
+        dest="kubernetes__resource_names",
+        metavar="NAME",
+        help="extra extended-resource name holding GPUs (repeatable)",
+    )
+    k8s.add_argument(
+        "--kubernetes-namespace-label",
+        dest="kubernetes__namespace_label",
+        metavar="NAME",
+        help="label name for the namespace (default namespace)",
+    )
+    k8s.add_argument(
+        "--kubernetes-pod-label",
+        dest="kubernetes__pod_label",
+        metavar="NAME",
+        help="label name for the pod (default pod)",
+    )
+    k8s.add_argument(
+        "--kubernetes-container-label",
+        dest="kubernetes__container_label",
+        metavar="NAME",
+        help="label name for the container (default container)",
+    )
+    k8s.add_argument(
+        "--proc-root",
+        dest="kubernetes__proc_root",
+        metavar="PATH",
+        help="where the host's /proc is mounted, for PID-to-pod mapping",
     )
     return p
 
 
 def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
-    """Flat argparse results to the nested settings tree."""
+    """Flat argparse results to the nested settings tree (``section__key`` nests)."""
     flat = vars(ns).copy()
     flat.pop("config", None)
+    flat.pop("web_config_file", None)
     tree: dict[str, Any] = {}
-    nested = {"profiling_mode": ("profiling", "mode")}
     for key, value in flat.items():
-        if key in nested:
-            section, name = nested[key]
-            tree.setdefault(section, {})[name] = value
-        else:
-            tree[key] = value
+        *sections, name = key.split("__")
+        node = tree
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
     return tree
 
 
@@ -100,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
+    try:
+        web_config = webconfig.load(getattr(args, "web_config_file", None))
+    except webconfig.WebConfigError as exc:
+        print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     from exporter.daemon import build as build_daemon
     from exporter.daemon import open_nvml
@@ -124,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         node=settings.node_name,
     )
     web.run_app(
-        daemon.app(),
+        daemon.app(middlewares=list(web_config.middlewares)),
+        ssl_context=web_config.ssl_context,
         host=host or None,
         port=port,
         print=None,

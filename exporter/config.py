@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ENV_PREFIX = "GOODPUT_"
 DEFAULT_PORT = 9433
@@ -30,38 +37,204 @@ class Section(BaseModel):
 
 
 class ServingTarget(Section):
+    """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
+
     url: str
     gpus: list[str] = Field(default_factory=list)
     engine: str = ""
     model: str = ""
+    pid: int | None = Field(None, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"serving target {value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        from exporter.sources.serving.engines import ENGINE_NAMES
+
+        if value and value not in ENGINE_NAMES:
+            raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
+        return value
 
 
 class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
+    extra_targets: list[str] = Field(default_factory=list)
+    """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
     interval: float = Field(5.0, gt=0)
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
+    discover_pods: bool = False
+    """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
+    annotation_prefix: str = "serving.goodput.dev/"
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _url_shorthand(cls, value: Any) -> Any:
+        """``- http://host:8000/metrics`` in a targets list means ``- url: ...``."""
+        if isinstance(value, list):
+            return [{"url": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("extra_targets")
+    @classmethod
+    def _check_extra(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"serving target {url!r} is not an http(s) URL")
+        return value
+
+
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 
 
 class KubernetesConfig(Section):
-    """Attribution of GPUs and processes to pods."""
+    """Attribution of GPUs and processes to pods; see docs/kubernetes.md."""
 
     enabled: bool = False
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # The kubelet rate-limits pod-resources (100 qps, burst 10); one List per interval.
     interval: float = Field(10.0, gt=0)
+    timeout: float = Field(5.0, gt=0)
+    # Keep the last mapping this long while the kubelet is unreachable (restarts), so labels
+    # do not flap; after that GPUs show as unassigned.
+    stale_after: float = Field(60.0, ge=0)
+    # Extra resource names (fnmatch patterns) on top of nvidia.com/gpu, nvidia.com/gpu.shared
+    # and nvidia.com/mig-*.
+    resource_names: list[str] = Field(default_factory=list)
+    namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
+    pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
+    container_label: str = Field(default="container", pattern=_LABEL_NAME)
+    # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
+    processes: bool = True
+    proc_root: str = "/proc"
+    process_interval: float = Field(5.0, gt=0)
+    # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
+    device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+
+    @model_validator(mode="after")
+    def _distinct_labels(self) -> KubernetesConfig:
+        names = [self.namespace_label, self.pod_label, self.container_label]
+        if len(set(names)) != 3:
+            raise ValueError(f"namespace/pod/container label names must differ: {names}")
+        if {"gpu", "uuid", "node"} & set(names):
+            raise ValueError("attribution label names must not be gpu, uuid or node")
+        return self
 
 
 class ProfilingConfig(Section):
-    """Which source fills the profiling counters (SM active, tensor, DRAM, ...)."""
+    """Which source fills the profiling counters (SM active, tensor, DRAM, ...).
+
+    ``auto`` decides per GPU: NVML GPM where the GPU supports it (Hopper and newer), else a
+    DCGM host engine if one answers at ``dcgm_host_engine``, else ``dcgm_exporter_url`` if set.
+    See docs/profiling.md.
+    """
 
     mode: Literal["auto", "gpm", "dcgm", "dcgm-exporter", "off"] = "auto"
+    dcgm_host_engine: str = "localhost:5555"
+    """``HOST:PORT``, ``unix:///path/to/socket`` or ``embedded`` (start one in-process; never
+    chosen by ``auto`` since a second engine fights the node's one for the profiler)."""
+    dcgm_bindings_path: str = ""
+    """Directory holding DCGM's Python bindings (dcgm_agent.py ...); searched before the
+    standard install locations."""
+    dcgm_library_path: str = ""
+    """Directory holding libdcgm.so.4, when it is not on the loader's default path."""
+    dcgm_interval: float = Field(1.0, ge=0.1, le=60)
+    dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_url: str = ""
+    """A node-local dcgm-exporter, e.g. ``http://localhost:9400/metrics``."""
+    dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
+    dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
+    dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> ProfilingConfig:
+        if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
+            raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
+        if self.dcgm_exporter_url and not self.dcgm_exporter_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError("profiling.dcgm_exporter_url must start with http:// or https://")
+        return self
 
 
 class ModelConfig(Section):
-    """Thresholds of the efficiency model; see docs/efficiency.md."""
+    """Thresholds of the efficiency model; docs/efficiency.md explains each default.
+
+    Ratios are 0..1 window averages (kernel-time ``util``, ``sm_active``...).
+    ``sm_fill`` is ``sm_active / util``: how much of the GPU a kernel fills while one runs.
+    """
+
+    interval: float | None = Field(default=None, ge=0.5, le=60)
+    """Seconds between model evaluations (one "window"); None means the daemon interval."""
+    enter_windows: int = Field(default=3, ge=1, le=100)
+    """Consecutive windows a new regime (or a busy_unproductive flag) must hold to be entered."""
+    leave_windows: int = Field(default=2, ge=1, le=100)
+    """Consecutive windows the current regime (or flag) must be absent before it is left."""
+    idle_util_max: float = Field(default=0.05, ge=0, le=1)
+    """Kernel time below this is idle (or allocated_idle when memory or a process is held)."""
+    allocated_memory_min_ratio: float = Field(default=0.05, ge=0, le=1)
+    """Memory used above this share of the total counts as allocated even without a process."""
+    launch_sm_fill_max: float = Field(default=0.35, ge=0, le=1)
+    """sm_fill below this while kernels run means tiny kernels / skinny GEMMs: launch_bound."""
+    host_util_max: float = Field(default=0.7, ge=0, le=1)
+    """Kernel time below this (with kernels that do fill the SMs) means host_bound."""
+    host_util_max_queued: float = Field(default=0.9, ge=0, le=1)
+    """Same, when the attributed engine has requests waiting (work exists, GPU not fed)."""
+    compute_tensor_min: float = Field(default=0.4, ge=0, le=1)
+    """Tensor-pipe activity at or above this is compute_bound."""
+    compute_fp_min: float = Field(default=0.5, ge=0, le=1)
+    """Any FP pipe (fp64/fp32/fp16) activity at or above this is compute_bound."""
+    memory_dram_min: float = Field(default=0.5, ge=0, le=1)
+    """DRAM bandwidth at or above this share of peak is memory_bound."""
+    hollow_min: float = Field(default=0.3, ge=0, le=1)
+    """hollow_busy needs util - sm_active at least this (plus sm_fill under launch_sm_fill_max)."""
+    no_output_util_min: float = Field(default=0.5, ge=0, le=1)
+    """busy_no_output needs kernel time at least this..."""
+    no_output_tokens_per_second: float = Field(default=1.0, ge=0)
+    """...while the attributed engine makes fewer tokens per second than this."""
+    no_output_needs_profiling: bool = True
+    """Suppress busy_no_output too while profiling is unusable (the conservative reading)."""
+    silent_zero_util_min: float = Field(default=0.5, ge=0, le=1)
+    """Every profiling ratio exactly 0 while util >= this (and power high) is a broken reader."""
+    silent_zero_power_min_ratio: float = Field(default=0.2, ge=0, le=1)
+    """"Power high" for silent zeros: power / power limit at or above this."""
+    stale_after_seconds: float = Field(default=30.0, gt=0)
+    """Profiling (or serving) input older than this is stale."""
+    min_sm_active_for_rate: float = Field(default=0.01, ge=0, le=1)
+    """tokens_per_sm_second is not published below this SM activity (the ratio explodes)."""
+    score_weights: dict[str, float] = Field(
+        default_factory=lambda: {"sm_active": 0.3, "occupancy": 0.2, "wall": 0.5}
+    )
+    """Weights of the efficiency score terms (normalised over the terms that are known)."""
+    efficiency_token_kinds: list[str] = Field(default_factory=lambda: ["generation"])
+    """Token kinds counted by tokens_per_sm_second and joules_per_token."""
+    model_parameters: dict[str, float] = Field(default_factory=dict)
+    """Parameters per served model name (active parameters for MoE), for 2 x N FLOPs/token."""
+    mfu_dtype: str = "bf16"
+    """Dtype whose peak dense FLOP/s divides achieved FLOP/s (bf16, fp16, fp8, tf32, fp32...)."""
+    model_dtypes: dict[str, str] = Field(default_factory=dict)
+    """Per-model dtype overriding mfu_dtype."""
+    peak_flops: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Peak dense FLOP/s by GPU-name substring and dtype; checked before the built-in table."""
+
+    @field_validator("score_weights")
+    @classmethod
+    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - {"sm_active", "occupancy", "wall"}
+        if unknown:
+            raise ValueError(f"unknown score weight(s) {sorted(unknown)}")
+        if any(w < 0 for w in value.values()) or sum(value.values()) <= 0:
+            raise ValueError("score weights must be >= 0 with a positive sum")
+        return value
 
 
 class Settings(Section):

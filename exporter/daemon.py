@@ -17,13 +17,15 @@ from exporter import __version__
 from exporter.config import Settings
 from exporter.metrics.render import ExpositionCache, SnapshotCollector
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.model.source import build_sources as model_sources
 from exporter.scheduler import Scheduler
 from exporter.server import build_app
 from exporter.snapshot import SnapshotStore
+from exporter.sources import kubernetes, serving
 from exporter.sources.base import Source
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling_sources import build_profiling_sources
 from exporter.sources.xid import XidSource
 
 
@@ -74,24 +76,27 @@ class Daemon:
 
 
 def core_sources(settings: Settings, session: NvmlSession) -> list[Source]:
-    sources: list[Source] = [
+    return [
         NvmlSource(session, interval=settings.interval),
         XidSource(session, interval=settings.interval),
     ]
-    if settings.profiling.mode in ("auto", "gpm"):
-        sources.append(GpmSource(session, interval=settings.interval))
-    return sources
 
 
 def build(settings: Settings, session: NvmlSession) -> Daemon:
     node = settings.node_name
-    sources = core_sources(settings, session)
-    store = SnapshotStore(node, ready_sources=[s.name for s in sources if s.readiness])
+    store = SnapshotStore(node, ready_sources=[NvmlSource.name])
+    sources = [
+        *core_sources(settings, session),
+        *build_profiling_sources(settings, session, store),
+        *kubernetes.build_sources(settings, store),
+        *serving.build_sources(settings, store),
+        *model_sources(settings, store),
+    ]
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
-    attribution: tuple[str, ...] = ()
+    attribution = kubernetes.attribution_labels(settings)
     registry.register(SnapshotCollector(lambda: store.current, attribution))
     scheduler = Scheduler(sources, store, metrics)
     return Daemon(settings, session, store, registry, scheduler, sources, attribution)

@@ -147,3 +147,11 @@ def test_store_is_ready_after_first_gpu_poll(sim, clock):
     assert store.current.ready_reason
     store.publish(poll(sim, clock, steps=1))
     assert store.current.ready_reason == ""
+
+
+def test_slow_readings_are_repeated_between_reads(sim, clock):
+    result = poll(sim, clock, steps=5)
+    assert sim.calls["nvmlDeviceGetRemappedRows"] == 8  # once per GPU in 5 polls
+    assert sim.calls["nvmlDeviceGetPowerUsage"] == 5 * 8
+    assert value(result, "2", "goodput_gpu_remapped_rows_total", cause="correctable") == 0.0
+    assert value(result, "2", "goodput_gpu_power_limit_watts") == 700.0

@@ -40,6 +40,10 @@ DECLARING_MODULES: tuple[str, ...] = (
     "exporter.sources.profiling_metrics",
     "exporter.sources.gpm",
     "exporter.sources.xid",
+    "exporter.sources.kubernetes.status",
+    "exporter.sources.kubernetes.processes",
+    "exporter.model.source",
+    "exporter.sources.serving.metrics",
 )
 
 

@@ -62,7 +62,7 @@ class SnapshotCollector(Collector):
                 extra = self._attribution_values(attribution.get(gpu, ()))
                 base = (gpu, uuid, node, *extra)
                 for sample in samples:
-                    grouped[sample.name].append((sample, base))
+                    grouped[sample.name].append((sample, self._own_attribution(sample, base)))
         for name in sorted(grouped):
             spec = CATALOG.get(name)
             if spec is None:
@@ -78,6 +78,23 @@ class SnapshotCollector(Collector):
         values = dict(pairs)
         return tuple(values.get(label, "") for label in self._attribution_labels)
 
+    def _own_attribution(self, sample: Sample, base: tuple[str, ...]) -> tuple[str, ...]:
+        """A per-pod sample (pod memory on a shared GPU) names its own pod: its values of
+        attribution labels replace the device's."""
+        if not self._attribution_labels or not sample.labels:
+            return base
+        own = dict(sample.labels)
+        if not any(label in own for label in self._attribution_labels):
+            return base
+        head = len(DEVICE_BASE_LABELS)
+        return (
+            *base[:head],
+            *(
+                own.get(label, value)
+                for label, value in zip(self._attribution_labels, base[head:], strict=True)
+            ),
+        )
+
     def base_label_names(self, spec: MetricSpec) -> list[str]:
         if spec.scope == "node":
             return ["node"]
@@ -90,10 +107,16 @@ class SnapshotCollector(Collector):
             family = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=names)
         else:
             family = GaugeMetricFamily(spec.name, spec.help, labels=names, unit="")
+        seen: set[tuple[str, ...]] = set()
         for sample, base in rows:
             extra = dict(sample.labels)
-            values = [*base, *(extra.get(label, "") for label in spec.labels)]
-            family.add_metric(values, sample.value)  # type: ignore[attr-defined]
+            values = (*base, *(extra.get(label, "") for label in spec.labels))
+            if values in seen:
+                # Two sources can briefly hold the same series (a GPU handed from one
+                # profiling source to another): the first, in source order, wins.
+                continue
+            seen.add(values)
+            family.add_metric(list(values), sample.value)  # type: ignore[attr-defined]
         return family
 
 

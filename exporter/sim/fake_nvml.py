@@ -48,6 +48,7 @@ _GPM_RATIOS: dict[int, tuple[str, float]] = {
     60: ("nvlink_rx_mib", 1.0),
     61: ("nvlink_tx_mib", 1.0),
 }
+UTILIZATION_PERIOD = 1.0  # seconds NVML's utilization averages over (1/6 s to 1 s by product)
 _FIELD_THROTTLE = {269: _SW_THERM, 270: _HW_THERM}
 _FIELD_ZERO = {74, 76, 271}  # throttle reasons the simulation never raises: counters stay 0
 
@@ -267,10 +268,10 @@ class FakeNvml:
         assert gpu is not None
         if handle.mig is not None:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)  # documented: not supported on MIG
-        act = self._act(gpu)
+        now = self.clock()
         rates = _real.c_nvmlUtilization_t()
-        rates.gpu = round(act.util * 100)
-        rates.memory = round(act.mem_util * 100)
+        rates.gpu = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "util") * 100)
+        rates.memory = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "mem_util") * 100)
         return rates
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:

@@ -91,6 +91,15 @@ class GpuPhysics:
         self.advance(now)
         return self.pattern(now - self._start)
 
+    def mean(self, now: float, period: float, name: str, points: int = 20) -> float:
+        """Average of one ratio over the last ``period`` seconds, as NVML's utilization
+        reports the share of its last sample period rather than an instant."""
+        total = 0.0
+        for i in range(points):
+            t = now - period * (i + 0.5) / points
+            total += getattr(self.pattern(t - self._start), name)
+        return total / points
+
     def advance(self, now: float) -> None:
         acc = self.integrals
         while acc.t < now:

@@ -25,6 +25,7 @@ from exporter.sources.profiling_metrics import (
     ProfilingWindow,
     unavailable,
 )
+from exporter.sources.profiling_select import ProfilingSelector
 
 log = structlog.get_logger("gpm")
 
@@ -76,6 +77,7 @@ class GpmSource(BlockingSource):
         min_window: float = 0.5,
         max_window: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        selector: ProfilingSelector | None = None,
     ) -> None:
         self.interval = interval
         super().__init__()
@@ -87,6 +89,7 @@ class GpmSource(BlockingSource):
         self._integrator = ProfilingIntegrator()
         self._last: dict[str, list[Sample]] = {}
         self._opened = False
+        self.selector = selector  # auto mode: hands GPUs without GPM to DCGM/dcgm-exporter
 
     def open(self) -> None:
         self.session.open()
@@ -127,7 +130,11 @@ class GpmSource(BlockingSource):
         if state.supported is None:
             state.supported, state.reason = self._probe(dh)
             log.info("gpm_support", gpu=gpu, supported=state.supported, reason=state.reason)
+            if self.selector is not None:
+                self.selector.report(SOURCE, gpu, state.supported, state.reason)
         if not state.supported:
+            if self.selector is not None and not self.selector.should_publish(SOURCE, gpu):
+                return [], ""  # another source serves this GPU
             return [unavailable(SOURCE, state.reason)], ""
         try:
             new = nvml.nvmlGpmSampleAlloc()

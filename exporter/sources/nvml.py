@@ -190,6 +190,7 @@ CLOCK_EVENT_FIELDS: dict[str, int] = {
 }
 
 Reading = Callable[[Any, DeviceHandle], list[Sample]]
+SLOW_EVERY = 10
 
 
 class NvmlSource(BlockingSource):
@@ -214,20 +215,24 @@ class NvmlSource(BlockingSource):
         self._opened = False
         self._open_error = ""
         self._device_state: dict[str, str] = {}
-        self._readings: list[tuple[str, Reading]] = [
-            ("utilization", self._utilization),
-            ("memory", self._memory),
-            ("power", self._power),
-            ("power_limit", self._power_limit),
-            ("energy", self._energy),
-            ("temperature", self._temperature),
-            ("clocks", self._clocks),
-            ("max_clocks", self._max_clocks),
-            ("clock_events", self._clock_events),
-            ("clock_event_time", self._clock_event_time),
-            ("ecc", self._ecc),
-            ("row_remap", self._row_remap),
+        # (key, reading, every N polls). Values that change rarely (limits, error counts)
+        # are read every SLOW_EVERY polls and repeated in between, to keep polling cheap.
+        self._readings: list[tuple[str, Reading, int]] = [
+            ("utilization", self._utilization, 1),
+            ("memory", self._memory, 1),
+            ("power", self._power, 1),
+            ("power_limit", self._power_limit, SLOW_EVERY),
+            ("energy", self._energy, 1),
+            ("temperature", self._temperature, 1),
+            ("clocks", self._clocks, 1),
+            ("max_clocks", self._max_clocks, SLOW_EVERY),
+            ("clock_events", self._clock_events, 1),
+            ("clock_event_time", self._clock_event_time, 1),
+            ("ecc", self._ecc, SLOW_EVERY),
+            ("row_remap", self._row_remap, SLOW_EVERY),
         ]
+        self._polls = 0
+        self._cached: dict[tuple[str, str], list[Sample]] = {}
 
     # lifecycle -----------------------------------------------------------------------------
     def open(self) -> None:
@@ -256,6 +261,7 @@ class NvmlSource(BlockingSource):
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now
         nvml = self.session.nvml
+        self._polls += 1
         devices: dict[str, tuple[Sample, ...]] = {}
         processes: list[ProcessInfo] = []
         errors: dict[str, int] = {}
@@ -282,11 +288,18 @@ class NvmlSource(BlockingSource):
             samples.append(Sample(GPU_UP, 0.0, labels(reason="discovery_failed")))
             return samples, [], "discovery_failed"
         skip = self._unsupported.setdefault(device.gpu, set())
-        for key, reading in self._readings:
+        for key, reading, every in self._readings:
             if key in skip:
                 continue
+            cached = self._cached.get((device.gpu, key))
+            if cached is not None and self._polls % every:
+                samples.extend(cached)
+                continue
             try:
-                samples.extend(reading(nvml, dh))
+                fresh = reading(nvml, dh)
+                if every > 1:
+                    self._cached[(device.gpu, key)] = fresh
+                samples.extend(fresh)
             except nvml.NVMLError as exc:
                 reason = error_reason(nvml, exc)
                 if reason in ("not_supported", "function_not_found", "version_mismatch"):
@@ -301,6 +314,8 @@ class NvmlSource(BlockingSource):
                     continue
                 # The device as a whole failed (lost, no permission, ...): say so, stop here.
                 self._state_change(device.gpu, reason, str(exc))
+                for cache_key in [k for k in self._cached if k[0] == device.gpu]:
+                    del self._cached[cache_key]  # re-read everything once it is back
                 return [samples[0], Sample(GPU_UP, 0.0, labels(reason=reason))], [], reason
         procs = self._processes(nvml, dh)
         samples.append(Sample(PROCESSES, float(len(procs))))

@@ -17,8 +17,10 @@ SOURCE_LABEL = "profiling"
 PROFILING_AVAILABLE = define(
     "goodput_gpu_profiling_available",
     "gauge",
-    "1 if profiling counters (SM active, tensor, DRAM) are read on this GPU by `source`; "
-    "0 with `reason` (unsupported, no_permission, not_loaded, locked, stale, error, off) if not.",
+    "1 if profiling counters (SM active, tensor, DRAM) are read on this GPU by `source` (gpm, "
+    "dcgm, dcgm-exporter); 0 with `reason` if not: unsupported, no_permission, not_installed, "
+    "unreachable, not_loaded, locked, incompatible, no_data, gpu_lost, bad_response, "
+    'not_found, not_exported, error, or off (source="none").',
     labels=("source", "reason"),
     source=SOURCE_LABEL,
 )

@@ -1,0 +1,405 @@
+"""The efficiency model: from one window of one GPU's counters to a verdict.
+
+Pure: no I/O, no clock. :func:`assess` is a function of a single :class:`Window`;
+:class:`GpuModel` adds the per-GPU memory (hysteresis) across windows. docs/efficiency.md
+documents every rule and threshold used here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from exporter.config import ModelConfig
+from exporter.model.flops import peak_flops
+from exporter.model.hysteresis import Hysteresis
+
+IDLE = "idle"
+ALLOCATED_IDLE = "allocated_idle"
+HOST_BOUND = "host_bound"
+LAUNCH_BOUND = "launch_bound"
+MEMORY_BOUND = "memory_bound"
+COMPUTE_BOUND = "compute_bound"
+UNKNOWN = "unknown"
+REGIMES: tuple[str, ...] = (
+    IDLE,
+    ALLOCATED_IDLE,
+    HOST_BOUND,
+    LAUNCH_BOUND,
+    MEMORY_BOUND,
+    COMPUTE_BOUND,
+    UNKNOWN,
+)
+HOLLOW_BUSY = "hollow_busy"
+BUSY_NO_OUTPUT = "busy_no_output"
+UNPRODUCTIVE_REASONS: tuple[str, ...] = (HOLLOW_BUSY, BUSY_NO_OUTPUT)
+
+
+@dataclass(frozen=True)
+class ModelRates:
+    """What one served model on this GPU did over the window (attributed serving counters)."""
+
+    model: str
+    tokens_per_second: float
+    """All token kinds (prompt + generation): every one costs a forward pass."""
+    efficiency_tokens_per_second: float
+    """Only ``ModelConfig.efficiency_token_kinds`` (generation by default)."""
+    flops_per_second: float | None = None
+    """From the engine's own estimated-FLOPs counter, when it exports one."""
+    requests_running: float = 0.0
+    requests_waiting: float = 0.0
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window of one GPU. Ratios are 0..1 averages over the window; None = not read."""
+
+    seconds: float = 1.0
+    util: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    fp_active: float | None = None
+    """The busiest non-tensor FP pipe (fp64, fp32, fp16)."""
+    graphics_active: float | None = None
+    profiling_available: bool = False
+    profiling_age_seconds: float | None = None
+    """Seconds since the profiling counters last moved; None when not known."""
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    processes: int | None = None
+    serving: tuple[ModelRates, ...] | None = None
+    """None when no serving counters are attributed to this GPU."""
+    gpu_name: str = ""
+    mig_profile: str = ""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Everything :func:`assess` concludes from a single window (no memory)."""
+
+    regime: str
+    profiling_stale: bool
+    silent_zeros: bool
+    hollow_busy: bool
+    busy_no_output: bool
+    hollow_utilization: float | None
+    efficiency_score: float | None
+    tokens_per_sm_second: float | None
+    joules_per_token: float | None
+    mfu: float | None
+    mfu_above_peak: bool = False
+
+    @property
+    def usable(self) -> bool:
+        return self.regime != UNKNOWN
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The debounced verdict :class:`GpuModel` publishes for one window."""
+
+    regime: str
+    hollow_busy: bool
+    busy_no_output: bool
+    window: Assessment
+
+    @property
+    def busy_unproductive(self) -> bool:
+        return self.hollow_busy or self.busy_no_output
+
+
+# helpers -------------------------------------------------------------------------------------
+def _finite(value: float | None) -> float | None:
+    """Inputs that are NaN or infinite are treated as not read."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def _ratio(value: float | None) -> float | None:
+    value = _finite(value)
+    return None if value is None else min(max(value, 0.0), 1.0)
+
+
+def _clean(w: Window) -> Window:
+    """A copy of ``w`` with every ratio clamped to 0..1 and every non-finite number dropped."""
+    from dataclasses import replace
+
+    return replace(
+        w,
+        seconds=max(_finite(w.seconds) or 0.0, 0.0),
+        util=_ratio(w.util),
+        sm_active=_ratio(w.sm_active),
+        sm_occupancy=_ratio(w.sm_occupancy),
+        tensor_active=_ratio(w.tensor_active),
+        dram_active=_ratio(w.dram_active),
+        fp_active=_ratio(w.fp_active),
+        graphics_active=_ratio(w.graphics_active),
+        profiling_age_seconds=_finite(w.profiling_age_seconds),
+        power_watts=_finite(w.power_watts),
+        power_limit_watts=_finite(w.power_limit_watts),
+        memory_used_bytes=_finite(w.memory_used_bytes),
+        memory_total_bytes=_finite(w.memory_total_bytes),
+    )
+
+
+def _profiling_ratios(w: Window) -> list[float]:
+    values = (
+        w.sm_active,
+        w.sm_occupancy,
+        w.tensor_active,
+        w.dram_active,
+        w.fp_active,
+        w.graphics_active,
+    )
+    return [v for v in values if v is not None]
+
+
+def silent_zeros(w: Window, cfg: ModelConfig) -> bool:
+    """Every profiling ratio exactly 0 while kernels run and the board draws power.
+
+    A GPU cannot run kernels for most of a window without a single SM being active; DCGM's
+    profiling module is known to return all zeros when it has lost its counters. Power is
+    checked when both it and the limit are known; otherwise kernel time alone decides.
+    """
+    ratios = _profiling_ratios(w)
+    if not w.profiling_available or not ratios or any(v != 0.0 for v in ratios):
+        return False
+    if w.util is None or w.util < cfg.silent_zero_util_min:
+        return False
+    if w.power_watts is not None and w.power_limit_watts:
+        return w.power_watts / w.power_limit_watts >= cfg.silent_zero_power_min_ratio
+    return True
+
+
+def kernel_time(w: Window, usable: bool) -> float | None:
+    """The kernel-time ratio the model reasons with.
+
+    The profiling reader's own graphics-engine activity (GPM GRAPHICS_UTIL, DCGM
+    GR_ENGINE_ACTIVE) when profiling is usable: it covers exactly the window SM active was
+    averaged over and agrees with NVML's figure on steady loads (37 vs 37.1 measured). Else
+    NVML's utilization, whose own sample period need not match the window.
+    """
+    if usable and w.graphics_active is not None:
+        return w.graphics_active
+    return w.util
+
+
+def sm_fill(w: Window, busy: float | None) -> float | None:
+    """SM activity while a kernel runs: sm_active / kernel time, 0..1."""
+    if w.sm_active is None or not busy:
+        return None
+    return min(w.sm_active / busy, 1.0)
+
+
+def _compute_pressure(w: Window, cfg: ModelConfig) -> float | None:
+    """How close the tensor / FP pipes are to the compute_bound threshold (1 = at it)."""
+    parts = []
+    if w.tensor_active is not None and cfg.compute_tensor_min > 0:
+        parts.append(w.tensor_active / cfg.compute_tensor_min)
+    if w.fp_active is not None and cfg.compute_fp_min > 0:
+        parts.append(w.fp_active / cfg.compute_fp_min)
+    return max(parts) if parts else None
+
+
+def _memory_pressure(w: Window, cfg: ModelConfig) -> float | None:
+    if w.dram_active is None or cfg.memory_dram_min <= 0:
+        return None
+    return w.dram_active / cfg.memory_dram_min
+
+
+def _allocated(w: Window, cfg: ModelConfig) -> bool:
+    if w.processes:
+        return True
+    if w.memory_used_bytes is not None and w.memory_total_bytes:
+        return w.memory_used_bytes / w.memory_total_bytes >= cfg.allocated_memory_min_ratio
+    return False
+
+
+def _waiting(w: Window) -> float:
+    return sum(m.requests_waiting for m in w.serving or ())
+
+
+def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
+    """The raw regime of one window (rules in the order docs/efficiency.md lists them)."""
+    busy = kernel_time(w, usable)
+    if busy is None:
+        return UNKNOWN
+    if busy < cfg.idle_util_max:
+        return ALLOCATED_IDLE if _allocated(w, cfg) else IDLE
+    if not usable:
+        return UNKNOWN
+    compute = _compute_pressure(w, cfg)
+    memory = _memory_pressure(w, cfg)
+    fill = sm_fill(w, busy)
+    at_a_wall = (compute or 0.0) >= 1.0 or (memory or 0.0) >= 1.0
+    if fill is not None and fill < cfg.launch_sm_fill_max and not at_a_wall:
+        return LAUNCH_BOUND
+    host_max = cfg.host_util_max_queued if _waiting(w) > 0 else cfg.host_util_max
+    if busy < host_max:
+        return HOST_BOUND
+    if compute is None and memory is None:
+        return UNKNOWN
+    # Busy and filling the SMs: name the nearest roofline wall.
+    return COMPUTE_BOUND if (compute or 0.0) >= (memory or 0.0) else MEMORY_BOUND
+
+
+def _wall_activity(w: Window, regime: str) -> float | None:
+    compute = [v for v in (w.tensor_active, w.fp_active) if v is not None]
+    if regime == COMPUTE_BOUND and compute:
+        return max(compute)
+    if regime == MEMORY_BOUND and w.dram_active is not None:
+        return w.dram_active
+    known = [*compute, *([w.dram_active] if w.dram_active is not None else [])]
+    return max(known) if known else None
+
+
+def efficiency_score(w: Window, regime: str, cfg: ModelConfig) -> float | None:
+    """0..1: weighted SM active, occupancy and the activity of the wall the regime names,
+    times an output factor when serving counters are attributed. None when unknown."""
+    if regime in (IDLE, ALLOCATED_IDLE):
+        return 0.0
+    if regime == UNKNOWN:
+        return None
+    terms = (
+        (cfg.score_weights.get("sm_active", 0.0), w.sm_active),
+        (cfg.score_weights.get("occupancy", 0.0), w.sm_occupancy),
+        (cfg.score_weights.get("wall", 0.0), _wall_activity(w, regime)),
+    )
+    known = [(weight, v) for weight, v in terms if v is not None and weight > 0]
+    total = sum(weight for weight, _ in known)
+    if total <= 0:
+        return None
+    score = sum(weight * v for weight, v in known) / total
+    if w.serving is not None and cfg.no_output_tokens_per_second > 0:
+        tokens = sum(max(m.tokens_per_second, 0.0) for m in w.serving)
+        score *= min(tokens / cfg.no_output_tokens_per_second, 1.0)
+    return min(max(score, 0.0), 1.0)
+
+
+def mfu(w: Window, cfg: ModelConfig) -> tuple[float | None, bool]:
+    """(MFU 0..1 or None, whether the raw value exceeded the peak and was clamped).
+
+    Each model's FLOP/s come from the engine's counter when present, else
+    tokens/s x 2 x parameters; each is divided by the peak of that model's dtype. None when
+    the GPU's peak or a producing model's FLOPs are unknown.
+    """
+    if not w.serving:
+        return None, False
+    total = 0.0
+    for m in w.serving:
+        flops = _finite(m.flops_per_second)
+        if flops is None:
+            params = cfg.model_parameters.get(m.model)
+            if params is None:
+                if m.tokens_per_second > 0:
+                    return None, False
+                continue
+            flops = max(m.tokens_per_second, 0.0) * 2.0 * params
+        dtype = cfg.model_dtypes.get(m.model, cfg.mfu_dtype)
+        peak = peak_flops(w.gpu_name, dtype, cfg.peak_flops, w.mig_profile)
+        if peak is None:
+            return None, False
+        total += max(flops, 0.0) / peak
+    if not math.isfinite(total):
+        return None, False
+    return min(total, 1.0), total > 1.0
+
+
+def assess(window: Window, cfg: ModelConfig) -> Assessment:
+    """Everything one window says on its own; :class:`GpuModel` debounces it."""
+    w = _clean(window)
+    zeros = silent_zeros(w, cfg)
+    old = w.profiling_age_seconds is not None and w.profiling_age_seconds > cfg.stale_after_seconds
+    stale = w.profiling_available and (zeros or old)
+    usable = w.profiling_available and not stale and w.sm_active is not None
+    regime = classify(w, cfg, usable)
+    busy = kernel_time(w, usable)
+    hollow = None
+    if usable and busy is not None and w.sm_active is not None:
+        hollow = max(busy - w.sm_active, 0.0)
+    fill = sm_fill(w, busy) if usable else None
+    memory = _memory_pressure(w, cfg) or 0.0
+    hollow_busy = bool(
+        hollow is not None
+        and fill is not None
+        and hollow >= cfg.hollow_min
+        and fill < cfg.launch_sm_fill_max
+        and memory < 1.0
+    )
+    tokens = None if w.serving is None else sum(m.tokens_per_second for m in w.serving)
+    no_output = bool(
+        tokens is not None
+        and busy is not None
+        and busy >= cfg.no_output_util_min
+        and tokens < cfg.no_output_tokens_per_second
+        and (usable or not cfg.no_output_needs_profiling)
+    )
+    eff_tokens = (
+        None
+        if w.serving is None
+        else sum(max(m.efficiency_tokens_per_second, 0.0) for m in w.serving)
+    )
+    per_sm = None
+    if (
+        eff_tokens is not None
+        and usable
+        and w.sm_active is not None
+        and w.sm_active >= max(cfg.min_sm_active_for_rate, 1e-9)
+    ):
+        per_sm = eff_tokens / w.sm_active
+    joules = None
+    if eff_tokens and w.power_watts is not None and eff_tokens > 0:
+        joules = max(w.power_watts, 0.0) / eff_tokens
+    mfu_value, above = mfu(w, cfg)
+    return Assessment(
+        regime=regime,
+        profiling_stale=stale,
+        silent_zeros=zeros,
+        hollow_busy=hollow_busy,
+        busy_no_output=no_output,
+        hollow_utilization=hollow,
+        efficiency_score=efficiency_score(w, regime, cfg),
+        tokens_per_sm_second=_finite(per_sm),
+        joules_per_token=_finite(joules),
+        mfu=mfu_value,
+        mfu_above_peak=above,
+    )
+
+
+class GpuModel:
+    """Per-GPU state: debounces the regime and both busy_unproductive reasons."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        self.cfg = cfg
+        self._regime = Hysteresis(
+            UNKNOWN,
+            cfg.enter_windows,
+            cfg.leave_windows,
+            leave_for={UNKNOWN: 1},
+            immediate=frozenset({UNKNOWN}),
+        )
+        self._flags = {
+            reason: Hysteresis(False, cfg.enter_windows, cfg.leave_windows, enter_for={False: 1})
+            for reason in UNPRODUCTIVE_REASONS
+        }
+
+    def evaluate(self, window: Window) -> Verdict:
+        a = assess(window, self.cfg)
+        regime = self._regime.update(a.regime)
+        flags = {HOLLOW_BUSY: a.hollow_busy, BUSY_NO_OUTPUT: a.busy_no_output}
+        for reason, tracker in self._flags.items():
+            if a.regime == UNKNOWN and not flags[reason]:
+                tracker.force(False)  # nothing is called unproductive on unusable evidence
+            else:
+                tracker.update(flags[reason])
+        return Verdict(
+            regime=regime,
+            hollow_busy=self._flags[HOLLOW_BUSY].state,
+            busy_no_output=self._flags[BUSY_NO_OUTPUT].state,
+            window=a,
+        )

@@ -1,0 +1,67 @@
+"""Serving-engine source: tokens, requests and KV usage of inference engines, per GPU.
+
+Wire it with :func:`build_sources`; docs/serving.md describes engines, discovery and
+attribution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from exporter.config import Settings
+from exporter.snapshot import SnapshotStore
+from exporter.sources.base import Source
+
+log = structlog.get_logger("serving")
+
+
+def build_sources(
+    settings: Settings,
+    store: SnapshotStore,
+    kube_api: Any = None,
+) -> list[Source]:
+    """The serving source, if any target is configured or pod discovery is on.
+
+    Targets come from ``settings.serving.targets`` and ``.extra_targets`` (the
+    ``--serving-target`` URLs); ``kube_api`` (a ``CoreV1Api``) overrides the
+    in-cluster/kubeconfig client, for tests.
+    """
+    from exporter.sources.serving.discovery import PodWatcher
+    from exporter.sources.serving.source import ServingSource
+    from exporter.sources.serving.targets import TargetSet, static_targets
+
+    config = settings.serving
+    targets = TargetSet(static_targets(config))
+    watcher = None
+    if config.discover_pods:
+        api = kube_api if kube_api is not None else _kube_api()
+        if api is not None:
+            watcher = PodWatcher(
+                api, settings.node_name, config.annotation_prefix, targets.set_discovered
+            )
+    if not targets() and watcher is None:
+        return []
+    # The host's /proc (where NVML's PIDs live) is shared with the Kubernetes sources.
+    proc_root = Path(settings.kubernetes.proc_root)
+    return [ServingSource(config, store, targets, proc_root=proc_root, discovery=watcher)]
+
+
+def _kube_api() -> Any:
+    """A CoreV1Api from the in-cluster service account, else the local kubeconfig."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        log.error("serving_discovery_unavailable", error="the kubernetes package is missing")
+        return None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except Exception as exc:
+            log.error("serving_discovery_unavailable", error=f"no Kubernetes config: {exc}")
+            return None
+    return client.CoreV1Api()

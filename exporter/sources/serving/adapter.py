@@ -1,0 +1,133 @@
+"""Recognising an engine from its families and reading normalised signals through its
+alias table.
+
+A :class:`Reading` is what one scrape of one target said, already in engine-neutral terms:
+signal values per model (and per GPU UUID where the engine labels one, Triton), plus the
+GPU UUIDs the engine named for each model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.sources.serving.engines import SIGNALS, TABLES, EngineTable, Rule
+from exporter.sources.serving.exposition import Family
+
+SignalKey = tuple[str, str, str, str]
+"""(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    engine: str
+    version: str
+    values: Mapping[SignalKey, float]
+    live: Mapping[str, bool] = field(default_factory=dict)
+    model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({key[1] for key in self.values} | set(self.model_gpus)))
+
+
+class UnknownEngine(ValueError):
+    """No alias table matches the families of a target."""
+
+
+def detect(families: Mapping[str, Family], engine: str = "") -> EngineTable:
+    """The table whose families occur most; ``engine`` (from config) narrows the choice."""
+    names = set(families)
+    best: EngineTable | None = None
+    best_score = 0
+    for table in TABLES:
+        if engine and table.engine != engine:
+            continue
+        if not all(any(n.startswith(p) for n in names) for p in table.requires):
+            continue
+        score = len(table.families() & names)
+        if score > best_score:
+            best, best_score = table, score
+    if best is None:
+        wanted = f"engine {engine!r}" if engine else "any known engine"
+        raise UnknownEngine(f"no families of {wanted} among {len(names)} families")
+    return best
+
+
+def read(table: EngineTable, families: Mapping[str, Family], default_model: str = "") -> Reading:
+    """Every signal of ``table`` found in ``families``."""
+    values: dict[SignalKey, float] = {}
+    counts: dict[SignalKey, int] = {}
+    live: dict[str, bool] = {}
+    for signal, rules in table.signals.items():
+        rule = next((x for x in rules if any(f in families for f in x.families)), None)
+        if rule is None:
+            continue
+        live[signal] = rule.live
+        for family in rule.families:
+            if family in families:
+                _read_rule(table, rule, signal, families[family], default_model, values, counts)
+    for key, count in counts.items():
+        if SIGNALS[key[0]].agg == "mean" and count > 1:
+            values[key] /= count
+    return Reading(table.engine, table.version, values, live, _model_gpus(table, families))
+
+
+def _read_rule(
+    table: EngineTable,
+    rule: Rule,
+    signal: str,
+    family: Family,
+    default_model: str,
+    values: dict[SignalKey, float],
+    counts: dict[SignalKey, int],
+) -> None:
+    wanted = family.name + _suffix(family, rule)
+    agg = SIGNALS[signal].agg
+    for sample in family.samples:
+        if sample.name != wanted or not _matches(sample.labels, rule):
+            continue
+        key = (
+            signal,
+            _model(table, sample.labels, default_model),
+            sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
+            sample.labels.get(rule.reason, "") if rule.reason else "",
+        )
+        value = sample.value * rule.scale
+        if agg == "max":
+            values[key] = max(values.get(key, value), value)
+        else:
+            values[key] = values.get(key, 0.0) + value
+        counts[key] = counts.get(key, 0) + 1
+
+
+def _suffix(family: Family, rule: Rule) -> str:
+    if rule.suffix:
+        return rule.suffix
+    return "_total" if family.type == "counter" else ""
+
+
+def _matches(sample_labels: Mapping[str, str], rule: Rule) -> bool:
+    return all(sample_labels.get(k) in allowed for k, allowed in rule.match)
+
+
+def _model(table: EngineTable, sample_labels: Mapping[str, str], default: str) -> str:
+    for label in table.model_labels:
+        value = sample_labels.get(label)
+        if value:
+            return value
+    return default
+
+
+def _model_gpus(table: EngineTable, families: Mapping[str, Family]) -> dict[str, frozenset[str]]:
+    """GPU UUIDs the engine itself names per model (Triton's per-model ``gpu_uuid``)."""
+    if not table.gpu_label:
+        return {}
+    found: dict[str, set[str]] = {}
+    for family in families.values():
+        for sample in family.samples:
+            uuid = sample.labels.get(table.gpu_label)
+            model = _model(table, sample.labels, "")
+            if uuid and model:
+                found.setdefault(model, set()).add(uuid)
+    return {model: frozenset(uuids) for model, uuids in found.items()}

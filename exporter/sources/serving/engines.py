@@ -1,0 +1,416 @@
+"""Alias tables: where each engine (and version) keeps each normalised signal.
+
+This module is data. One :class:`EngineTable` per engine and version maps a normalised
+signal (see :data:`SIGNALS`) to the exposition families that carry it, as alternatives
+tried in order (the first family present wins, so a renamed family is listed after its
+successor). Family names are the ones the text parser reports from ``# TYPE``: counters
+without their ``_total`` suffix, whatever suffix the engine wrote. Sources: the engines'
+collector code as summarised in docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Kind = Literal["counter", "gauge"]
+Split = Literal["split", "replicate"]
+Agg = Literal["sum", "mean", "max"]
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """How a normalised signal behaves once read.
+
+    ``split``: a counter of the engine as a whole is divided evenly across its GPUs (tokens:
+    summing GPUs gives the engine total); ``replicate``: every GPU of the engine gets the
+    whole value (a gauge every tensor-parallel rank shares, busy wall seconds, FLOPs the
+    engine already reports per GPU).
+    """
+
+    kind: Kind
+    split: Split
+    agg: Agg = "sum"
+
+
+SIGNALS: dict[str, SignalSpec] = {
+    "prompt_tokens": SignalSpec("counter", "split"),
+    "generation_tokens": SignalSpec("counter", "split"),
+    "requests_running": SignalSpec("gauge", "replicate"),
+    "requests_waiting": SignalSpec("gauge", "replicate"),
+    "kv_cache_usage": SignalSpec("gauge", "replicate", agg="mean"),
+    "preemptions": SignalSpec("counter", "split"),
+    "requests_succeeded": SignalSpec("counter", "split"),
+    "requests_failed": SignalSpec("counter", "split"),
+    "busy_seconds": SignalSpec("counter", "replicate"),
+    "flops_per_gpu": SignalSpec("counter", "replicate"),
+    "ttft_seconds_sum": SignalSpec("counter", "split"),
+    "ttft_seconds_count": SignalSpec("counter", "split"),
+    "itl_seconds_sum": SignalSpec("counter", "split"),
+    "itl_seconds_count": SignalSpec("counter", "split"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Where one signal lives: the sum of ``families`` (all present ones), read from
+    samples named family + ``suffix`` whose labels include ``match`` (a label may allow
+    several values), times ``scale``. ``reason`` names a label carried as the signal's
+    sub-key (a finish reason). ``live`` is false for counters that move only when a
+    request ends, so a rate lags by a request's duration."""
+
+    families: tuple[str, ...]
+    suffix: str = ""
+    match: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    scale: float = 1.0
+    reason: str = ""
+    live: bool = True
+
+
+def r(
+    *families: str,
+    suffix: str = "",
+    scale: float = 1.0,
+    reason: str = "",
+    live: bool = True,
+    **match: str | tuple[str, ...],
+) -> Rule:
+    """Short constructor so tables read like tables."""
+    pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
+    return Rule(tuple(families), suffix, pairs, scale, reason, live)
+
+
+def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
+    """A histogram's ``_sum`` and ``_count`` as the two signals ``prefix``_sum/_count."""
+    return {
+        f"{prefix}_sum": r(family, suffix="_sum", scale=scale, live=live),
+        f"{prefix}_count": r(family, suffix="_count", live=live),
+    }
+
+
+@dataclass(frozen=True)
+class EngineTable:
+    """Aliases of one engine version.
+
+    ``requires``: name prefixes that must all occur among the families for the table to be
+    a candidate; ``model_labels``: labels naming the model, first present wins;
+    ``gpu_label``: a label naming the GPU UUID a series belongs to (Triton); ``markers``:
+    families that only this version has, counted when scoring candidates.
+    """
+
+    engine: str
+    version: str
+    requires: tuple[str, ...]
+    signals: dict[str, tuple[Rule, ...]]
+    model_labels: tuple[str, ...] = ("model_name",)
+    gpu_label: str = ""
+    markers: tuple[str, ...] = ()
+    default_path: str = "/metrics"
+    notes: str = ""
+
+    def families(self) -> frozenset[str]:
+        names = {f for rules in self.signals.values() for rule in rules for f in rule.families}
+        return frozenset(names | set(self.markers))
+
+
+def _alts(**signals: Rule | tuple[Rule, ...] | dict[str, Rule]) -> dict[str, tuple[Rule, ...]]:
+    out: dict[str, tuple[Rule, ...]] = {}
+    for name, value in signals.items():
+        if isinstance(value, dict):
+            for sub, rule in value.items():
+                out[sub] = (*out.get(sub, ()), rule)
+        else:
+            out[name] = value if isinstance(value, tuple) else (value,)
+    return out
+
+
+VLLM_V1 = EngineTable(
+    engine="vllm",
+    version="v1",
+    requires=("vllm:",),
+    model_labels=("model_name", "model"),
+    signals=_alts(
+        prompt_tokens=r("vllm:prompt_tokens"),
+        generation_tokens=r("vllm:generation_tokens"),
+        requests_running=r("vllm:num_requests_running"),
+        requests_waiting=r("vllm:num_requests_waiting"),
+        kv_cache_usage=(r("vllm:kv_cache_usage_perc"), r("vllm:gpu_cache_usage_perc")),
+        preemptions=r("vllm:num_preemptions"),
+        requests_succeeded=r("vllm:request_success", reason="finished_reason"),
+        flops_per_gpu=r("vllm:estimated_flops_per_gpu"),
+        ttft=hist("vllm:time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("vllm:inter_token_latency_seconds", "itl_seconds"),
+        itl_old=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=(
+        "vllm:kv_cache_usage_perc",
+        "vllm:engine_sleep_state",
+        "vllm:prefix_cache_queries",
+        "vllm:gpu_prefix_cache_queries",
+        "vllm:request_prefill_kv_computed_tokens",
+        "vllm:request_inference_time_seconds",
+    ),
+    notes="tokens counted per engine step (live); engine label = data-parallel rank",
+)
+
+VLLM_V0 = EngineTable(
+    engine="vllm",
+    version="v0",
+    requires=("vllm:",),
+    model_labels=("model_name", "model"),
+    signals=_alts(
+        prompt_tokens=r("vllm:prompt_tokens"),
+        generation_tokens=r("vllm:generation_tokens"),
+        requests_running=r("vllm:num_requests_running"),
+        requests_waiting=r("vllm:num_requests_waiting"),
+        kv_cache_usage=r("vllm:gpu_cache_usage_perc"),
+        preemptions=r("vllm:num_preemptions"),
+        requests_succeeded=r("vllm:request_success", reason="finished_reason"),
+        ttft=hist("vllm:time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=(
+        "vllm:num_requests_swapped",
+        "vllm:cpu_cache_usage_perc",
+        "vllm:avg_generation_throughput_toks_per_s",
+        "vllm:avg_prompt_throughput_toks_per_s",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "vllm:cpu_prefix_cache_hit_rate",
+    ),
+    notes="tokens counted per engine step (live)",
+)
+
+
+def _reprefixed(table: EngineTable, engine: str, old: str, new: str) -> EngineTable:
+    """The same aliases under another prefix (Ray Serve re-exporting vLLM)."""
+
+    def rename(name: str) -> str:
+        return (
+            new + name.removeprefix(old).replace(":", "_")
+            if new.endswith("_")
+            else (new + name.removeprefix(old))
+        )
+
+    signals = {
+        key: tuple(replace(x, families=tuple(rename(f) for f in x.families)) for x in rules)
+        for key, rules in table.signals.items()
+    }
+    return replace(
+        table,
+        engine=engine,
+        requires=(new,),
+        signals=signals,
+        markers=tuple(rename(m) for m in table.markers),
+        notes=f"vLLM {table.version} re-exported by Ray Serve as {new}*",
+    )
+
+
+RAY_VLLM_V1 = _reprefixed(VLLM_V1, "ray-vllm", "vllm:", "ray_vllm:")
+RAY_VLLM_V0 = _reprefixed(VLLM_V0, "ray-vllm", "vllm:", "ray_vllm:")
+RAY_VLLM_V1_OTEL = replace(
+    _reprefixed(VLLM_V1, "ray-vllm", "vllm:", "ray_vllm_"), version="v1-otel"
+)
+
+SGLANG = EngineTable(
+    engine="sglang",
+    version="0.3+",
+    requires=("sglang:",),
+    model_labels=("model_name", "name"),
+    signals=_alts(
+        prompt_tokens=(
+            r("sglang:realtime_tokens", mode=("prefill_compute", "prefill_cache")),
+            r("sglang:prompt_tokens", live=False),
+        ),
+        generation_tokens=(
+            r("sglang:realtime_tokens", mode="decode"),
+            r("sglang:generation_tokens", live=False),
+        ),
+        requests_running=(r("sglang:num_running_reqs"), r("sglang:num_requests_running")),
+        requests_waiting=(r("sglang:num_queue_reqs"), r("sglang:num_requests_waiting")),
+        kv_cache_usage=r("sglang:token_usage"),
+        preemptions=r("sglang:num_retracted_requests"),
+        requests_succeeded=r("sglang:num_requests", live=False),
+        requests_failed=r("sglang:num_aborted_requests", live=False),
+        busy_seconds=r("sglang:forward_execution_seconds"),
+        flops_per_gpu=r("sglang:estimated_flops_per_gpu"),
+        ttft=hist("sglang:time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("sglang:inter_token_latency_seconds", "itl_seconds"),
+        itl_old=hist("sglang:time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=("sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:max_total_num_tokens"),
+    notes="realtime_tokens (new) is live; prompt/generation_tokens move at request end; "
+    "metrics need --enable-metrics",
+)
+
+TGI = EngineTable(
+    engine="tgi",
+    version="1+",
+    requires=("tgi_",),
+    model_labels=(),
+    signals=_alts(
+        prompt_tokens=r("tgi_request_input_length", suffix="_sum", live=False),
+        generation_tokens=r("tgi_request_generated_tokens", suffix="_sum", live=False),
+        requests_running=r("tgi_batch_current_size"),
+        requests_waiting=r("tgi_queue_size"),
+        requests_succeeded=r("tgi_request_success"),
+        requests_failed=r("tgi_request_failure", reason="err"),
+        busy_seconds=r("tgi_batch_forward_duration", suffix="_sum"),
+    ),
+    markers=("tgi_request_count", "tgi_batch_current_max_tokens"),
+    notes="counters have no _total; token histograms move at request end; no model label",
+)
+
+_TRITON_CORE = _alts(
+    requests_waiting=r("nv_inference_pending_request_count"),
+    requests_succeeded=r("nv_inference_request_success"),
+    requests_failed=r("nv_inference_request_failure", reason="reason"),
+    busy_seconds=r("nv_inference_compute_infer_duration_us", scale=1e-6),
+    ttft=hist("nv_inference_first_response_histogram_ms", "ttft_seconds", scale=1e-3),
+)
+
+TRITON = EngineTable(
+    engine="triton",
+    version="23+",
+    requires=("nv_",),
+    model_labels=("model",),
+    gpu_label="gpu_uuid",
+    signals={
+        **_TRITON_CORE,
+        **_alts(
+            prompt_tokens=r("nv_llm_input_token_len", suffix="_sum", live=False),
+            generation_tokens=r("nv_llm_output_token_len", suffix="_sum", live=False),
+            requests_running=r("nv_trt_llm_request_metrics", request_type="active"),
+            requests_waiting=(
+                r("nv_trt_llm_request_metrics", request_type="waiting"),
+                r("nv_inference_pending_request_count"),
+            ),
+            kv_cache_usage=r("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction"),
+        ),
+    },
+    markers=("nv_inference_count", "nv_inference_exec_count", "nv_trt_llm_general_metrics"),
+    notes="TensorRT-LLM backend token histograms move at request end; core counters stay 0 "
+    "for decoupled models",
+)
+
+TRITON_VLLM = EngineTable(
+    engine="triton-vllm",
+    version="24+",
+    requires=("nv_", "vllm:"),
+    model_labels=("model", "model_name"),
+    gpu_label="gpu_uuid",
+    signals={**_TRITON_CORE, **VLLM_V1.signals},
+    markers=("nv_inference_count",),
+    notes="vLLM backend families (REPORT_CUSTOM_METRICS) next to Triton core ones",
+)
+
+TRTLLM_SERVE = EngineTable(
+    engine="trtllm-serve",
+    version="1.0+",
+    requires=("trtllm_",),
+    default_path="/prometheus/metrics",
+    signals=_alts(
+        prompt_tokens=r("trtllm_prompt_tokens"),
+        generation_tokens=r("trtllm_generation_tokens"),
+        requests_running=r("trtllm_num_requests_running"),
+        requests_waiting=r("trtllm_num_requests_waiting"),
+        kv_cache_usage=r("trtllm_kv_cache_utilization"),
+        requests_succeeded=r("trtllm_request_success", reason="finished_reason"),
+        ttft=hist("trtllm_time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("trtllm_time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=("trtllm_e2e_request_latency_seconds", "trtllm_kv_cache_hit_rate"),
+    notes="served at /prometheus/metrics; token counters unverified upstream",
+)
+
+TRTLLM_SERVE_EARLY = EngineTable(
+    engine="trtllm-serve",
+    version="0.21-unprefixed",
+    requires=(),
+    default_path="/prometheus/metrics",
+    signals=_alts(
+        requests_succeeded=r("request_success", reason="finished_reason"),
+        ttft=hist("time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=("e2e_request_latency_seconds", "request_queue_time_seconds"),
+    notes="first /prometheus/metrics version: five unprefixed request families, no tokens",
+)
+
+NIM = EngineTable(
+    engine="nim",
+    version="1.x",
+    requires=(),
+    signals=_alts(
+        prompt_tokens=r("prompt_tokens"),
+        generation_tokens=r("generation_tokens"),
+        requests_running=r("num_requests_running"),
+        requests_waiting=r("num_requests_waiting"),
+        kv_cache_usage=r("gpu_cache_usage_perc"),
+        preemptions=r("num_preemptions"),
+        requests_succeeded=r("request_success"),
+        requests_failed=r("request_failure"),
+        ttft=hist("time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=("num_request_max", "request_finish", "e2e_request_latency_seconds"),
+    notes="TensorRT-LLM based NIM: unprefixed names (vLLM-based NIMs expose vllm:*)",
+)
+
+LLAMACPP = EngineTable(
+    engine="llama.cpp",
+    version="b3000+",
+    requires=("llamacpp:",),
+    model_labels=(),
+    signals=_alts(
+        prompt_tokens=r("llamacpp:prompt_tokens"),
+        generation_tokens=r("llamacpp:tokens_predicted"),
+        requests_running=r("llamacpp:requests_processing"),
+        requests_waiting=r("llamacpp:requests_deferred"),
+        kv_cache_usage=r("llamacpp:kv_cache_usage_ratio"),
+        busy_seconds=r("llamacpp:prompt_seconds", "llamacpp:tokens_predicted_seconds"),
+    ),
+    markers=("llamacpp:n_decode",),
+    notes="needs --metrics; no labels",
+)
+
+LMDEPLOY = EngineTable(
+    engine="lmdeploy",
+    version="0.9+",
+    requires=("lmdeploy:",),
+    signals=_alts(
+        prompt_tokens=r("lmdeploy:prompt_tokens"),
+        generation_tokens=r("lmdeploy:generation_tokens"),
+        requests_running=r("lmdeploy:num_requests_running"),
+        requests_waiting=r("lmdeploy:num_requests_waiting"),
+        kv_cache_usage=r("lmdeploy:gpu_cache_usage_perc"),
+        requests_succeeded=r("lmdeploy:request_success", reason="finished_reason"),
+        ttft=hist("lmdeploy:time_to_first_token_seconds", "ttft_seconds"),
+        itl=hist("lmdeploy:time_per_output_token_seconds", "itl_seconds"),
+    ),
+    notes="tokens counted per iteration (live)",
+)
+
+TABLES: tuple[EngineTable, ...] = (
+    TRITON_VLLM,
+    VLLM_V1,
+    VLLM_V0,
+    RAY_VLLM_V1,
+    RAY_VLLM_V0,
+    RAY_VLLM_V1_OTEL,
+    SGLANG,
+    TGI,
+    TRITON,
+    TRTLLM_SERVE,
+    LLAMACPP,
+    LMDEPLOY,
+    NIM,
+    TRTLLM_SERVE_EARLY,
+)
+"""Candidates in order of preference when two score the same."""
+
+ENGINE_NAMES: frozenset[str] = frozenset(t.engine for t in TABLES)
+
+
+def default_path(engine: str) -> str:
+    """Where an engine serves Prometheus text (trtllm-serve's ``/metrics`` is JSON)."""
+    return next((t.default_path for t in TABLES if t.engine == engine), "/metrics")

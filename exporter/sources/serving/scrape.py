@@ -1,0 +1,60 @@
+"""One scrape of one target, from URL to :class:`Reading`, never raising."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from exporter.sources.serving.adapter import Reading, UnknownEngine, detect, read
+from exporter.sources.serving.exposition import ExpositionError, parse
+from exporter.sources.serving.fetch import ScrapeError, fetch
+from exporter.sources.serving.targets import Target
+
+
+@dataclass(frozen=True)
+class Outcome:
+    target: Target
+    duration: float
+    reading: Reading | None = None
+    reason: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reading is not None
+
+
+def interpret(text: str, engine: str = "", model: str = "") -> Reading:
+    """Parse, recognise and read a body (CPU work: run it off the event loop)."""
+    families = parse(text)
+    return read(detect(families, engine), families, model)
+
+
+async def scrape(
+    session: aiohttp.ClientSession,
+    target: Target,
+    timeout: float,
+    max_bytes: int,
+) -> Outcome:
+    started = time.perf_counter()
+    if target.invalid:
+        return _failed(target, started, "bad_annotation", target.invalid)
+    try:
+        text = await fetch(session, target.url, timeout, max_bytes)
+        reading = await asyncio.to_thread(interpret, text, target.engine, target.model)
+    except ScrapeError as exc:
+        return _failed(target, started, exc.reason, str(exc))
+    except ExpositionError as exc:
+        return _failed(target, started, "parse_error", str(exc))
+    except UnknownEngine as exc:
+        return _failed(target, started, "unknown_engine", str(exc))
+    except Exception as exc:  # a bug here must cost one target, not the source
+        return _failed(target, started, "internal_error", f"{type(exc).__name__}: {exc}")
+    return Outcome(target, time.perf_counter() - started, reading)
+
+
+def _failed(target: Target, started: float, reason: str, error: str) -> Outcome:
+    return Outcome(target, time.perf_counter() - started, None, reason, error)

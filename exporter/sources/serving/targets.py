@@ -1,0 +1,90 @@
+"""Scrape targets: from the config file, from ``--serving-target`` and from discovery."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from exporter.config import ServingConfig
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
+
+
+@dataclass(frozen=True)
+class Target:
+    """One engine endpoint, keyed by ``url``. ``gpus`` (indexes or UUIDs) pins attribution;
+    ``namespace`` and ``pod`` are set for discovered targets; ``pid`` is the engine's
+    process when known."""
+
+    url: str
+    gpus: tuple[str, ...] = ()
+    engine: str = ""
+    model: str = ""
+    namespace: str = ""
+    pod: str = ""
+    pid: int | None = None
+    origin: str = "config"
+    invalid: str = ""
+    """Why this target cannot be scraped (a bad pod annotation); never fetched then."""
+
+    @property
+    def port(self) -> int | None:
+        parts = urlsplit(self.url)
+        try:
+            return parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return None
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the engine listens on this host, so /proc can find its process."""
+        return (urlsplit(self.url).hostname or "") in LOOPBACK_HOSTS
+
+
+def static_targets(config: ServingConfig) -> list[Target]:
+    """Targets of the config file, then ``--serving-target`` URLs not already listed."""
+    out = [
+        Target(
+            url=t.url,
+            gpus=tuple(t.gpus),
+            engine=t.engine,
+            model=t.model,
+            pid=t.pid,
+            origin="config",
+        )
+        for t in config.targets
+    ]
+    known = {t.url for t in out}
+    for url in config.extra_targets:
+        if url not in known:
+            out.append(Target(url=url, origin="flag"))
+            known.add(url)
+    return out
+
+
+class TargetSet:
+    """Static targets plus whatever discovery publishes; read once per scrape cycle.
+
+    Discovery runs on its own thread and replaces its whole list at once, so the scraper
+    reads a consistent set without waiting on it.
+    """
+
+    def __init__(self, static: Iterable[Target] = ()) -> None:
+        self._static = tuple(static)
+        self._discovered: tuple[Target, ...] = ()
+        self._lock = threading.Lock()
+
+    def set_discovered(self, targets: Iterable[Target]) -> None:
+        with self._lock:
+            self._discovered = tuple(targets)
+
+    def __call__(self) -> list[Target]:
+        with self._lock:
+            discovered = self._discovered
+        static_urls = {t.url for t in self._static}
+        return [*self._static, *(t for t in discovered if t.url not in static_urls)]
+
+
+TargetProvider = Callable[[], list[Target]]

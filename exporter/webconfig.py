@@ -1,0 +1,378 @@
+"""TLS and basic auth for the HTTP server, from a web-config file in the format of
+Prometheus's exporter-toolkit (``--web-config-file``), so operators reuse the file they
+already write for node_exporter and friends.
+
+Supported keys::
+
+    tls_server_config:
+      cert_file: server.crt            # paths relative to the web-config file
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # or NoClientCert, RequestClientCert,
+      client_ca_file: ca.crt                         #    VerifyClientCertIfGiven
+      min_version: TLS12               # TLS10..TLS13
+      max_version: TLS13
+    http_server_config:
+      http2: true                      # accepted; aiohttp serves HTTP/1.1
+      headers: {X-Frame-Options: deny}
+    basic_auth_users:
+      prometheus: $2y$10$...           # bcrypt hashes
+
+The file is validated strictly: an unknown key, or a toolkit key this Python server cannot
+honour, is an error naming it. Certificate files are re-read when they change on disk
+(cert-manager rotation) without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import secrets
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import bcrypt
+import structlog
+import yaml
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from exporter.config import describe_validation_error
+
+log = structlog.get_logger("exporter.webconfig")
+
+
+# Endpoints the kubelet probes without credentials; they reveal nothing but liveness.
+DEFAULT_OPEN_PATHS = ("/healthz", "/readyz")
+
+# exporter-toolkit keys that Python's ssl module cannot implement faithfully: rejected by
+# name rather than silently ignored, since each one narrows who may connect.
+_UNSUPPORTED = {
+    "tls_server_config": {
+        "cipher_suites": "Go cipher-suite names have no exact OpenSSL equivalent",
+        "curve_preferences": "not configurable per server in Python's ssl module",
+        "prefer_server_cipher_suites": "not configurable in Python's ssl module",
+        "client_allowed_sans": "SAN allow-lists are not implemented",
+        "cert": "inline certificates are not supported; use cert_file",
+        "key": "inline keys are not supported; use key_file",
+    },
+}
+
+_ALLOWED_HEADERS = {
+    "Strict-Transport-Security",
+    "X-Frame-Options",
+    "X-Content-Type-Options",
+    "X-XSS-Protection",
+    "Content-Security-Policy",
+}
+
+TLSVersionName = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
+_TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+
+class WebConfigError(Exception):
+    """The web-config file is unreadable or wrong; the message names the file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TLSServerConfig(_Strict):
+    cert_file: str
+    key_file: str
+    client_auth_type: Literal[
+        "NoClientCert",
+        "RequestClientCert",
+        "VerifyClientCertIfGiven",
+        "RequireAndVerifyClientCert",
+    ] = "NoClientCert"
+    client_ca_file: str = ""
+    min_version: TLSVersionName = "TLS12"
+    max_version: TLSVersionName | None = None
+
+
+class HTTPServerConfig(_Strict):
+    http2: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _known_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name not in _ALLOWED_HEADERS:
+                raise ValueError(
+                    f"header {name!r} may not be set (allowed: "
+                    f"{', '.join(sorted(_ALLOWED_HEADERS))})"
+                )
+        return value
+
+
+class WebConfigFile(_Strict):
+    tls_server_config: TLSServerConfig | None = None
+    http_server_config: HTTPServerConfig | None = None
+    basic_auth_users: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _bcrypt_hashes(cls, value: dict[str, str]) -> dict[str, str]:
+        for user, hashed in value.items():
+            if not user or ":" in user:
+                raise ValueError(f"user name {user!r} is empty or contains ':'")
+            if not (hashed.startswith(("$2a$", "$2b$", "$2y$")) and len(hashed) == 60):
+                raise ValueError(f"password of user {user!r} is not a bcrypt hash")
+        return value
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """What the server needs: an SSL context for ``TCPSite`` and middlewares for the app."""
+
+    ssl_context: ssl.SSLContext | None
+    middlewares: tuple[Middleware, ...]
+    source: Path | None = None
+
+
+def load(path: str | os.PathLike[str] | None) -> WebConfig:
+    """Read and validate ``path``; ``None``/empty gives plain HTTP without auth."""
+    if not path:
+        return WebConfig(None, ())
+    source = Path(path)
+    spec = parse(source)
+    base = source.parent
+    ctx = None
+    if spec.tls_server_config is not None:
+        ctx = _ReloadingTLS(spec.tls_server_config, base, source).context
+    middlewares: list[Middleware] = []
+    if spec.http_server_config and spec.http_server_config.headers:
+        middlewares.append(headers_middleware(spec.http_server_config.headers))
+    if spec.basic_auth_users:
+        middlewares.append(BasicAuth(spec.basic_auth_users).middleware)
+    log.info(
+        "web config loaded",
+        file=str(source),
+        tls=ctx is not None,
+        basic_auth_users=len(spec.basic_auth_users),
+    )
+    return WebConfig(ctx, tuple(middlewares), source)
+
+
+def parse(source: Path) -> WebConfigFile:
+    try:
+        data = yaml.safe_load(source.read_text())
+    except OSError as exc:
+        raise WebConfigError(f"web config file {source}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise WebConfigError(f"web config file {source}: not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise WebConfigError(f"web config file {source}: top level must be a mapping")
+    for section, keys in _UNSUPPORTED.items():
+        given = data.get(section)
+        for key, why in keys.items():
+            if isinstance(given, dict) and key in given:
+                raise WebConfigError(
+                    f"web config file {source}: {section}.{key} is not supported: {why}"
+                )
+    try:
+        return WebConfigFile.model_validate(data)
+    except ValidationError as exc:
+        raise WebConfigError(f"web config file {source}: {describe_validation_error(exc)}") from exc
+
+
+# --- TLS ---------------------------------------------------------------------------------
+
+
+class _ReloadingTLS:
+    """An SSL context whose certificate follows the files on disk.
+
+    On each handshake the SNI callback compares the files' (mtime, size) with the loaded
+    ones and swaps in a freshly built context when they changed; a broken new pair is
+    logged once and the old one stays in service.
+    """
+
+    def __init__(self, cfg: TLSServerConfig, base: Path, source: Path) -> None:
+        self._cfg = cfg
+        self._source = source
+        self._files = [base / cfg.cert_file, base / cfg.key_file]
+        self._ca = base / cfg.client_ca_file if cfg.client_ca_file else None
+        if self._ca is not None:
+            self._files.append(self._ca)
+        if (
+            cfg.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+            and self._ca is None
+        ):
+            raise WebConfigError(
+                f"web config file {source}: tls_server_config.client_ca_file "
+                f"is required with client_auth_type {cfg.client_auth_type}"
+            )
+        self._stamp = self._stat()
+        self._current = self._build()
+        self._failed_stamp: tuple[tuple[int, int], ...] | None = None
+        # The outer context only routes handshakes to the current one.
+        self.context = self._build()
+        self.context.sni_callback = self._on_hello
+
+    def _stat(self) -> tuple[tuple[int, int], ...]:
+        try:
+            return tuple((s.st_mtime_ns, s.st_size) for s in (p.stat() for p in self._files))
+        except OSError as exc:
+            raise WebConfigError(
+                f"web config file {self._source}: {exc.filename}: {exc.strerror}"
+            ) from exc
+
+    def _build(self) -> ssl.SSLContext:
+        cfg = self._cfg
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        if cfg.max_version and cfg.max_version < cfg.min_version:  # "TLS1x" sorts by version
+            raise WebConfigError(
+                f"web config file {self._source}: min_version "
+                f"{cfg.min_version} is above max_version {cfg.max_version}"
+            )
+        ctx.minimum_version = _TLS_VERSIONS[cfg.min_version]
+        if cfg.max_version:
+            ctx.maximum_version = _TLS_VERSIONS[cfg.max_version]
+        cert, key = self._files[0], self._files[1]
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise WebConfigError(
+                f"web config file {self._source}: cannot load certificate "
+                f"{cert} with key {key}: {exc}"
+            ) from exc
+        if self._ca is not None:
+            try:
+                ctx.load_verify_locations(cafile=self._ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise WebConfigError(
+                    f"web config file {self._source}: cannot load client_ca_file {self._ca}: {exc}"
+                ) from exc
+        # RequestClientCert asks for a certificate it never checks; the exporter never looks
+        # at an unverified one, so not asking is equivalent.
+        ctx.verify_mode = {
+            "NoClientCert": ssl.CERT_NONE,
+            "RequestClientCert": ssl.CERT_NONE,
+            "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+            "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+        }[cfg.client_auth_type]
+        return ctx
+
+    def _on_hello(self, sock: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        try:
+            stamp = self._stat()
+        except WebConfigError:
+            stamp = self._stamp  # files mid-rotation: keep serving the loaded pair
+        if stamp != self._stamp and stamp != self._failed_stamp:
+            try:
+                self._current = self._build()
+                self._stamp = stamp
+                log.info("TLS certificate reloaded", file=str(self._files[0]))
+            except WebConfigError as exc:
+                self._failed_stamp = stamp
+                log.error("TLS certificate reload failed; keeping the old one", error=str(exc))
+        sock.context = self._current
+
+
+# --- basic auth --------------------------------------------------------------------------
+
+
+class BasicAuth:
+    """HTTP basic auth against bcrypt hashes.
+
+    bcrypt costs ~50-250 ms per check by design; a scraper sends the same credentials every
+    15 s, so a verified password is remembered as an HMAC under a per-process random key
+    and later requests are checked with a constant-time compare. Unknown users still pay
+    one bcrypt check so timing does not reveal which names exist.
+    """
+
+    def __init__(
+        self, users: Mapping[str, str], open_paths: Iterable[str] = DEFAULT_OPEN_PATHS
+    ) -> None:
+        self._users = {u: h.encode() for u, h in users.items()}
+        self._open = frozenset(open_paths)
+        self._key = secrets.token_bytes(32)
+        self._verified: dict[str, bytes] = {}
+        # Same cost as the configured hashes, so a miss takes as long as a wrong password.
+        rounds = max((int(h[4:6]) for h in users.values()), default=10)
+        self._dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=rounds))
+        self._slots = asyncio.Semaphore(2)  # bound CPU spent on guesses
+
+    def _mac(self, user: str, password: bytes) -> bytes:
+        return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
+
+    async def check(self, header: str | None) -> bool:
+        creds = _parse_basic(header)
+        if creds is None:
+            return False
+        user, password = creds
+        mac = self._mac(user, password)
+        known = self._verified.get(user)
+        if known is not None and hmac.compare_digest(known, mac):
+            return True
+        hashed = self._users.get(user, self._dummy)
+        async with self._slots:
+            ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed)
+        if ok and user in self._users:
+            self._verified[user] = mac
+            return True
+        return False
+
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in self._open or await self.check(request.headers.get("Authorization")):
+            return await handler(request)
+        return web.Response(
+            status=401,
+            text="Unauthorized\n",
+            headers={"WWW-Authenticate": 'Basic realm="gpu-goodput-exporter"'},
+        )
+
+    # aiohttp recognises new-style middlewares by this attribute.
+    middleware.__middleware_version__ = 1  # type: ignore[attr-defined]
+
+
+def _parse_basic(header: str | None) -> tuple[str, bytes] | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return None
+    try:
+        raw = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = raw.partition(b":")
+    if not sep:
+        return None
+    try:
+        return user.decode(), password
+    except UnicodeDecodeError:
+        return None
+
+
+def headers_middleware(headers: Mapping[str, str]) -> Middleware:
+    fixed = dict(headers)
+
+    @web.middleware
+    async def add_headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            exc.headers.update(fixed)
+            raise
+        response.headers.update(fixed)
+        return response
+
+    return add_headers

@@ -1,0 +1,134 @@
+{{/* Chart name, overridable. */}}
+{{- define "gge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release-chart unless the release already contains the chart name. */}}
+{{- define "gge.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpu-goodput-exporter
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "gge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gge.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* DCGM runs inside the pod: needs the -dcgm image, uid 0 and SYS_ADMIN. */}}
+{{- define "gge.dcgmEmbedded" -}}
+{{- if and (eq .Values.profiling.mode "dcgm") .Values.profiling.dcgm.embedded }}true{{ end }}
+{{- end }}
+
+{{/* Needs uid 0: embedded DCGM, or the kubelet's root-only pod-resources socket. */}}
+{{- define "gge.needsRoot" -}}
+{{- if or (include "gge.dcgmEmbedded" .) .Values.kubernetes.attribution.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "gge.image" -}}
+{{- $tag := .Values.image.tag }}
+{{- if not $tag }}
+{{- $tag = .Chart.AppVersion }}
+{{- if eq .Values.profiling.mode "dcgm" }}
+{{- $tag = printf "%s-dcgm" $tag }}
+{{- end }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "gge.configDir" -}}/etc/gpu-goodput-exporter{{- end }}
+{{- define "gge.webConfigDir" -}}/etc/gpu-goodput-exporter/web{{- end }}
+{{- define "gge.tlsDir" -}}/etc/gpu-goodput-exporter/tls{{- end }}
+{{- define "gge.podResourcesMount" -}}/var/lib/kubelet/pod-resources{{- end }}
+{{- define "gge.deviceCheckpointMount" -}}/var/lib/kubelet/device-plugins{{- end }}
+
+{{/* Web-config Secret name (rendered or existing). */}}
+{{- define "gge.webConfigSecret" -}}
+{{- default (printf "%s-web-config" (include "gge.fullname" .)) .Values.webConfig.existingSecret }}
+{{- end }}
+
+{{- define "gge.tlsOn" -}}
+{{- if and .Values.webConfig.enabled .Values.webConfig.tls.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The daemon's config file: keys the chart owns, then `config` merged over them. */}}
+{{- define "gge.configFile" -}}
+{{- $cfg := dict
+  "listen" (printf ":%d" (int .Values.exporter.port))
+  "interval" .Values.exporter.interval
+  "log_format" .Values.exporter.logFormat
+  "log_level" .Values.exporter.logLevel
+  "profiling" (dict "mode" .Values.profiling.mode)
+  "kubernetes" (dict
+      "enabled" .Values.kubernetes.attribution.enabled
+      "kubelet_socket" (printf "%s/kubelet.sock" (include "gge.podResourcesMount" .))
+      "processes" .Values.kubernetes.hostPID
+      "device_checkpoint" (printf "%s/kubelet_internal_checkpoint" (include "gge.deviceCheckpointMount" .)))
+  "serving" (dict "targets" .Values.serving.targets)
+}}
+{{- if include "gge.dcgmEmbedded" . }}
+{{- $_ := set $cfg.profiling "dcgm_host_engine" "embedded" }}
+{{- end }}
+{{- if .Values.serving.discovery.enabled }}
+{{- $_ := set $cfg.serving "discovery" (dict "enabled" true) }}
+{{- end }}
+{{- $cfg = mustMergeOverwrite $cfg (deepCopy .Values.config) }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Scheme and TLS settings shared by the ServiceMonitor and the PodMonitor. */}}
+{{- define "gge.scrapeEndpoint" -}}
+{{- $m := .monitor -}}
+path: /metrics
+{{- /* TLS on the exporter forces https; otherwise the monitor's own setting. */}}
+scheme: {{ ternary "https" $m.scheme (eq .tls "true") }}
+interval: {{ $m.interval }}
+scrapeTimeout: {{ $m.scrapeTimeout }}
+honorLabels: {{ $m.honorLabels }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,84 @@
+"""Every public capture in ../shared/fixtures/serving-metrics is recognised and read.
+
+Those files are public data kept outside the repository: the folder is found relative to
+the repository root (or through GOODPUT_FIXTURES) and the tests skip when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.sources.serving.exposition import ExpositionError
+from exporter.sources.serving.scrape import interpret
+
+ROOT = Path(__file__).resolve().parents[2]
+_BASE = Path(os.environ["GOODPUT_FIXTURES"]) if os.environ.get("GOODPUT_FIXTURES") else (
+    ROOT.parent / "shared" / "fixtures"
+)
+FOLDER = _BASE / "serving-metrics" if (_BASE / "serving-metrics").is_dir() else _BASE
+
+# file -> (engine, a signal that must be read, or "" for files that carry none we use)
+EXPECTED = {
+    "nim-llm-1.x-datadog-fixture.txt": ("nim", "generation_tokens"),
+    "ray-serve-2.32-vllm-datadog-fixture-TRUNCATED.txt": ("ray-vllm", "generation_tokens"),
+    "sglang-0.3.5-pr1853-first-metrics-FRAGMENT.txt": ("sglang", "prompt_tokens"),
+    "sglang-0.3.x-docs-production_metrics.txt": ("sglang", "generation_tokens"),
+    "sglang-0.4.x-dp8-aibrix-issue1614-FRAGMENT.txt": ("sglang", "requests_waiting"),
+    "sglang-0.5.10-datadog-fixture-SUSPECT.txt": ("sglang", "generation_tokens"),
+    "tgi-datadog-fixture-TRUNCATED.txt": ("tgi", "requests_running"),
+    "triton-23.10-trtllm-ensemble-issue49-FRAGMENT.txt": ("triton", "requests_succeeded"),
+    "triton-24.x-vllm-backend-issue7583-FRAGMENT.txt": ("triton", "requests_failed"),
+    "triton-datadog-fixture-TRUNCATED.txt": ("triton", "busy_seconds"),
+    "triton-trtllm-backend-23.11-readme.txt": ("triton", "kv_cache_usage"),
+    "vllm-0.10.0-v1-production-stack-issue617-FRAGMENTS.txt": ("vllm", "kv_cache_usage"),
+    "vllm-0.4.x-v0-datadog-fixture-plus-appended-v1-families.txt": ("vllm", "generation_tokens"),
+    "vllm-0.7-v0-aibrix-runtime-docs-PARTIAL.txt": ("vllm", "generation_tokens"),
+    "vllm-0.8.x-v1-production-stack-issue318-FRAGMENTS.txt": ("vllm", "requests_running"),
+}
+UNPARSEABLE = {"vllm-0.8-v1-docs-design-metrics-PARTIAL.txt"}  # ",..." inside a label set
+
+
+def _files() -> list[str]:
+    if not FOLDER.is_dir():
+        return []
+    return sorted(p.name for p in FOLDER.glob("*.txt"))
+
+
+def _body(name: str) -> str:
+    """The exposition without the README's annotations (line 1, "$ " prompts, "...")."""
+    lines = (FOLDER / name).read_text().splitlines()[1:]
+    return "\n".join(x for x in lines if not x.startswith("$ ") and x != "...") + "\n"
+
+
+needs_folder = pytest.mark.skipif(
+    not FOLDER.is_dir(), reason=f"shared fixtures not found at {FOLDER} (set GOODPUT_FIXTURES)"
+)
+
+
+@needs_folder
+def test_every_capture_is_covered() -> None:
+    assert set(_files()) == set(EXPECTED) | UNPARSEABLE
+
+
+@needs_folder
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_capture_is_recognised_and_read(name: str) -> None:
+    if name not in _files():
+        pytest.skip(f"{name} is not in {FOLDER}")
+    engine, signal = EXPECTED[name]
+    reading = interpret(_body(name))
+    assert reading.engine == engine
+    assert any(key[0] == signal for key in reading.values), sorted(reading.values)
+    assert all(v == v for v in reading.values.values())  # no NaN sneaks through
+
+
+@needs_folder
+@pytest.mark.parametrize("name", sorted(UNPARSEABLE))
+def test_broken_capture_is_a_clean_parse_error(name: str) -> None:
+    if name not in _files():
+        pytest.skip(f"{name} is not in {FOLDER}")
+    with pytest.raises(ExpositionError, match="not Prometheus text"):
+        interpret(_body(name))

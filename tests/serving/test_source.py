@@ -1,0 +1,200 @@
+"""The serving source against real misbehaving servers on loopback.
+
+Every broken target costs only itself: the healthy one scraped in the same poll keeps its
+tokens, and each failure shows in goodput_serving_target_up and its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from exporter.config import ServingConfig, ServingTarget
+from exporter.sources.serving.metrics import (
+    KV_CACHE,
+    REQUESTS,
+    SCRAPE_DURATION,
+    TARGET_ERROR,
+    TARGET_GPUS,
+    TARGET_UP,
+    TOKENS,
+)
+from exporter.sources.serving.source import ServingSource
+from exporter.sources.serving.targets import Target, TargetSet, static_targets
+from tests.support.serving import (
+    HUGE_BYTES,
+    Zoo,
+    device_value,
+    gpu_store,
+    node_value,
+    start,
+    zoo_app,
+)
+
+BROKEN = {
+    "/hang": "timeout",
+    "/drip": "timeout",
+    "/500": "http_500",
+    "/garbage": "bad_encoding",
+    "/truncated": "parse_error",
+    "/huge": "body_too_large",
+}
+
+
+@pytest.fixture
+async def zoo() -> AsyncIterator[tuple[Zoo, str]]:
+    state = Zoo()
+    runner, base = await start(zoo_app(state))
+    yield state, base
+    state.done.set()
+    await runner.cleanup()
+
+
+def make_source(targets: list[ServingTarget], **overrides: float) -> ServingSource:
+    config = ServingConfig(
+        targets=targets, timeout=overrides.get("timeout", 0.5),
+        max_body_bytes=int(overrides.get("max_body_bytes", 1024 * 1024)), interval=0.1,
+    )
+    return ServingSource(config, gpu_store(), TargetSet(static_targets(config)))
+
+
+async def test_broken_targets_fail_alone(zoo: tuple[Zoo, str]) -> None:
+    state, base = zoo
+    targets = [ServingTarget(url=f"{base}/ok", gpus=["0"])]
+    targets += [ServingTarget(url=base + path, gpus=["1"]) for path in BROKEN]
+    source = make_source(targets)
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+    assert result.ok
+    ok = f"{base}/ok"
+    assert node_value(result, TARGET_UP, target=ok, engine="vllm", model="m") == 1.0
+    assert node_value(result, TARGET_ERROR, target=ok) is None
+    assert device_value(result, "0", TOKENS, kind="generation", model="m", engine="vllm") == 100.0
+    for path, reason in BROKEN.items():
+        url = base + path
+        assert node_value(result, TARGET_UP, target=url) == 0.0, path
+        assert node_value(result, TARGET_ERROR, target=url, reason=reason) == 1.0, path
+        assert node_value(result, SCRAPE_DURATION, target=url) is not None
+    assert "1" not in result.devices  # nothing from the broken targets reached GPU 1
+    assert result.errors == {"timeout": 2, "http_500": 1, "bad_encoding": 1,
+                             "parse_error": 1, "body_too_large": 1}
+    assert state.huge_sent < HUGE_BYTES // 2  # the read stopped at the cap, not at 50 MB
+
+
+async def test_garbage_text_is_unknown_engine_or_parse_error(zoo: tuple[Zoo, str]) -> None:
+    from aiohttp import web
+
+    async def text_garbage(_: web.Request) -> web.Response:
+        return web.Response(text="hello world, not metrics at all {{{\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", text_garbage)
+    runner, base = await start(app)
+    source = make_source([ServingTarget(url=f"{base}/metrics")])
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+        await runner.cleanup()
+    assert node_value(result, TARGET_UP, target=f"{base}/metrics") == 0.0
+    assert node_value(result, TARGET_ERROR, target=f"{base}/metrics", reason="parse_error") == 1.0
+
+
+async def test_counter_reset_never_goes_backwards(zoo: tuple[Zoo, str]) -> None:
+    state, base = zoo
+    source = make_source([ServingTarget(url=f"{base}/ok", gpus=["0"])])
+    seen = []
+    try:
+        for value in (1000.0, 1500.0, 200.0, 260.0):  # engine restarted after 1500
+            state.generation = value
+            result = await source.poll()
+            seen.append(device_value(result, "0", TOKENS, kind="generation"))
+    finally:
+        await source.close()
+    assert seen == [1000.0, 1500.0, 1700.0, 1760.0]
+
+
+async def test_target_that_disappears_goes_down_and_keeps_its_counters() -> None:
+    from aiohttp import web
+
+    from tests.support.serving import vllm_text
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text=vllm_text(42.0))
+
+    app = web.Application()
+    app.router.add_get("/metrics", ok)
+    runner, base = await start(app)
+    url = f"{base}/metrics"
+    source = make_source([ServingTarget(url=url, gpus=["2"])])
+    try:
+        first = await source.poll()
+        await runner.cleanup()
+        second = await source.poll()
+    finally:
+        await source.close()
+    assert node_value(first, TARGET_UP, target=url) == 1.0
+    assert node_value(second, TARGET_UP, target=url, engine="vllm", model="m") == 0.0
+    assert node_value(second, TARGET_ERROR, target=url, reason="connection_refused") == 1.0
+    # The counter stays (it must not vanish or drop); live gauges of a dead engine do not.
+    assert device_value(second, "2", TOKENS, kind="generation") == 42.0
+    assert device_value(second, "2", REQUESTS, state="running") is None
+
+
+async def test_tensor_parallel_engine_splits_tokens_and_shares_gauges(
+    zoo: tuple[Zoo, str],
+) -> None:
+    state, base = zoo
+    state.generation = 1000.0
+    source = make_source([ServingTarget(url=f"{base}/ok", gpus=["0", "GPU-3"])])
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+    for gpu in ("0", "3"):
+        assert device_value(result, gpu, TOKENS, kind="generation") == 500.0
+        assert device_value(result, gpu, REQUESTS, state="running") == 3.0
+        assert device_value(result, gpu, KV_CACHE) == 0.25
+    assert node_value(result, TARGET_GPUS, target=f"{base}/ok", via="explicit") == 2.0
+
+
+async def test_no_attribution_still_reports_the_target(zoo: tuple[Zoo, str]) -> None:
+    _, base = zoo
+    source = make_source([ServingTarget(url=f"{base}/ok")])
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+    assert node_value(result, TARGET_UP, target=f"{base}/ok") == 1.0
+    assert node_value(result, TARGET_GPUS, target=f"{base}/ok", via="none") == 0.0
+    assert not result.devices
+
+
+async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
+    config = ServingConfig(interval=0.1)
+    bad = Target("http://10.0.0.1:http/metrics", namespace="ml", pod="p",
+                 origin="kubernetes", invalid="serving.goodput.dev/port 'http' is not a port")
+    source = ServingSource(config, gpu_store(), TargetSet([bad]))
+    try:
+        result = await source.poll()
+    finally:
+        await source.close()
+    assert node_value(result, TARGET_UP, target=bad.url) == 0.0
+    assert node_value(result, TARGET_ERROR, target=bad.url, reason="bad_annotation") == 1.0
+
+
+def test_config_names_the_bad_serving_setting() -> None:
+    from exporter.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match=r"'serving\.extra_targets'.*not an http"):
+        build({"serving": {"extra_targets": ["ftp://x"]}}, environ={})
+    with pytest.raises(ConfigError, match="unknown engine 'vlm'"):
+        build({"serving": {"targets": [{"url": "http://x", "engine": "vlm"}]}}, environ={})
+    settings = build({"serving": {"targets": ["http://a/metrics"],
+                                  "extra_targets": ["http://b/metrics", "http://a/metrics"]}},
+                     environ={})
+    assert [t.url for t in static_targets(settings.serving)] == [
+        "http://a/metrics", "http://b/metrics"]

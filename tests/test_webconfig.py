@@ -1,0 +1,280 @@
+"""Web-config (exporter-toolkit format): strict parsing, and real TLS + basic auth on a
+loopback aiohttp server with certificates generated here."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import bcrypt
+import pytest
+import yaml
+from aiohttp import web
+
+from exporter import webconfig
+from exporter.webconfig import WebConfigError
+
+x509 = pytest.importorskip("cryptography.x509")
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+PASSWORD = "s3cret-scrape"
+HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+
+
+# --- certificates ------------------------------------------------------------------------
+
+
+@dataclass
+class Pki:
+    dir: Path
+    ca_key: Any
+    ca_cert: Any
+
+    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(self.ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+        )
+        if server:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+        cert = builder.sign(self.ca_key, hashes.SHA256())
+        crt, pem = self.dir / f"{name}.crt", self.dir / f"{name}.key"
+        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        pem.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+        return crt, pem
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pki = Pki(tmp_path, key, cert)
+    pki.issue("server", server=True)
+    pki.issue("client", server=False)
+    return pki
+
+
+def write_config(dir: Path, doc: dict[str, Any]) -> Path:
+    path = dir / "web-config.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+TLS = {"cert_file": "server.crt", "key_file": "server.key"}
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"tls_server_confg": {}}, "unknown config key 'tls_server_confg'"),
+        ({"tls_server_config": {**TLS, "min_versoin": "TLS12"}},
+         "unknown config key 'tls_server_config.min_versoin'"),
+        ({"tls_server_config": {"cert_file": "server.crt"}},
+         "'tls_server_config.key_file': Field required"),
+        ({"tls_server_config": {**TLS, "cipher_suites": ["TLS_AES_128_GCM_SHA256"]}},
+         "tls_server_config.cipher_suites is not supported"),
+        ({"tls_server_config": {**TLS, "min_version": "SSL3"}}, "tls_server_config.min_version"),
+        ({"tls_server_config": {**TLS, "client_auth_type": "RequireAndVerifyClientCert"}},
+         "client_ca_file is required"),
+        ({"tls_server_config": {**TLS, "min_version": "TLS13", "max_version": "TLS12"}},
+         "above max_version"),
+        ({"tls_server_config": {"cert_file": "nope.crt", "key_file": "server.key"}}, "nope.crt"),
+        ({"tls_server_config": {"cert_file": "server.crt", "key_file": "client.key"}},
+         "cannot load certificate"),
+        ({"basic_auth_users": {"prometheus": "plaintext"}}, "not a bcrypt hash"),
+        ({"http_server_config": {"headers": {"Server": "x"}}}, "header 'Server' may not be set"),
+    ],
+)
+def test_bad_files_are_errors_naming_the_key(pki: Pki, doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(WebConfigError, match="web config file .*" + message.replace(".", r"\.")):
+        webconfig.load(write_config(pki.dir, doc))
+
+
+def test_unreadable_and_non_yaml_files(tmp_path: Path) -> None:
+    with pytest.raises(WebConfigError, match=r"missing\.yml"):
+        webconfig.load(tmp_path / "missing.yml")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("basic_auth_users: [unclosed\n")
+    with pytest.raises(WebConfigError, match="not valid YAML"):
+        webconfig.load(bad)
+
+
+def test_empty_or_absent_file_means_plain_http(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yml"
+    empty.write_text("")
+    for source in (None, empty):
+        cfg = webconfig.load(source)
+        assert cfg.ssl_context is None and cfg.middlewares == ()
+
+
+# --- real servers on loopback ------------------------------------------------------------
+
+
+def _text(body: str) -> Callable[[web.Request], Any]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=body)
+
+    return handler
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Path], Any]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(config_file: Path) -> str:
+        cfg = webconfig.load(config_file)
+        app = web.Application(middlewares=list(cfg.middlewares))
+        app.router.add_get("/metrics", _text("goodput_gpu_up 1\n"))
+        app.router.add_get("/healthz", _text("ok\n"))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=cfg.ssl_context)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"{'https' if cfg.ssl_context else 'http'}://127.0.0.1:{port}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def client_ctx(pki: Pki, cert: bool = False,
+               max_tls: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.dir / "ca.crt"))
+    if cert:
+        ctx.load_cert_chain(pki.dir / "client.crt", pki.dir / "client.key")
+    if max_tls:
+        ctx.maximum_version = max_tls
+    return ctx
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+async def get(url: str, ctx: ssl.SSLContext | None = None,
+              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    async with aiohttp.ClientSession() as session, \
+            session.get(url, ssl=ctx if ctx is not None else False, headers=headers) as resp:
+        await resp.read()
+        return resp.status, dict(resp.headers)
+
+
+async def test_tls_with_basic_auth(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {
+        "tls_server_config": TLS,
+        "basic_auth_users": {"prometheus": HASH},
+        "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
+    }))
+    assert url.startswith("https://")
+    ctx = client_ctx(pki)
+    status, headers = await get(f"{url}/metrics", ctx, basic("prometheus", PASSWORD))
+    assert status == 200 and headers["X-Frame-Options"] == "deny"
+    status, headers = await get(f"{url}/metrics", ctx, basic("prometheus", "wrong"))
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert (await get(f"{url}/metrics", ctx, basic("nobody", PASSWORD)))[0] == 401
+    assert (await get(f"{url}/metrics", ctx))[0] == 401
+    assert (await get(f"{url}/metrics", ctx, {"Authorization": "Basic !!notbase64"}))[0] == 401
+    assert (await get(f"{url}/metrics", ctx, {"Authorization": "Bearer x"}))[0] == 401
+    # Probes need no password.
+    assert (await get(f"{url}/healthz", ctx))[0] == 200
+
+
+async def test_plain_http_to_the_tls_port_fails(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {"tls_server_config": TLS}))
+    with pytest.raises(aiohttp.ClientError):
+        await get(url.replace("https://", "http://") + "/metrics")
+
+
+async def test_untrusted_server_cert_is_refused(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {"tls_server_config": TLS}))
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await get(f"{url}/metrics", ssl.create_default_context())
+
+
+async def test_min_version_is_enforced(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {"tls_server_config": {**TLS, "min_version": "TLS13"}}))
+    assert (await get(f"{url}/metrics", client_ctx(pki)))[0] == 200
+    with pytest.raises(aiohttp.ClientError):
+        await get(f"{url}/metrics", client_ctx(pki, max_tls=ssl.TLSVersion.TLSv1_2))
+
+
+async def test_mutual_tls(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {"tls_server_config": {
+        **TLS, "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "ca.crt"}}))
+    assert (await get(f"{url}/metrics", client_ctx(pki, cert=True)))[0] == 200
+    with pytest.raises(aiohttp.ClientError):
+        await get(f"{url}/metrics", client_ctx(pki, cert=False))
+
+
+async def test_verified_credentials_are_cached(pki: Pki, serve: Callable[[Path], Any],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    url = await serve(write_config(pki.dir, {"basic_auth_users": {"prometheus": HASH}}))
+    calls = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    for _ in range(3):
+        assert (await get(f"{url}/metrics", None, basic("prometheus", PASSWORD)))[0] == 200
+    assert len(calls) == 1
+    # A wrong password is never served from the cache.
+    assert (await get(f"{url}/metrics", None, basic("prometheus", PASSWORD + "x")))[0] == 401
+    assert len(calls) == 2
+
+
+async def test_cert_rotation_needs_no_restart(pki: Pki, serve: Callable[[Path], Any]) -> None:
+    url = await serve(write_config(pki.dir, {"tls_server_config": TLS}))
+
+    host, port = url.removeprefix("https://").split(":")
+
+    async def served_serial() -> int:
+        _, writer = await asyncio.open_connection(host, int(port), ssl=client_ctx(pki))
+        der = writer.get_extra_info("ssl_object").getpeercert(True)
+        writer.close()
+        await writer.wait_closed()
+        return int(x509.load_der_x509_certificate(der).serial_number)
+
+    before = await served_serial()
+    crt, _ = pki.issue("server", server=True)  # overwrites server.crt/server.key
+    rotated = x509.load_pem_x509_certificate(crt.read_bytes()).serial_number
+    assert rotated != before
+    assert await served_serial() == rotated
