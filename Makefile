@@ -26,6 +26,6 @@ docs: bootstrap
 stack: bootstrap
 	$(PY) scripts/stack.py
 
-## dashboards: regenerate dashboards/json from dashboards/generator
+## dashboards: regenerate dashboards from dashboards/generator
 dashboards: bootstrap
 	$(PY) -m dashboards.generator

@@ -68,8 +68,8 @@ def stack_rules(cap_seconds: int, window: str) -> dict[str, Any]:
     """Our rule files as one document: `for:` capped, range windows shortened to ``window``
     and group intervals removed."""
     groups: list[dict[str, Any]] = []
-    for name in ("goodput.rules.yml", "goodput.alerts.yml"):
-        for group in yaml.safe_load((ROOT / "alerts" / name).read_text())["groups"]:
+    for path in sorted((ROOT / "alerts").glob("*.rules.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
             group.pop("interval", None)
             for rule in group["rules"]:
                 rule["expr"] = RANGE.sub(f"[{window}]", rule["expr"])

@@ -17,7 +17,7 @@ import yaml
 from tests.support.backfill import backfilled_prometheus
 from tests.support.prometheus import PrometheusServer
 
-ALERTS = Path(__file__).resolve().parent.parent / "alerts" / "goodput.alerts.yml"
+ALERTS = Path(__file__).resolve().parent.parent / "alerts" / "goodput_alerts.rules.yml"
 EXPECTED = {
     "GPUBusyButUnproductive": {"5"},
     "GPUAllocatedIdle": {"1"},

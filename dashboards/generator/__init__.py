@@ -1,2 +1,2 @@
 """Grafana dashboards as code (grafana-foundation-sdk). `python -m dashboards.generator`
-writes dashboards/json/*.json; `--check` fails when the committed JSON is out of date."""
+writes dashboards/*.json; `--check` fails when the committed JSON is out of date."""

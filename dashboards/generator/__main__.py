@@ -12,7 +12,7 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards.generator import fleet, node, serving
 from dashboards.generator.common import to_json
 
-OUT = Path(__file__).resolve().parent.parent / "json"
+OUT = Path(__file__).resolve().parent.parent
 BOARDS: dict[str, Callable[[], Dashboard]] = {
     "goodput-fleet.json": fleet.build,
     "goodput-node.json": node.build,

@@ -115,6 +115,7 @@ def _strip_nulls(value: Any) -> Any:
 
 
 def to_json(board: dash.Dashboard) -> str:
-    """Deterministic JSON without nulls (Grafana's schema rejects `null` options)."""
+    """Deterministic JSON without nulls (Grafana's schema rejects `null` options) and without
+    a final newline, so the Helm chart's ConfigMaps (`|-` block scalars) carry it verbatim."""
     raw = json.loads(json.dumps(board.build(), cls=JSONEncoder))
-    return json.dumps(_strip_nulls(raw), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(_strip_nulls(raw), indent=2, sort_keys=True, ensure_ascii=False)

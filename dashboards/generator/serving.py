@@ -42,7 +42,8 @@ def build() -> dash.Dashboard:
     board.with_panel(series(
         "Tokens per joule", "short",
         (f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
-        (f"goodput_gpu_joules_per_token{{{MODEL}}}", "gpu {{gpu}} J/token")))
+        (f"goodput_gpu_joules_per_token{{{GPU}}} and on (node, gpu, uuid) {SERVING_GPUS}",
+         "gpu {{gpu}} J/token")))
     board.with_row(dash.Row("Queue and memory"))
     board.with_panel(series(
         "Queue: running and waiting requests", "none",
@@ -64,7 +65,8 @@ def build() -> dash.Dashboard:
         "scrapes from the engine pods directly; the exporter does not re-export them."))
     board.with_panel(series(
         "MFU (model FLOPs utilisation)", "percentunit",
-        (f"goodput_gpu_mfu_ratio{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
+        (f"goodput_gpu_mfu_ratio{{{GPU}}} and on (node, gpu, uuid) {SERVING_GPUS}",
+         "gpu {{gpu}}"),
         description="Engine-estimated FLOPs over the GPU's peak, where the engine exports "
         "FLOPs."))
     board.with_panel(

@@ -1,12 +1,12 @@
 """Record the simulated node's /metrics over simulated time, as OpenMetrics for backfill.
 
-The core families come from the real code path: the simulated pynvml drop-in, the NVML and
-GPM sources and the snapshot renderer, all driven by one virtual clock so thirty minutes of
-data take a second to make and are the same on every run. Families that other areas own and
-the core does not publish yet (serving, model, Kubernetes attribution; see
-docs/dashboards.md) are synthesised from the same snapshot with the names of the design, so
-every dashboard query has data. `promtool tsdb create-blocks-from openmetrics` turns the
-text into TSDB blocks.
+The GPU and model families come from the real code path: the simulated pynvml drop-in, the
+NVML and GPM sources, the efficiency model and the snapshot renderer, all driven by one
+virtual clock so thirty minutes of data take seconds to make and are the same on every run.
+What the simulated node cannot produce (serving engines' tokens and queues, the model
+figures that need tokens, Kubernetes attribution, XIDs from the event thread) is synthesised
+from the same snapshot with the names of the design, so every dashboard query has data.
+`promtool tsdb create-blocks-from openmetrics` turns the text into TSDB blocks.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from exporter.config import ModelConfig
 from exporter.metrics.catalog import CATALOG, load_all
 from exporter.metrics.render import SnapshotCollector
+from exporter.model.source import ModelSource
 from exporter.sim.fake_nvml import simulated_node
 from exporter.snapshot import SnapshotStore
 from exporter.sources.gpm import GpmSource
@@ -35,10 +37,6 @@ TENANTS: dict[str, tuple[str, str, str, str, float]] = {
     "6": ("inference", "llama-70b-1", "llama-3-70b", "vllm", 850.0),
     "7": ("inference", "llama-8b-2", "llama-3-8b", "vllm", 1500.0),
 }
-REGIMES = ("idle", "allocated_idle", "host_bound", "launch_bound", "memory_bound",
-           "compute_bound", "unknown")
-SIM_REGIME = {"0": "idle", "1": "allocated_idle", "2": "compute_bound", "3": "memory_bound",
-              "4": "host_bound", "5": "launch_bound", "6": "compute_bound", "7": "compute_bound"}
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
 
@@ -86,6 +84,7 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
     session.open()
     sources = [NvmlSource(session, clock=clock), GpmSource(session, clock=clock)]
     store = SnapshotStore(node)
+    model = ModelSource(store, ModelConfig(), interval=step, clock=clock)
     collector = SnapshotCollector(lambda: store.current)
     rec = Recorder()
     synth = _Synthetic(rec, node)
@@ -98,6 +97,7 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
         ts = end - duration + i * step
         for source in sources:
             store.publish(source.collect())
+        store.publish(model.evaluate())
         gpu_values: dict[str, dict[str, float]] = defaultdict(dict)
         uuids: dict[str, str] = {}
         for family in collector.collect():
@@ -125,7 +125,9 @@ def _attribution(gpu: str) -> dict[str, str]:
 
 
 class _Synthetic:
-    """Families of the serving, model and k8s areas, derived from the core's values."""
+    """Families the simulated node does not produce, derived from the core's values: the
+    serving engines' (the simulated node runs none), the model's figures that need tokens,
+    Kubernetes attribution, and XIDs (their source runs on an event thread)."""
 
     def __init__(self, rec: Recorder, node: str) -> None:
         self.rec = rec
@@ -179,28 +181,15 @@ class _Synthetic:
     def _device(self, ts: float, dt: float, base: dict[str, str], v: dict[str, float]) -> None:
         gpu = base["gpu"]
         up = v.get("goodput_gpu_up", 1.0)
-        util = v.get("goodput_gpu_utilization_ratio", 0.0)
         sm = v.get("goodput_gpu_sm_active_ratio", 0.0)
         tensor = v.get("goodput_gpu_tensor_active_ratio", 0.0)
         power = v.get("goodput_gpu_power_watts", 0.0)
-        regime = SIM_REGIME[gpu] if up else "unknown"
         # The XID source runs on an event thread, outside this virtual clock: a lost GPU has
         # reported XID 79 (fallen off the bus), as the simulated driver does.
         self._gauge("goodput_gpu_last_xid", base, ts, 0.0 if up else 79.0)
         if not up:
             self.rec.add("goodput_gpu_xid_errors", "counter", "goodput_gpu_xid_errors_total",
                          {**base, "xid": "79"}, ts, 1.0)
-        for r in REGIMES:
-            self._gauge("goodput_gpu_regime", {**base, "regime": r}, ts, float(r == regime))
-        hollow = max(util - sm, 0.0)
-        hollow_busy = float(util >= 0.6 and sm < 0.25 * util)
-        self._gauge("goodput_gpu_busy_unproductive", {**base, "reason": "hollow_busy"}, ts,
-                    hollow_busy)
-        self._gauge("goodput_gpu_busy_unproductive", {**base, "reason": "busy_no_output"}, ts, 0.0)
-        self._counter("goodput_gpu_busy_unproductive_seconds", base, ts, hollow_busy * dt)
-        self._gauge("goodput_gpu_hollow_utilization_ratio", base, ts, hollow)
-        self._gauge("goodput_gpu_efficiency_score_ratio", base, ts, sm * (0.5 + 0.5 * tensor))
-        self._gauge("goodput_gpu_profiling_stale", base, ts, 0.0)
         tenant = TENANTS.get(gpu)
         if tenant is not None:
             self._gauge("goodput_gpu_pod_memory_used_bytes",
@@ -223,9 +212,10 @@ class _Synthetic:
         self._gauge("goodput_gpu_serving_requests", {**m, "state": "running"}, ts, 24.0)
         self._gauge("goodput_gpu_serving_requests", {**m, "state": "waiting"}, ts, waiting)
         self._gauge("goodput_gpu_kv_cache_usage_ratio", m, ts, 0.35 + 0.5 * sm)
-        self._gauge("goodput_gpu_tokens_per_sm_second", m, ts, per_sm_second if sm else 0.0)
-        self._gauge("goodput_gpu_joules_per_token", m, ts, power / tokens if tokens else 0.0)
-        self._gauge("goodput_gpu_mfu_ratio", m, ts, flops / PEAK_FLOPS)
+        # The model publishes these per GPU, without model labels.
+        self._gauge("goodput_gpu_tokens_per_sm_second", base, ts, per_sm_second if sm else 0.0)
+        self._gauge("goodput_gpu_joules_per_token", base, ts, power / tokens if tokens else 0.0)
+        self._gauge("goodput_gpu_mfu_ratio", base, ts, flops / PEAK_FLOPS)
         if engine == "vllm":
             self._ttft(ts, dt, model, base, 0.08 if gpu != "4" else 0.9)
 
