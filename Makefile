@@ -13,7 +13,7 @@ run: bootstrap
 
 ## test: lint, type-check, generated-docs check and the whole test suite
 test: bootstrap
-	$(PY) -m ruff check exporter tests bench scripts
+	$(PY) -m ruff check exporter tests bench scripts dashboards
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
 	$(PY) -m pytest -q
