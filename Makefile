@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 LISTEN ?= 127.0.0.1:9433
 
-.PHONY: run test lint docs bootstrap
+.PHONY: run test lint docs bootstrap stack dashboards
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -13,7 +13,7 @@ run: bootstrap
 
 ## test: lint, type-check, generated-docs check and the whole test suite
 test: bootstrap
-	$(PY) -m ruff check exporter tests bench scripts
+	$(PY) -m ruff check exporter tests bench scripts dashboards
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
 	$(PY) -m pytest -q
@@ -21,3 +21,11 @@ test: bootstrap
 ## docs: regenerate docs/metrics.md from the code
 docs: bootstrap
 	$(PY) -m exporter.metrics.docs
+
+## stack: exporter (simulated node) + Prometheus with our rules + Alertmanager -> local webhook
+stack: bootstrap
+	$(PY) scripts/stack.py
+
+## dashboards: regenerate dashboards from dashboards/generator
+dashboards: bootstrap
+	$(PY) -m dashboards.generator

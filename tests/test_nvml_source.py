@@ -155,3 +155,16 @@ def test_slow_readings_are_repeated_between_reads(sim, clock):
     assert sim.calls["nvmlDeviceGetPowerUsage"] == 5 * 8
     assert value(result, "2", "goodput_gpu_remapped_rows_total", cause="correctable") == 0.0
     assert value(result, "2", "goodput_gpu_power_limit_watts") == 700.0
+
+
+def test_source_reports_nvml_unavailable_and_recovers(clock):
+    nvml = make_node(clock, ["compute_gemm"])
+    nvml.library_present = False
+    source = NvmlSource(NvmlSession(nvml, "test"), clock=clock)
+    failed = source.collect()
+    assert not failed.ok and failed.reason == "nvml_unavailable"
+    assert "NVML Shared Library Not Found" in failed.error
+    nvml.library_present = True  # e.g. the driver finished loading
+    assert source.collect().ok
+    source.shutdown()
+    assert nvml.initialized == 0

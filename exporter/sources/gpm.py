@@ -18,8 +18,7 @@ from typing import Any
 import structlog
 
 from exporter.snapshot import Sample, SourceResult
-from exporter.sources.base import BlockingSource
-from exporter.sources.nvml_session import DeviceHandle, NvmlSession, NvmlUnavailable, error_reason
+from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 from exporter.sources.profiling_metrics import (
     ProfilingIntegrator,
     ProfilingWindow,
@@ -67,7 +66,7 @@ class _DeviceState:
     ids: list[int] = field(default_factory=lambda: list(WANTED_IDS))
 
 
-class GpmSource(BlockingSource):
+class GpmSource(SessionSource):
     name = SOURCE
 
     def __init__(
@@ -79,38 +78,22 @@ class GpmSource(BlockingSource):
         clock: Callable[[], float] = time.monotonic,
         selector: ProfilingSelector | None = None,
     ) -> None:
-        self.interval = interval
-        super().__init__()
-        self.session = session
+        super().__init__(session, interval)
         self.min_window = min_window
         self.max_window = max_window
         self.clock = clock
         self._states: dict[str, _DeviceState] = {}
         self._integrator = ProfilingIntegrator()
         self._last: dict[str, list[Sample]] = {}
-        self._opened = False
         self.selector = selector  # auto mode: hands GPUs without GPM to DCGM/dcgm-exporter
-
-    def open(self) -> None:
-        self.session.open()
-        self._opened = True
 
     def shutdown(self) -> None:
         for state in self._states.values():
             self._reset(state)  # samples belong to this NVML session: free them all
         self._states.clear()
-        if self._opened:
-            self.session.close()
-            self._opened = False
+        super().shutdown()
 
-    def collect(self) -> SourceResult:
-        if not self._opened:
-            try:
-                self.open()
-            except NvmlUnavailable as exc:
-                return SourceResult(
-                    source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
-                )
+    def read(self) -> SourceResult:
         devices: dict[str, tuple[Sample, ...]] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:

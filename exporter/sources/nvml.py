@@ -16,8 +16,7 @@ import structlog
 
 from exporter.metrics.catalog import define
 from exporter.snapshot import ProcessInfo, Sample, SourceResult, labels
-from exporter.sources.base import BlockingSource
-from exporter.sources.nvml_session import DeviceHandle, NvmlSession, NvmlUnavailable, error_reason
+from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("nvml")
 
@@ -193,7 +192,7 @@ Reading = Callable[[Any, DeviceHandle], list[Sample]]
 SLOW_EVERY = 10
 
 
-class NvmlSource(BlockingSource):
+class NvmlSource(SessionSource):
     """Polls plain NVML for every device of the session."""
 
     name = SOURCE
@@ -205,15 +204,11 @@ class NvmlSource(BlockingSource):
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.interval = interval
-        super().__init__()
-        self.session = session
+        super().__init__(session, interval)
         self.clock = clock
         self._unsupported: dict[str, set[str]] = {}
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
-        self._opened = False
-        self._open_error = ""
         self._device_state: dict[str, str] = {}
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
         # are read every SLOW_EVERY polls and repeated in between, to keep polling cheap.
@@ -234,29 +229,7 @@ class NvmlSource(BlockingSource):
         self._polls = 0
         self._cached: dict[tuple[str, str], list[Sample]] = {}
 
-    # lifecycle -----------------------------------------------------------------------------
-    def open(self) -> None:
-        try:
-            self.session.open()
-            self._opened = True
-        except NvmlUnavailable as exc:
-            self._open_error = str(exc)
-            raise
-
-    def shutdown(self) -> None:
-        if self._opened:
-            self.session.close()
-            self._opened = False
-
-    # polling --------------------------------------------------------------------------------
-    def collect(self) -> SourceResult:
-        if not self._opened:
-            try:
-                self.open()
-            except NvmlUnavailable as exc:
-                return SourceResult(
-                    source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
-                )
+    def read(self) -> SourceResult:
         now = self.clock()
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now

@@ -13,7 +13,8 @@ from typing import Any
 
 import structlog
 
-from exporter.snapshot import Device
+from exporter.snapshot import Device, SourceResult
+from exporter.sources.base import BlockingSource
 
 log = structlog.get_logger("nvml")
 
@@ -175,3 +176,40 @@ class NvmlSession:
 
 def _asdict(device: Device) -> dict[str, str]:
     return {k: getattr(device, k) for k in Device.__slots__}
+
+
+class SessionSource(BlockingSource):
+    """A blocking source that reads through a shared :class:`NvmlSession`.
+
+    It opens the session on its first poll (and keeps trying on later polls while NVML cannot
+    be initialised, reporting ``nvml_unavailable``), and releases it on shutdown. Subclasses
+    implement :meth:`read` and may extend :meth:`open` / :meth:`shutdown`.
+    """
+
+    def __init__(self, session: NvmlSession, interval: float = 1.0) -> None:
+        self.interval = interval
+        super().__init__()
+        self.session = session
+        self._opened = False
+
+    def open(self) -> None:
+        self.session.open()
+        self._opened = True
+
+    def shutdown(self) -> None:
+        if self._opened:
+            self.session.close()
+            self._opened = False
+
+    def collect(self) -> SourceResult:
+        if not self._opened:
+            try:
+                self.open()
+            except NvmlUnavailable as exc:
+                return SourceResult(
+                    source=self.name, ok=False, reason="nvml_unavailable", error=str(exc)
+                )
+        return self.read()
+
+    def read(self) -> SourceResult:
+        raise NotImplementedError

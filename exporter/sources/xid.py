@@ -17,8 +17,7 @@ import structlog
 
 from exporter.metrics.catalog import define
 from exporter.snapshot import Sample, SourceResult, labels
-from exporter.sources.base import BlockingSource
-from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable, error_reason
+from exporter.sources.nvml_session import NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("xid")
 
@@ -47,13 +46,11 @@ def _handle_key(handle: Any) -> int:
         return id(handle)
 
 
-class XidSource(BlockingSource):
+class XidSource(SessionSource):
     name = SOURCE
 
     def __init__(self, session: NvmlSession, interval: float = 1.0) -> None:
-        self.interval = interval
-        super().__init__()
-        self.session = session
+        super().__init__(session, interval)
         self._counts: dict[str, dict[int, int]] = {}
         self._last: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -65,7 +62,7 @@ class XidSource(BlockingSource):
         self._by_handle: dict[int, str] = {}
 
     def open(self) -> None:
-        self.session.open()
+        super().open()
         nvml = self.session.nvml
         try:
             self._event_set = nvml.nvmlEventSetCreate()
@@ -113,14 +110,7 @@ class XidSource(BlockingSource):
                 self._last[gpu] = xid
             log.error("xid_event", gpu=gpu, xid=xid)
 
-    def collect(self) -> SourceResult:
-        if self._event_set is None and not self._error:
-            try:
-                self.open()
-            except NvmlUnavailable as exc:
-                return SourceResult(
-                    source=SOURCE, ok=False, reason="nvml_unavailable", error=str(exc)
-                )
+    def read(self) -> SourceResult:
         with self._lock:
             if self._error and self._thread is None:
                 return SourceResult(source=SOURCE, ok=False, reason=self._reason, error=self._error)
@@ -141,4 +131,5 @@ class XidSource(BlockingSource):
         if self._event_set is not None:
             with contextlib.suppress(Exception):
                 self.session.nvml.nvmlEventSetFree(self._event_set)
-            self.session.close()
+            self._event_set = None
+        super().shutdown()

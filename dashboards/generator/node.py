@@ -1,0 +1,104 @@
+"""Node / GPU drilldown: the utilisation lie made visible, regime, power, clocks, errors."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import stat, statetimeline
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as model
+
+from dashboards.generator.common import DS, GPU, UIDS, base, query, series
+
+# Regime -> number for the state timeline (goodput_gpu_regime is one-hot per GPU).
+REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
+           ("launch_bound", "#F2495C"), ("memory_bound", "#5794F2"),
+           ("compute_bound", "#73BF69"), ("unknown", "#B877D9")]
+
+
+def _rate(counter: str) -> str:
+    return f"rate({counter}{{{GPU}}}[$__rate_interval])"
+
+
+def _ratio(counter: str) -> str:
+    return f"{_rate(counter)} / ({_rate('goodput_gpu_profiled_seconds_total')} > 0)"
+
+
+def _regime_expr() -> str:
+    terms = [f'goodput_gpu_regime{{{GPU}, regime="{name}"}} * {i}'
+             for i, (name, _) in enumerate(REGIMES)]
+    return "sum by (node, gpu) (" + " or ".join(terms) + ")"
+
+
+def _regime_mappings() -> list[model.ValueMapping]:
+    return [model.ValueMap(options={str(i): model.ValueMappingResult(text=name, color=color,
+                                                                      index=i)})
+            for i, (name, color) in enumerate(REGIMES)]
+
+
+def build() -> dash.Dashboard:
+    board = base(UIDS["node"], "GPU goodput / Node and GPU drilldown",
+                 "One node, one GPU: what kernel-time utilisation hides, the regime, power, "
+                 "clocks, throttling and errors.")
+    board.with_row(dash.Row("The utilization lie"))
+    board.with_panel(
+        series(
+            "The utilization lie: kernel time vs SM active vs tensor vs DRAM (GPU $gpu)",
+            "percentunit",
+            (_rate("goodput_gpu_utilization_seconds_total"), "{{node}} gpu {{gpu}} kernel time"),
+            (_ratio("goodput_gpu_sm_active_seconds_total"), "{{node}} gpu {{gpu}} SM active"),
+            (_ratio("goodput_gpu_tensor_active_seconds_total"), "{{node}} gpu {{gpu}} tensor"),
+            (_ratio("goodput_gpu_dram_active_seconds_total"), "{{node}} gpu {{gpu}} DRAM"),
+            description="Kernel time is what nvidia-smi calls utilisation: a kernel was "
+            "resident. SM active, tensor and DRAM say how much work was done. A high kernel "
+            "line over a low SM line is hollow utilisation.",
+            span=24,
+        ).min(0).max(1).repeat("gpu").repeat_direction("h").height(9)
+    )
+    board.with_panel(
+        statetimeline.Panel()
+        .title("Regime")
+        .description("The bottleneck regime the exporter infers for each GPU.")
+        .datasource(DS)
+        .with_target(query(_regime_expr(), "{{node}} gpu {{gpu}}"))
+        .mappings(_regime_mappings())
+        .show_value(cm.VisibilityMode.NEVER)
+        .height(8).span(24)
+    )
+    board.with_row(dash.Row("Power and energy"))
+    board.with_panel(series(
+        "Power", "watt",
+        (f"goodput_gpu_power_watts{{{GPU}}}", "gpu {{gpu}}"),
+        (f"goodput_gpu_power_limit_watts{{{GPU}}}", "gpu {{gpu}} limit")))
+    board.with_panel(
+        stat.Panel().title("Energy in range").datasource(DS)
+        .with_target(query(
+            f"sum by (gpu) (increase(goodput_gpu_energy_joules_total{{{GPU}}}[$__range]))"
+            " / 3.6e6", "gpu {{gpu}}", instant=True))
+        .unit("kwatth").height(8).span(12)
+    )
+    board.with_row(dash.Row("Clocks and throttling"))
+    board.with_panel(series(
+        "SM clock", "hertz",
+        (f'goodput_gpu_clock_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}}"),
+        (f'goodput_gpu_clock_max_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}} max")))
+    board.with_panel(series(
+        "Throttling (share of time clocks were held down)", "percentunit",
+        (_rate("goodput_gpu_clock_event_seconds_total"), "gpu {{gpu}} {{reason}}")))
+    board.with_panel(series(
+        "Temperature", "celsius", (f"goodput_gpu_temperature_celsius{{{GPU}}}", "gpu {{gpu}}")))
+    board.with_panel(series(
+        "Memory used", "bytes", (f"goodput_gpu_memory_used_bytes{{{GPU}}}", "gpu {{gpu}}"),
+        (f"goodput_gpu_memory_total_bytes{{{GPU}}}", "gpu {{gpu}} total")))
+    board.with_row(dash.Row("Errors"))
+    board.with_panel(series(
+        "XID errors", "none",
+        (f"increase(goodput_gpu_xid_errors_total{{{GPU}}}[$__rate_interval])",
+         "gpu {{gpu}} xid {{xid}}"),
+        description="XID events by GPU and XID number; see the GPUXidCritical runbook for "
+        "the classes."))
+    board.with_panel(series(
+        "ECC errors and GPU availability", "none",
+        (f"increase(goodput_gpu_ecc_errors_total{{{GPU}}}[$__rate_interval])",
+         "gpu {{gpu}} ECC {{type}}"),
+        (f"goodput_gpu_up{{{GPU}}}", "gpu {{gpu}} up {{reason}}")))
+    return board

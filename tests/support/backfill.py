@@ -1,0 +1,78 @@
+"""A real Prometheus holding a deterministic half hour of the simulated node, rules included.
+
+The simulated node is recorded in virtual time (tests/support/sim_recording.py) and
+backfilled with `promtool tsdb create-blocks-from openmetrics`; the recording rules are then
+backfilled with `promtool tsdb create-blocks-from rules`, one dependency level per pass,
+because that command cannot see rules it is backfilling in the same run.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.prometheus import PrometheusServer, prometheus, require
+from tests.support.sim_recording import record
+
+RULES = Path(__file__).resolve().parents[2] / "alerts" / "goodput.rules.yml"
+RECORD_REF = re.compile(r"goodput:[a-z0-9_:]+")
+
+
+def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
+    """Recording rules grouped so each group only reads rules of earlier groups."""
+    rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
+             if "record" in r]
+    names = {r["record"] for r in rules}
+    level: dict[str, int] = {}
+    while len(level) < len(rules):
+        progressed = False
+        for r in rules:
+            deps = set(RECORD_REF.findall(r["expr"])) & names
+            if r["record"] not in level and deps <= level.keys():
+                level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
+                progressed = True
+        if not progressed:
+            raise ValueError("recording rules depend on each other in a cycle")
+    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values()) + 1)]
+    for r in rules:
+        out[level[r["record"]]].append(r)
+    return out
+
+
+def _run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} failed: {result.stdout}{result.stderr}")
+
+
+@contextmanager
+def backfilled_prometheus(workdir: Path, end: float,
+                          duration: float = 1800.0) -> Iterator[PrometheusServer]:
+    promtool = require("promtool")
+    data = workdir / "data"
+    workdir.mkdir(parents=True, exist_ok=True)
+    capture = workdir / "sim.om"
+    capture.write_text(record(end=end, duration=duration))
+    _run(promtool, "tsdb", "create-blocks-from", "openmetrics", str(capture), str(data))
+    start = int(end - duration)
+    for i, rules in enumerate(rule_levels()):
+        rule_file = workdir / f"level{i}.rules.yml"
+        rule_file.write_text(yaml.safe_dump({"groups": [{"name": f"level{i}",
+                                                         "interval": "1m",
+                                                         "rules": rules}]}))
+        blocks = workdir / f"level{i}-blocks"
+        with prometheus(workdir, targets=[]) as prom:
+            _run(promtool, "tsdb", "create-blocks-from", "rules", f"--start={start}",
+                 f"--end={int(end)}", f"--url={prom.url}", f"--output-dir={blocks}", "-q",
+                 str(rule_file))
+        for block in blocks.iterdir():
+            shutil.move(str(block), data / block.name)
+    with prometheus(workdir, targets=[]) as prom:
+        yield prom
