@@ -101,7 +101,7 @@ def _torch() -> Any:
 
 def _sync(torch: Any) -> None:
     if DEV == "cuda":
-        _sync(torch)
+        torch.cuda.synchronize()
 
 
 def _env_info(torch: Any) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def tiny_kernels(ctx: Ctx) -> None:
             for _ in range(per_replay):
                 x.add_(1.0)
         graph.replay()
-        _sync(torch)
+        torch.cuda.synchronize()
     except Exception as exc:  # graphs unavailable: fall back to eager launches
         mode = f"eager ({type(exc).__name__})"
         graph = None
@@ -216,7 +216,7 @@ def large_gemm(ctx: Ctx) -> None:
         for _ in range(10):
             torch.matmul(a, b, out=c)
         count += 10
-        _sync(torch)
+        torch.cuda.synchronize()
     ctx.stats.update(matmuls=count, tflops=_rate(ctx, count * 2 * n**3) / 1e12)
 
 
@@ -235,7 +235,7 @@ def hbm_copy(ctx: Ctx) -> None:
             torch.neg(src, out=dst)
             src, dst = dst, src
         passes += 10
-        _sync(torch)
+        torch.cuda.synchronize()
     moved = passes * elems * 2 * 2
     ctx.stats.update(passes=passes, bytes_moved=moved, tb_per_second=_rate(ctx, moved) / 1e12)
 
@@ -251,7 +251,7 @@ def large_kernels_host_sleep(ctx: Ctx) -> None:
         t0 = time.perf_counter()
         for _ in range(8):
             torch.matmul(a, b, out=c)
-        _sync(torch)
+        torch.cuda.synchronize()
         busy += time.perf_counter() - t0
         bursts += 1
         time.sleep(0.02)
@@ -360,7 +360,7 @@ def transformer_decode(ctx: Ctx) -> None:
         tok = model.step(torch.randint(shape.vocab, (shape.batch, shape.prompt), device=DEV), 0)
         for i in range(4):
             tok = model.step(tok[:, None], shape.prompt + i)
-        _sync(torch)
+        torch.cuda.synchronize()
         ready(ctx, model=MODEL_NAME, params=shape.params, flops_per_token=2 * shape.params,
               batch=shape.batch, prompt=shape.prompt, new_tokens=shape.new_tokens,
               d_model=shape.d, layers=shape.layers, port=ctx.port, **_env_info(torch))
