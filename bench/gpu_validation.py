@@ -185,6 +185,62 @@ def log_windows_to_regime(changes: list[list[Any]], good: set[str], interval: fl
     return None
 
 
+STEADY_SIGNALS = (
+    "goodput_gpu_utilization_ratio",
+    "goodput_gpu_graphics_active_ratio",
+    "goodput_gpu_sm_active_ratio",
+    "goodput_gpu_tensor_active_ratio",
+    "goodput_gpu_dram_active_ratio",
+)
+
+
+MEMORY_USED = "goodput_gpu_memory_used_bytes"  # compared relatively: allocated-idle's signal
+
+
+def steady_start(samples: list[dict[str, Any]], medians: Mapping[str, float | None],
+                 tolerance: float = 0.05) -> float | None:
+    """Time of the first sample from which every profiling signal stays within ``tolerance``
+    of its steady-state median: when the workload's own warm-up (weights, cuBLAS
+    heuristics, first allocation) is over and the daemon's window covers only the workload."""
+    def close(sample: dict[str, Any]) -> bool:
+        daemon = sample.get("daemon") or {}
+        for key in STEADY_SIGNALS:
+            want, got = medians.get(key), daemon.get(key)
+            if want is not None and (got is None or abs(got - want) > tolerance):
+                return False
+        want, got = medians.get(MEMORY_USED), daemon.get(MEMORY_USED)
+        return want is None or (got is not None and abs(got - want) <= tolerance * want)
+
+    start = None
+    for sample in samples:
+        held = close(sample)
+        if held and start is None:
+            start = sample["t"]
+        elif not held:
+            start = None  # must hold from here to the end of the run
+    return start
+
+
+def windows_from_steady(changes: list[list[Any]], regimes: list[tuple[float, str]],
+                        good: set[str], start: float | None, interval: float) -> int | None:
+    """Whole windows from steady state until the daemon first says a ``good`` regime; 0 when
+    it already said so (a regime entered during warm-up counts from there)."""
+    if start is None:
+        return None
+    timeline = [(rel, regime) for rel, regime in changes] if changes else regimes
+    current = None
+    for rel, regime in timeline:
+        if rel <= start:
+            current = regime
+            continue
+        if current in good:
+            return 0
+        if regime in good:
+            return max(0, math.ceil((rel - start) / interval - 1e-6))
+        current = regime
+    return 0 if current in good else None
+
+
 def summarize(
     samples: list[dict[str, Any]],
     expected: str,
@@ -202,10 +258,17 @@ def summarize(
     """
     good = {expected, *acceptable}
     steady = [s for s in samples if s["t"] >= drop]
+    # A workload whose warm-up outlasts ``drop`` (weights initialised on the GPU, first
+    # prefill) would bias the medians and rates: keep only samples from steady state on.
+    first_pass = {k: median((s.get("daemon") or {}).get(k) for s in steady)
+                  for k in (*STEADY_SIGNALS, MEMORY_USED)}
+    start = steady_start(samples, first_pass)
+    if start is not None and start > drop:
+        steady = [s for s in samples if s["t"] >= start] or steady
     regimes = [(s["t"], (active_label(s.get("daemon") or {}, "goodput_gpu_regime", "regime")
                          or ["none"])[0]) for s in samples]
     first = next((t for t, r in regimes if r in good), None)
-    steady_regimes = [r for t, r in regimes if t >= drop]
+    steady_regimes = [r for t, r in regimes if t >= max(drop, start or drop)]
     keys = sorted({k for s in steady for k in (s.get("daemon") or {})})
     smi_keys = sorted({k for s in steady for k in (s.get("smi") or {})})
     flags: dict[str, float] = {}
@@ -214,11 +277,13 @@ def summarize(
         vals = [s["daemon"][key] for s in steady if key in (s.get("daemon") or {})]
         if vals:
             flags[reason] = sum(1 for v in vals if v >= 0.5) / len(vals)
+    daemon_medians = {k: median((s.get("daemon") or {}).get(k) for s in steady) for k in keys}
     return {
         "samples": len(samples),
         "steady_samples": len(steady),
-        "daemon_medians": {k: median((s.get("daemon") or {}).get(k) for s in steady)
-                           for k in keys},
+        "steady_start": start,
+        "windows_from_steady": windows_from_steady(changes or [], regimes, good, start, interval),
+        "daemon_medians": daemon_medians,
         "smi_medians": {k: median((s.get("smi") or {}).get(k) for s in steady)
                         for k in smi_keys},
         "regime_sequence": run_lengths(r for _, r in regimes),
@@ -233,6 +298,8 @@ def summarize(
         "busy_unproductive_share": flags,
         "tokens_per_second": _gen_rate(steady),
         "engine_tokens_per_second": counter_rate(steady, "vllm", "vllm:generation_tokens_total"),
+        "engine_prompt_tokens_per_second": counter_rate(steady, "vllm",
+                                                        "vllm:prompt_tokens_total"),
         "energy_watts": counter_rate(steady, "daemon", "goodput_gpu_energy_joules_total"),
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import gpu_kind  # bench/ is not a package
+from gpu_validation import gpu_kind, summarize  # bench/ is not a package
 from workloads import WORKLOADS
 
 GIB = 1024.0**3
@@ -94,8 +94,24 @@ def table(headers: list[str], rows: Iterable[list[str]]) -> list[str]:
 def workloads(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Workloads in the panel's run order (the JSON is written with sorted keys)."""
     order = {name: i for i, name in enumerate(WORKLOADS)}
-    items = (data.get("workloads") or {}).items()
+    items = [(name, _resummarized(data, entry))
+             for name, entry in (data.get("workloads") or {}).items()]
     return sorted(items, key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+
+
+def _resummarized(data: Mapping[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """Recompute the summary from the raw samples, so a report made with a newer summary
+    (e.g. windows from steady state) reads runs recorded before it existed."""
+    samples = entry.get("samples")
+    if not samples or not entry.get("expected"):
+        return entry
+    old = entry.get("summary") or {}
+    args = data.get("args") or {}
+    summary = summarize(samples, entry["expected"], entry.get("acceptable") or (),
+                        drop=float(args.get("drop", 5.0)),
+                        interval=float(args.get("interval", 1.0)),
+                        changes=old.get("regime_changes") or None)
+    return {**entry, "summary": summary}
 
 
 def medians(entry: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -272,7 +288,7 @@ def verdict(entry: Mapping[str, Any], max_windows: int = 3) -> str:
     if summary.get("steady_regime") in (None, "none"):
         return "no regime data"
     good = {entry.get("expected"), *(entry.get("acceptable") or [])}
-    wtr = summary.get("windows_to_regime")
+    wtr = summary.get("windows_from_steady")
     regime_ok = summary.get("steady_regime") in good and wtr is not None and wtr <= max_windows
     flags = summary.get("busy_unproductive_share") or {}
     flagged = any(v > 0.5 for v in flags.values())
@@ -291,11 +307,14 @@ def verdict(entry: Mapping[str, Any], max_windows: int = 3) -> str:
 def efficiency_report(data: Mapping[str, Any], kind: str) -> str:
     lines = header(data, "Efficiency model validation", kind)
     lines += [
-        "Each workload runs alone on GPU 0 next to the daemon. *windows to regime* counts "
-        "1 s daemon windows from the moment the workload reported ready (allocation and "
-        "warm-up done) to the first window showing the expected regime; *share* is the share "
-        "of steady-state windows that show it. Target: the expected regime within 3 windows, "
-        "no busy-unproductive flag on the compute- or memory-bound workloads.",
+        "Each workload runs alone on GPU 0 next to the daemon. *from ready* counts 1 s "
+        "daemon windows from the moment the workload reported ready to the first window "
+        "showing the expected regime; *from steady* counts them from steady state, the first "
+        "sample from which kernel time, graphics, SM, tensor and DRAM activity all stay within "
+        "0.05 of their steady medians (the workload's own warm-up over and the daemon's window "
+        "covering only the workload); *share* is the share of steady-state windows that show "
+        "the regime. Target: the expected regime within 3 windows of steady state, no "
+        "busy-unproductive flag on the compute- or memory-bound workloads.",
         "",
     ]
     rows = []
@@ -307,10 +326,12 @@ def efficiency_report(data: Mapping[str, Any], kind: str) -> str:
         if entry.get("acceptable"):
             expected += " (or " + ", ".join(entry["acceptable"]) + ")"
         rows.append([name, expected, fmt(summary.get("steady_regime")),
-                     fmt(summary.get("windows_to_regime"), 0), fmt(summary.get("regime_share")),
+                     fmt(summary.get("windows_to_regime"), 0),
+                     fmt(summary.get("windows_from_steady"), 0), fmt(summary.get("regime_share")),
                      flag_text, verdict(entry)])
-    lines += table(["workload", "expected regime", "observed (steady)", "windows to regime",
-                    "share", "busy_unproductive (share of windows)", "verdict"], rows)
+    lines += table(["workload", "expected regime", "observed (steady)", "from ready",
+                    "from steady", "share", "busy_unproductive (share of windows)",
+                    "verdict"], rows)
 
     lines += ["", "## Observed ratios (steady-state medians)", ""]
     rows = []
@@ -369,8 +390,10 @@ def serving_lines(data: Mapping[str, Any], kind: str) -> list[str]:
         watts = pick(d, "goodput_gpu_power_watts")
         flops_per_token = info.get("flops_per_token")
         own_jpt = watts / engine_tps if watts and engine_tps else None
-        own_mfu = (engine_tps * flops_per_token / (peak * 1e12)
-                   if engine_tps and flops_per_token and peak else None)
+        # MFU counts every token that took a forward pass: the prompt's (prefill) too.
+        all_tps = (engine_tps or 0.0) + (summary.get("engine_prompt_tokens_per_second") or 0.0)
+        own_mfu = (all_tps * flops_per_token / (peak * 1e12)
+                   if all_tps and flops_per_token and peak else None)
         out += [f"`{name}` ({info.get('model', '—')}, {fmt(info.get('params'), 2, 1e9)} B "
                 f"parameters read per token):", ""]
         rows: list[list[str]] = [
@@ -382,7 +405,7 @@ def serving_lines(data: Mapping[str, Any], kind: str) -> list[str]:
             ["joules per token", fmt(pick(d, "goodput_gpu_joules_per_token"), 3),
              fmt(own_jpt, 3), "power ÷ engine tokens/s"],
             ["MFU", fmt(pick(d, "goodput_gpu_mfu_ratio"), 4), fmt(own_mfu, 4),
-             f"tokens/s x {fmt(flops_per_token, 1, 1e9)} GFLOP/token ÷ "
+             f"(prompt + generation) tokens/s x {fmt(flops_per_token, 1, 1e9)} GFLOP/token ÷ "
              f"{fmt(peak, 0)} TFLOP/s dense bf16"],
             ["KV cache usage", fmt(pick(d, "goodput_gpu_kv_cache_usage_ratio")), "—", ""],
         ]

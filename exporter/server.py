@@ -6,6 +6,7 @@ GPU or a hung serving engine can never stall a scrape.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 from typing import Any
@@ -40,7 +41,11 @@ def build_app(
     app = web.Application(middlewares=middlewares or [])
 
     async def metrics(request: web.Request) -> web.Response:
-        body, content_type = exposition.render(request.headers.get("Accept"))
+        accept = request.headers.get("Accept")
+        hit = exposition.cached(accept)
+        if hit is None:  # a fresh encode takes milliseconds: keep the event loop free
+            hit = await asyncio.get_running_loop().run_in_executor(None, exposition.render, accept)
+        body, content_type = hit
         mime, _, params = content_type.partition(";")
         charset = "utf-8"
         response = web.Response(body=body)

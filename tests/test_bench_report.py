@@ -164,10 +164,10 @@ def test_report_writes_both_files_named_after_the_gpu(tmp_path: Path) -> None:
     assert "**0.400 % of one core per GPU** (target: under 1 %: met)" in core
     assert "small_gemm_sync`: error: RuntimeError: boom" in core
 
-    assert "| large_gemm | compute_bound | compute_bound | 1 | 1.00 | none | pass |" in eff
-    assert "| tiny_kernels | launch_bound | launch_bound | 0 | 1.00 | hollow_busy 1.00 | pass |" \
+    assert "| large_gemm | compute_bound | compute_bound | 1 | 1 | 1.00 | none | pass |" in eff
+    assert "| tiny_kernels | launch_bound | launch_bound | 0 | 0 | 1.00 | hollow_busy 1.00 | pass |" \
         in eff
-    assert "| hbm_copy | memory_bound | compute_bound | — | 0.00 | none | FAIL (regime) |" in eff
+    assert "| hbm_copy | memory_bound | compute_bound | — | — | 0.00 | none | FAIL (regime) |" in eff
     assert "joules per token" in eff and "| generation tokens/s | 100 | 100 |" in eff
     assert "`large_gemm`: unknown x1 → compute_bound x9" in eff
 
@@ -196,3 +196,19 @@ def test_windows_to_regime_from_the_daemon_log() -> None:
     samples = _samples(["unknown"] * 5 + ["memory_bound"] * 5, 0.9)
     s = gv.summarize(samples, "memory_bound", drop=3, changes=changes)
     assert s["windows_to_regime"] == 3 and s["windows_to_regime_source"] == "daemon log"
+
+
+def test_windows_are_counted_from_steady_state() -> None:
+    import gpu_validation as gv
+
+    def sample(t: float, sm: float, regime: str) -> dict:
+        return {"t": t, "daemon": {"goodput_gpu_sm_active_ratio": sm,
+                                   f"goodput_gpu_regime{{regime={regime}}}": 1.0}}
+
+    # warm-up at 0.1 for 5 s, steady at 0.9 from t=5, regime follows 2 windows later
+    samples = [sample(t, 0.1 if t < 5 else 0.9, "idle" if t < 7 else "compute_bound")
+               for t in range(20)]
+    summary = gv.summarize(samples, "compute_bound", drop=8.0)
+    assert summary["steady_start"] == 5
+    assert summary["windows_from_steady"] == 2
+    assert summary["windows_to_regime"] == 7

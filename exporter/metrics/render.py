@@ -129,12 +129,19 @@ class ExpositionCache:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[int, bytes, str]] = {}
 
+    def cached(self, accept: str | None) -> tuple[bytes, str] | None:
+        """The encoded exposition if the current snapshot was already encoded, else None."""
+        _, content_type = choose_encoder(accept or "")
+        hit = self._cache.get(content_type)
+        if hit is not None and hit[0] == self._store.current.version:
+            return hit[1], hit[2]
+        return None
+
     def render(self, accept: str | None) -> tuple[bytes, str]:
+        """Encode (or reuse) the exposition; a few ms for a node, so callers on an event loop
+        run it in a thread when :meth:`cached` misses."""
         encoder, content_type = choose_encoder(accept or "")
         version = self._store.current.version
-        cached = self._cache.get(content_type)
-        if cached is not None and cached[0] == version:
-            return cached[1], cached[2]
         with self._lock:
             cached = self._cache.get(content_type)
             if cached is not None and cached[0] == version:
