@@ -18,7 +18,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  if ! python3 -m venv .venv 2>/dev/null; then
+    # Debian and Ubuntu ship venv separately
+    if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+    rm -rf .venv
+    python3 -m venv .venv
+  fi
 fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
