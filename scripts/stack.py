@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed = not args.test
     ports = {name: port_or_free(p if fixed else 0) for name, p in
              (("exporter", 19433), ("prometheus", 19090), ("alertmanager", 19093),
-              ("webhook", 19095))}
+              ("webhook", 19095), ("engine_decode", 18000), ("engine_stalled", 18001))}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     sink = workdir / "webhook.jsonl"
 
@@ -233,11 +233,25 @@ def main(argv: list[str] | None = None) -> int:
                             "static_configs": [{"targets": [f"127.0.0.1:{ports['exporter']}"]}]}],
     }, sort_keys=False))
 
+    # Simulated serving engines, so the serving dashboard and token rules have data: a vLLM
+    # decoding on the memory-bound GPU 3, and one on the compute-bound GPU 2 that has stopped
+    # producing tokens (busy but no output).
+    (workdir / "exporter.yml").write_text(yaml.safe_dump({"serving": {"interval": 1, "targets": [
+        {"url": f"{url['engine_decode']}/metrics", "gpus": ["3"]},
+        {"url": f"{url['engine_stalled']}/metrics", "gpus": ["2"]},
+    ]}}, sort_keys=False))
+
     webhook = start_webhook(ports["webhook"], sink)
     stack = Stack(workdir, args.test)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
+        for engine, model, rate in (("engine_decode", "sim/llama-3-8b", "2400"),
+                                    ("engine_stalled", "sim/mixtral-8x7b", "0")):
+            stack.spawn(engine, [sys.executable, "-m", "exporter.sim.fake_engine",
+                                 "--port", str(ports[engine]), "--model", model,
+                                 "--rate", rate, "--prompt-rate", rate])
         stack.spawn("exporter", [sys.executable, "-m", "exporter", "--simulate",
+                                 "--config", str(workdir / "exporter.yml"),
                                  "--listen", f"127.0.0.1:{ports['exporter']}",
                                  "--node-name", NODE_NAME, "--log-format", "console"])
         stack.spawn("alertmanager", [

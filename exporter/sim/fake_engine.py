@@ -86,10 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="sim/llama-3-8b")
     parser.add_argument("--rate", type=float, default=250.0, help="generation tokens/s")
+    parser.add_argument("--prompt-rate", type=float, default=1000.0, help="prompt tokens/s")
     args = parser.parse_args(argv)
 
     async def run() -> None:
-        runner = await serve(FakeEngine(args.model, args.rate), args.host, args.port)
+        engine = FakeEngine(args.model, args.rate, prompt_rate=args.prompt_rate)
+        runner = await serve(engine, args.host, args.port)
         try:
             await asyncio.Event().wait()
         finally:
