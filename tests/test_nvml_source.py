@@ -111,6 +111,25 @@ def test_unsupported_metric_is_dropped_for_that_gpu_and_logged_once(sim, clock):
     assert sim.calls["nvmlDeviceGetTotalEnergyConsumption"] == 3 * 7 + 1  # tried once on gpu 3
 
 
+def test_transient_process_list_error_skips_one_poll_not_forever(sim, clock):
+    source = NvmlSource(NvmlSession(sim, "test"), clock=clock)
+    source.open()
+    sim.gpus[1].fail["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_TIMEOUT
+    with capture_logs() as logs:
+        for _ in range(3):
+            clock.advance(1.0)
+            failed = source.collect()
+        del sim.gpus[1].fail["nvmlDeviceGetComputeRunningProcesses"]
+        clock.advance(1.0)
+        back = source.collect()
+    assert value(failed, "1", "goodput_gpu_processes") == 0.0
+    assert value(failed, "1", "goodput_gpu_up") == 1.0
+    assert value(back, "1", "goodput_gpu_processes") == 1.0  # attribution comes back
+    assert any(p.gpu == "1" for p in back.processes)
+    said = [(e["event"], e.get("reason")) for e in logs if e.get("gpu") == "1"]
+    assert said == [("nvml_processes_failed", "timeout"), ("nvml_processes_ok", None)]
+
+
 def test_missing_library_is_a_clear_error(clock):
     nvml = make_node(clock, ["idle"])
     nvml.library_present = False

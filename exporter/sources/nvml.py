@@ -189,6 +189,8 @@ CLOCK_EVENT_FIELDS: dict[str, int] = {
 }
 
 Reading = Callable[[Any, DeviceHandle], list[Sample]]
+# NVML reasons that mean "this device never offers this reading": tried once, then dropped.
+_UNSUPPORTED = ("not_supported", "function_not_found", "version_mismatch")
 SLOW_EVERY = 10
 
 
@@ -210,6 +212,7 @@ class NvmlSource(SessionSource):
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
         self._device_state: dict[str, str] = {}
+        self._process_errors: dict[str, str] = {}
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
         # are read every SLOW_EVERY polls and repeated in between, to keep polling cheap.
         self._readings: list[tuple[str, Reading, int]] = [
@@ -275,7 +278,7 @@ class NvmlSource(SessionSource):
                 samples.extend(fresh)
             except nvml.NVMLError as exc:
                 reason = error_reason(nvml, exc)
-                if reason in ("not_supported", "function_not_found", "version_mismatch"):
+                if reason in _UNSUPPORTED:
                     skip.add(key)
                     log.info(
                         "nvml_metric_unsupported",
@@ -315,18 +318,24 @@ class NvmlSource(SessionSource):
         skip = self._unsupported[dh.device.gpu]
         if "processes" in skip:
             return []
+        gpu = dh.device.gpu
         try:
             procs = nvml.nvmlDeviceGetComputeRunningProcesses(dh.handle)
         except nvml.NVMLError as exc:
-            skip.add("processes")
-            log.info(
-                "nvml_metric_unsupported",
-                gpu=dh.device.gpu,
-                metric="processes",
-                reason=error_reason(nvml, exc),
-            )
+            reason = error_reason(nvml, exc)
+            if reason in _UNSUPPORTED:
+                skip.add("processes")
+                log.info("nvml_metric_unsupported", gpu=gpu, metric="processes", reason=reason)
+                return []
+            # Anything else may pass (a timeout, a process exiting mid-call): skip this poll
+            # only, so attribution comes back, and say so once per change of reason.
+            if self._process_errors.get(gpu, "") != reason:
+                log.warning("nvml_processes_failed", gpu=gpu, reason=reason, error=str(exc))
+                self._process_errors[gpu] = reason
             return []
-        return [ProcessInfo(dh.device.gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        if self._process_errors.pop(gpu, ""):
+            log.info("nvml_processes_ok", gpu=gpu)
+        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
 
     # readings ---------------------------------------------------------------------------------
     @staticmethod
