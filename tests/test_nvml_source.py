@@ -92,11 +92,17 @@ def test_lost_gpu_is_marked_lost_never_a_crash(sim, clock):
     source.open()
     assert value(source.collect(), "7", "goodput_gpu_up") == 1.0
     clock.advance(91.0)
-    result = source.collect()
+    with capture_logs() as logs:
+        for _ in range(3):  # keeps polling a lost GPU without crashing
+            result = source.collect()
+            clock.advance(1.0)
     assert result.ok
     assert value(result, "7", "goodput_gpu_up", reason="gpu_lost") == 0.0
     assert value(result, "7", "goodput_gpu_info") == 1.0  # identity stays visible
     assert value(result, "2", "goodput_gpu_up") == 1.0
+    assert result.errors == {"gpu_lost": 1}  # -> goodput_exporter_source_errors_total
+    downs = [(e["gpu"], e["reason"]) for e in logs if e["event"] == "gpu_down"]
+    assert downs == [("7", "gpu_lost")], "one log line naming the GPU and the reason"
 
 
 def test_unsupported_metric_is_dropped_for_that_gpu_and_logged_once(sim, clock):
