@@ -73,7 +73,7 @@ def test_unsupported_metric_ids_are_dropped_after_first_try(sim, clock, monkeypa
     assert value(result, "2", "goodput_gpu_nvlink_bytes_per_second", direction="tx") is None
     assert value(result, "2", "goodput_gpu_sm_active_ratio") is not None
     dropped = [e for e in logs if e["event"] == "gpm_metrics_unsupported"]
-    assert len(dropped) == 8  # once per GPU, then never asked again
+    assert sorted(e["gpu"] for e in dropped) == [str(i) for i in range(8)]  # once per GPU
     assert all(60 not in st.ids for st in source._states.values())
 
 
@@ -92,15 +92,18 @@ def test_gpu_without_gpm_says_unsupported(clock):
 def test_denied_profiling_is_reported_and_recovers(clock):
     nvml = make_node(clock, ["compute_gemm", "compute_gemm"])
     nvml.gpus[1].fail["nvmlGpmSampleGet"] = pynvml.NVML_ERROR_NO_PERMISSION
-    source, result = run(nvml, clock, windows=2)
-    assert value(result, "1", "goodput_gpu_profiling_available", reason="no_permission") == 0.0
-    assert result.errors == {"no_permission": 1}
-    assert value(result, "0", "goodput_gpu_sm_active_ratio") > 0.9
-    del nvml.gpus[1].fail["nvmlGpmSampleGet"]
-    for _ in range(2):
-        clock.advance(1.0)
-        result = source.collect()
+    with capture_logs() as logs:
+        source, result = run(nvml, clock, windows=2)
+        assert value(result, "1", "goodput_gpu_profiling_available", reason="no_permission") == 0.0
+        assert result.errors == {"no_permission": 1}
+        assert value(result, "0", "goodput_gpu_sm_active_ratio") > 0.9
+        del nvml.gpus[1].fail["nvmlGpmSampleGet"]
+        for _ in range(2):
+            clock.advance(1.0)
+            result = source.collect()
     assert value(result, "1", "goodput_gpu_profiling_available", source="gpm", reason="") == 1.0
+    said = [(e["event"], e.get("reason")) for e in logs if e["event"].startswith("gpm_sampling")]
+    assert said == [("gpm_sampling_failed", "no_permission"), ("gpm_sampling_ok", None)]
 
 
 def test_lost_gpu_keeps_counters_and_other_gpus(sim, clock):

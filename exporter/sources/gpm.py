@@ -64,6 +64,7 @@ class _DeviceState:
     sample: Any = None
     taken_at: float = 0.0
     ids: list[int] = field(default_factory=lambda: list(WANTED_IDS))
+    failed: str = ""  # the NVML reason of the last failed sample, "" while sampling works
 
 
 class GpmSource(SessionSource):
@@ -124,6 +125,7 @@ class GpmSource(SessionSource):
             self._take(dh, new)
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
+            self._failed(gpu, state, reason, exc)
             self._reset(state)
             return [
                 unavailable(SOURCE, _profiling_reason(reason)),
@@ -141,18 +143,29 @@ class GpmSource(SessionSource):
                 nvml.nvmlGpmSampleFree(old)
             return self._last_or_totals(gpu), ""
         try:
-            values = self._metrics(state, old, new)
+            values = self._metrics(gpu, state, old, new)
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
+            self._failed(gpu, state, reason, exc)
             return [
                 unavailable(SOURCE, _profiling_reason(reason)),
                 *self._integrator.totals_only(gpu),
             ], reason
         finally:
             nvml.nvmlGpmSampleFree(old)
+        if state.failed:
+            log.info("gpm_sampling_ok", gpu=gpu)
+            state.failed = ""
         out = self._integrator.samples(gpu, _window(window, values), SOURCE)
         self._last[gpu] = out
         return out, ""
+
+    @staticmethod
+    def _failed(gpu: str, state: _DeviceState, reason: str, exc: Exception) -> None:
+        """Log a GPU's GPM sampling failing once per change of reason, not on every poll."""
+        if state.failed != reason:
+            log.warning("gpm_sampling_failed", gpu=gpu, reason=reason, error=str(exc))
+            state.failed = reason
 
     def _last_or_totals(self, gpu: str) -> list[Sample]:
         """Between windows, repeat the last window's values so series do not flap."""
@@ -179,7 +192,7 @@ class GpmSource(SessionSource):
         else:
             nvml.nvmlGpmSampleGet(dh.handle, sample)
 
-    def _metrics(self, state: _DeviceState, old: Any, new: Any) -> dict[int, float]:
+    def _metrics(self, gpu: str, state: _DeviceState, old: Any, new: Any) -> dict[int, float]:
         nvml = self.session.nvml
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
@@ -199,7 +212,7 @@ class GpmSource(SessionSource):
             values[int(metric.metricId)] = float(metric.value)
         if dropped:
             state.ids = [m for m in state.ids if m not in dropped]
-            log.info("gpm_metrics_unsupported", metric_ids=dropped)
+            log.info("gpm_metrics_unsupported", gpu=gpu, metric_ids=dropped)
         return values
 
     def _reset(self, state: _DeviceState) -> None:
