@@ -41,7 +41,7 @@ GPU_UP = define(
     "goodput_gpu_up",
     "gauge",
     "1 if the last NVML poll of this device succeeded; 0 with `reason` (gpu_lost, "
-    "no_permission, error, ...) if not.",
+    "no_permission, discovery_failed, error, ...) if not.",
     labels=("reason",),
     source=SOURCE,
 )

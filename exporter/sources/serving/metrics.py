@@ -75,7 +75,8 @@ TARGET_ERROR = define(
     "goodput_serving_target_error_info",
     "gauge",
     "1 while the last scrape of a target failed; reason is timeout, connection_refused, "
-    "http_<status>, body_too_large, bad_encoding, parse_error, unknown_engine or http_error.",
+    "http_<status>, body_too_large, bad_encoding, parse_error, unknown_engine, bad_url, "
+    "bad_annotation, http_error or internal_error.",
     labels=("target", "reason"),
     scope="node",
     source=SOURCE,
