@@ -3,8 +3,7 @@
 ``--simulate --config`` with a vLLM-style target on GPU "0" and a garbage target on GPU
 "1": generation tokens of GPU 0 advance on /metrics, the garbage target is down while the
 daemon keeps serving, and killing the live engine turns its ``up`` to 0 within 15 s.
-The daemon is built by exporter.daemon exactly as the CLI does; the serving source is
-added the way the CLI wires it (exporter.sources.serving.build_sources).
+The daemon is built by exporter.daemon exactly as the CLI does, serving source included.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from exporter.config import build
 from exporter.daemon import build as build_daemon
 from exporter.daemon import open_nvml
 from exporter.sim.fake_engine import FakeEngine, serve
-from exporter.sources.serving import build_sources
 from tests.support.serving import start
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -81,7 +79,8 @@ async def test_simulated_node_with_live_and_garbage_engines(tmp_path: Path) -> N
     )
     settings = build({"simulate": True, "interval": 0.5}, environ={}, config_file=str(config))
     daemon = build_daemon(settings, open_nvml(settings))
-    daemon.scheduler.sources.extend(build_sources(settings, daemon.store))
+    # exporter.daemon.build wires the serving source itself, as the CLI runs it: exactly one.
+    assert [s.name for s in daemon.scheduler.sources].count("serving") == 1
     runner = web.AppRunner(daemon.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
