@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from exporter.config import ServingConfig, ServingTarget
 from exporter.sources.serving.metrics import (
@@ -65,10 +66,15 @@ async def test_broken_targets_fail_alone(zoo: tuple[Zoo, str]) -> None:
     targets += [ServingTarget(url=base + path, gpus=["1"]) for path in BROKEN]
     source = make_source(targets)
     try:
-        result = await source.poll()
+        with capture_logs() as logs:
+            result = await source.poll()
+            await source.poll()  # unchanged states are not logged again
     finally:
         await source.close()
     assert result.ok
+    downs = {e["target"]: e["reason"] for e in logs if e["event"] == "serving_target_down"}
+    assert downs == {base + path: reason for path, reason in BROKEN.items()}
+    assert len([e for e in logs if e["event"] == "serving_target_down"]) == len(BROKEN)
     ok = f"{base}/ok"
     assert node_value(result, TARGET_UP, target=ok, engine="vllm", model="m") == 1.0
     assert node_value(result, TARGET_ERROR, target=ok) is None
