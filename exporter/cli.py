@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -188,14 +189,17 @@ def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        settings = build(flags_to_tree(args), config_file=getattr(args, "config", None))
+        config_file = getattr(args, "config", None) or os.environ.get("GOODPUT_CONFIG")
+        settings = build(flags_to_tree(args), config_file=config_file)
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
     try:
-        web_config = webconfig.load(getattr(args, "web_config_file", None))
+        web_config = webconfig.load(
+            getattr(args, "web_config_file", None) or os.environ.get("GOODPUT_WEB_CONFIG_FILE")
+        )
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -23,6 +23,8 @@ from pydantic import (
 )
 
 ENV_PREFIX = "GOODPUT_"
+CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
+"""Environment forms of the file-locating flags: read by the CLI, not settings keys."""
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
@@ -295,7 +297,7 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX):
+        if not key.startswith(ENV_PREFIX) or key in CLI_ONLY_ENV:
             continue
         path = key[len(ENV_PREFIX) :].lower().split("__")
         try:

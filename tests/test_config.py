@@ -89,3 +89,12 @@ def test_parse_listen():
     assert parse_listen("[::1]:9433") == ("::1", 9433)
     with pytest.raises(ValueError):
         parse_listen("127.0.0.1")
+
+
+def test_config_file_from_the_environment(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("simulate: true\nbogus_key: 1\n")
+    monkeypatch.setenv("GOODPUT_CONFIG", str(cfg))
+    assert main([]) == 2  # the file was read: its bad key is reported
+    assert "bogus_key" in capsys.readouterr().err
+    assert "config" not in from_env({"GOODPUT_CONFIG": str(cfg)})

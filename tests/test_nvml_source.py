@@ -193,3 +193,17 @@ def test_source_reports_nvml_unavailable_and_recovers(clock):
     assert source.collect().ok
     source.shutdown()
     assert nvml.initialized == 0
+
+
+def test_device_count_failure_is_nvml_unavailable(clock):
+    nvml = make_node(clock, ["idle"])
+    original = nvml.nvmlDeviceGetCount
+
+    def broken() -> int:
+        original()
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    nvml.nvmlDeviceGetCount = broken
+    with pytest.raises(NvmlUnavailable, match="device discovery failed"):
+        NvmlSession(nvml).open()
+    assert nvml.initialized == 0

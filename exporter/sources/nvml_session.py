@@ -97,7 +97,13 @@ class NvmlSession:
             self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError:
             self.driver_version = ""
-        self.devices = self._discover()
+        try:
+            self.devices = self._discover()
+        except nvml.NVMLError as exc:  # e.g. nvmlDeviceGetCount fails on a broken driver
+            nvml.nvmlShutdown()
+            raise NvmlUnavailable(
+                f"NVML device discovery failed: {exc} ({error_reason(nvml, exc)})"
+            ) from exc
         log.info(
             "nvml_ready",
             backend=self.backend,
