@@ -10,13 +10,13 @@ PY=${PYTHON:-python3}
 case "${1:-}" in
 start)
   rm -rf "$DIR"; mkdir -p "$DIR"
-  setsid env PYTHONPATH="${PYTHONPATH:-}:$PWD" $PY -m exporter --listen 127.0.0.1:19440 \
+  setsid env PYTHONPATH="${PYTHONPATH:-}:$PWD" $PY -m exporter --listen 127.0.0.1:19440 ${EXPORTER_ARGS:-} \
     >"$DIR/daemon.log" 2>&1 < /dev/null &
   echo $! >"$DIR/pid"; date +%s >"$DIR/started"
   setsid bash -c '
     pid=$(cat '"$DIR"'/pid); start=$(cat '"$DIR"'/started); hz=$(getconf CLK_TCK)
     echo "minute rss_kb anon_kb file_kb cpu_seconds cpu_percent_of_core" >'"$DIR"'/samples.txt
-    for minute in $(seq 0 10); do
+    for minute in $(seq 0 '"${MINUTES:-10}"'); do
       while [ $(( $(date +%s) - start )) -lt $(( minute * 60 )) ]; do
         curl -s -o /dev/null 127.0.0.1:19440/metrics; sleep 15
       done
@@ -26,7 +26,9 @@ start)
       anon=$(awk "/^Pss_Anon:/{print \$2}" /proc/$pid/smaps_rollup)
       file=$(awk "/^Pss_File:/{print \$2}" /proc/$pid/smaps_rollup)
       el=$(( $(date +%s) - start ))
-      echo "$minute $rss $anon $file $(echo "scale=2; $cpu/$hz" | bc) $(echo "scale=3; 100*$cpu/$hz/($el+0.001)" | bc)" >>'"$DIR"'/samples.txt
+      awk -v m=$minute -v r=$rss -v a=$anon -v f=$file -v c=$cpu -v hz=$hz -v el=$el \
+        "BEGIN{printf \"%d %d %d %d %.2f %.3f\\n\", m, r, a, f, c/hz, 100*c/hz/(el+0.001)}" \
+        >>'"$DIR"'/samples.txt
     done
     touch '"$DIR"'/done' >/dev/null 2>&1 < /dev/null &
   echo "started daemon $(cat $DIR/pid)"
