@@ -278,3 +278,29 @@ async def test_cert_rotation_needs_no_restart(pki: Pki, serve: Callable[[Path], 
     rotated = x509.load_pem_x509_certificate(crt.read_bytes()).serial_number
     assert rotated != before
     assert await served_serial() == rotated
+
+
+# --- the Helm chart's rendered web-config Secret -----------------------------------------
+
+
+@pytest.mark.parametrize("client_auth", ["NoClientCert", "RequireAndVerifyClientCert"])
+def test_the_helm_charts_web_config_secret_loads(pki: Pki, client_auth: str) -> None:
+    """The Secret the chart renders from webConfig.* is a file the daemon accepts (its TLS
+    paths pointed at real files in place of the mounted Secret)."""
+    from tests.support.helm import manifests
+
+    values = {"webConfig": {"enabled": True, "basicAuthUsers": {"prometheus": HASH},
+                            "tls": {"enabled": True, "secretName": "t",
+                                    "clientAuthType": client_auth, "minVersion": "TLS13"}}}
+    [secret] = [o for o in manifests(values) if o["kind"] == "Secret"]
+    text = secret["stringData"]["web-config.yml"]
+    (pki.dir / "tls.crt").write_bytes((pki.dir / "server.crt").read_bytes())
+    (pki.dir / "tls.key").write_bytes((pki.dir / "server.key").read_bytes())
+    path = pki.dir / "web-config.yml"
+    path.write_text(text.replace("/etc/gpu-goodput-exporter/tls", str(pki.dir)))
+    loaded = webconfig.load(path)
+    assert loaded.ssl_context is not None
+    assert loaded.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_3
+    required = client_auth == "RequireAndVerifyClientCert"
+    assert (loaded.ssl_context.verify_mode == ssl.CERT_REQUIRED) is required
+    assert loaded.middlewares  # basic auth

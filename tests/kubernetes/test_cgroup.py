@@ -89,6 +89,32 @@ CASES = [
         f"12:pids:/\n4:memory:/kubepods/pod{UID}/{CID}",
         CgroupRef(UID, CID, ""),
     ),
+    (
+        "v1 systemd cri-o besteffort",
+        f"11:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{U_}.slice/"
+        f"crio-{CID}.scope\n1:name=systemd:/kubepods.slice/kubepods-besteffort.slice/"
+        f"kubepods-besteffort-pod{U_}.slice/crio-{CID}.scope",
+        CgroupRef(UID, CID, "cri-o"),
+    ),
+    (
+        "v1 systemd cri-dockerd guaranteed",
+        f"8:devices:/kubepods.slice/kubepods-pod{U_}.slice/docker-{CID}.scope\n"
+        f"1:name=systemd:/kubepods.slice/kubepods-pod{U_}.slice/docker-{CID}.scope",
+        CgroupRef(UID, CID, "docker"),
+    ),
+    (
+        "v1 cgroupfs cri-o besteffort",
+        f"7:memory:/kubepods/besteffort/pod{UID}/crio-{CID}\n"
+        f"1:name=systemd:/kubepods/besteffort/pod{UID}/crio-{CID}",
+        CgroupRef(UID, CID, "cri-o"),
+    ),
+    (
+        "hybrid: v1 controllers plus the v2 unified hierarchy",
+        f"12:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U_}.slice/"
+        f"cri-containerd-{CID}.scope\n0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{U_}.slice/cri-containerd-{CID}.scope",
+        CgroupRef(UID, CID, "containerd"),
+    ),
     # cgroup namespaces: paths relative to the reader's own cgroup
     (
         "v2 namespace-relative",
@@ -96,6 +122,12 @@ CASES = [
         CgroupRef(UID, CID, "containerd"),
     ),
     ("v2 namespace-relative cgroupfs", f"0::/../pod{UID}/{CID}", CgroupRef(UID, CID, "")),
+    (
+        "v1 namespace-relative name=systemd",
+        f"4:memory:/\n1:name=systemd:/../../kubepods-burstable-pod{U_}.slice/"
+        f"cri-containerd-{CID}.scope",
+        CgroupRef(UID, CID, "containerd"),
+    ),
     # pod-level cgroups and static pods
     ("pod cgroup without container", f"0::/kubepods.slice/kubepods-pod{U_}.slice", CgroupRef(UID)),
     (

@@ -100,7 +100,7 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
 {{- $_ := set $cfg.profiling "dcgm_host_engine" "embedded" }}
 {{- end }}
 {{- if .Values.serving.discovery.enabled }}
-{{- $_ := set $cfg.serving "discovery" (dict "enabled" true) }}
+{{- $_ := set $cfg.serving "discover_pods" true }}
 {{- end }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy .Values.config) }}
 {{- toYaml $cfg }}
