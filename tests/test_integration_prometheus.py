@@ -34,8 +34,14 @@ def test_prometheus_scrapes_the_simulated_node(tmp_path):
             # counters next to gauges: rate() of the integrated counter is the mean ratio
             mean = one(prom.query('rate(goodput_gpu_sm_active_seconds_total{gpu="2"}[5s])'))
             assert mean == pytest.approx(0.97, abs=0.05)
-            watts = one(prom.query('rate(goodput_gpu_energy_joules_total{gpu="2"}[5s])'))
+            # energy is re-read every 5th poll: joules between the first and last change
+            # seen, over the time between them, is the mean power
+            prom.wait_for('changes(goodput_gpu_energy_joules_total{gpu="2"}[30s]) >= 3', 40)
+            raw = prom.query('goodput_gpu_energy_joules_total{gpu="2"}[30s]')[0]["values"]
+            steps = [(float(t), float(v)) for (t, v), (_, p) in zip(raw[1:], raw, strict=False)
+                     if v != p]
+            (t0, e0), (t1, e1) = steps[0], steps[-1]
             power = one(prom.query('goodput_gpu_power_watts{gpu="2"}'))
-            assert watts == pytest.approx(power, rel=0.1)
+            assert (e1 - e0) / (t1 - t0) == pytest.approx(power, rel=0.15)
             labels = prom.query('goodput_gpu_info{gpu="0"}')[0]["metric"]
             assert labels["node"] == "sim-node" and labels["uuid"].startswith("GPU-")

@@ -115,12 +115,14 @@ class WindowBuilder:
             for s, _ in rows
             if s.name == PIPE_ACTIVE and dict(s.labels).get("pipe") in FP_PIPES
         ]
-        power = None
-        for s, ts in rows:
-            if s.name == ENERGY:
-                power = self._rate(gpu, s, ts)
+        # NVML's power reading is already a 1 s average on Ampere and newer; the energy
+        # counter is read less often than every poll (it is the costliest NVML call), so
+        # differencing it per window would alternate between 0 and a burst.
+        power = gauge(POWER)
         if power is None:
-            power = gauge(POWER)
+            for s, ts in rows:
+                if s.name == ENERGY:
+                    power = self._rate(gpu, s, ts)
         processes = gauge(PROCESSES)
         return Window(
             seconds=seconds,
