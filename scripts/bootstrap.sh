@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Make this checkout runnable on a fresh Debian/Ubuntu machine: the real Prometheus tools the
-# tests use (when missing) and a virtualenv with the package and its dev tools.
+# Make this checkout runnable on a fresh Debian/Ubuntu machine: a virtualenv with the package
+# and its dev tools, and with --tools the real Prometheus tools the tests use (when missing).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for tool in prometheus promtool prometheus-alertmanager amtool; do
-  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
-done
+if [ "${1:-}" = "--tools" ]; then  # only the tests and the local stack need them
+  for tool in prometheus promtool prometheus-alertmanager amtool; do
+    command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+  done
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   echo "bootstrap: installing prometheus and prometheus-alertmanager (missing: ${need_apt[*]})"
