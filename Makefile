@@ -2,33 +2,51 @@
 PY := .venv/bin/python
 LISTEN ?= 127.0.0.1:9433
 
-.PHONY: run test lint docs bootstrap bootstrap-tools stack dashboards
+.PHONY: run test lint docs bootstrap bootstrap-runtime bootstrap-tools stack dashboards mixin image dist
 
 bootstrap:
 	@scripts/bootstrap.sh
+
+bootstrap-runtime:
+	@scripts/bootstrap.sh --runtime
 
 bootstrap-tools:
 	@scripts/bootstrap.sh --tools
 
 ## run: the exporter on the built-in simulated 8-GPU node (http://$(LISTEN)/metrics)
-run: bootstrap
+run: bootstrap-runtime
 	$(PY) -m exporter --simulate --listen $(LISTEN) --log-format console
 
 ## test: lint, type-check, generated-docs check and the whole test suite
 test: bootstrap-tools
-	$(PY) -m ruff check exporter tests bench scripts dashboards
+	$(PY) -m ruff check exporter tests bench scripts dashboards mixin
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
+	$(PY) -m mixin --check
 	$(PY) -m pytest -q
 
 ## docs: regenerate docs/metrics.md from the code
-docs: bootstrap
+docs: bootstrap-runtime
 	$(PY) -m exporter.metrics.docs
 
 ## stack: exporter (simulated node) + Prometheus with our rules + Alertmanager -> local webhook
 stack: bootstrap-tools
 	$(PY) scripts/stack.py
 
-## dashboards: regenerate dashboards from dashboards/generator
-dashboards: bootstrap
-	$(PY) -m dashboards.generator
+## mixin: regenerate alerts/*.rules.yml and dashboards/*.json from mixin/config.yaml
+##        (your overrides: make mixin MIXIN_CONFIG=my.yaml MIXIN_OUT=build/)
+MIXIN_CONFIG ?=
+MIXIN_OUT ?= .
+mixin: bootstrap
+	$(PY) -m mixin --out $(MIXIN_OUT) $(if $(MIXIN_CONFIG),--config $(MIXIN_CONFIG))
+
+## dashboards: same as mixin (the dashboards are part of it)
+dashboards: mixin
+
+## image: the container image with docker, podman or buildah (IMAGE_ARGS="--tag reg/x:1 ...")
+image:
+	scripts/image.sh $(IMAGE_ARGS)
+
+## dist: sdist, wheel (twine-checked) and the Helm chart .tgz in dist/
+dist: bootstrap
+	$(PY) scripts/package.py

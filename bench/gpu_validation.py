@@ -17,7 +17,9 @@ everything measured so far):
 A failing workload or daemon start is recorded and the run goes on. ``--simulate`` runs the
 whole pipeline on a machine without a GPU (simulated daemon, dry-run workloads), reading for
 each workload the simulated GPU that plays the same pattern.
-``bench/report.py`` turns the JSON into docs/validation/*.md.
+``bench/report.py`` turns the JSON into docs/validation/*.md. The pure analysis lives in
+``bench/analysis.py``; starting the daemon and other process plumbing in ``bench/harness.py``
+(shared with the tests); the workloads in ``bench/workloads.py``.
 """
 
 from __future__ import annotations
@@ -25,22 +27,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +47,36 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from workloads import (  # noqa: E402  (bench/ is not a package)
+# bench/ is a script folder: these resolve from sys.path[0]. Re-exported for bench/report.py,
+# bench/scrape_latency.py and tests/test_bench_report.py.
+from analysis import (  # noqa: E402,F401
+    DEVICE_LABELS,
+    active_label,
+    counter_rate,
+    gpu_kind,
+    log_support,
+    log_windows_to_regime,
+    median,
+    parse_exposition,
+    regime_changes,
+    run_lengths,
+    series_key,
+    steady_start,
+    summarize,
+    windows_from_steady,
+)
+from harness import (  # noqa: E402,F401
+    DaemonProcess,
+    DaemonStartError,
+    child_env,
+    free_port,
+    http_get,
+    parse_smi_csv,
+    proc_cpu_seconds,
+    proc_rss_bytes,
+    run_cmd,
+)
+from workloads import (  # noqa: E402
     DESCRIPTIONS,
     EXPECTED,
     MODEL_NAME,
@@ -65,8 +91,6 @@ SMI_FIELDS = ("utilization.gpu", "utilization.memory", "power.draw", "memory.use
               "temperature.gpu")
 SMI_INFO_FIELDS = ("index", "name", "uuid", "driver_version", "pci.bus_id", "memory.total",
                    "power.limit", "clocks.max.sm", "clocks.max.mem", "compute_cap")
-# Per-device label names that identify the device rather than the series.
-DEVICE_LABELS = frozenset({"gpu", "uuid", "node", "namespace", "pod", "container"})
 # Simulated node: which simulated GPU plays each workload's pattern (see exporter/sim).
 SIM_GPU = {
     "idle": "0", "allocated_idle": "1", "large_gemm": "2", "hbm_copy": "3",
@@ -76,368 +100,12 @@ SIM_GPU = {
 PHASE_OVERHEAD = {"transformer_decode": 45.0}  # start-up beyond --seconds, for the budget
 
 
-# --- pure helpers (unit-tested) ---------------------------------------------------------------
-
-def series_key(name: str, labels: Mapping[str, str]) -> str:
-    """``name{a=1,b=2}`` with device-identity labels left out; plain ``name`` if none left."""
-    rest = sorted((k, v) for k, v in labels.items() if k not in DEVICE_LABELS)
-    if not rest:
-        return name
-    return name + "{" + ",".join(f"{k}={v}" for k, v in rest) + "}"
-
-
-def parse_exposition(text: str, gpu: str) -> tuple[dict[str, float], dict[str, float]]:
-    """Split a /metrics body into (series of device ``gpu``, node series), keyed by
-    :func:`series_key`. Histogram buckets, ``_created`` and info-style series are skipped."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    device: dict[str, float] = {}
-    node: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if name.endswith(("_bucket", "_created")) or name in (
-                "goodput_gpu_info", "goodput_exporter_build_info"
-            ):
-                continue
-            if "gpu" in sample.labels:
-                if sample.labels["gpu"] == gpu:
-                    device[series_key(name, sample.labels)] = float(sample.value)
-            else:
-                node[series_key(name, sample.labels)] = float(sample.value)
-    return device, node
-
-
-def active_label(values: Mapping[str, float], family: str, label: str) -> list[str]:
-    """Label values of ``family`` series whose value is 1 (a state set such as the regime)."""
-    out = []
-    prefix = family + "{"
-    for key, value in values.items():
-        if key.startswith(prefix) and value >= 0.5:
-            labels = dict(part.split("=", 1) for part in key[len(prefix):-1].split(","))
-            if label in labels:
-                out.append(labels[label])
-    return sorted(out)
-
-
-def run_lengths(seq: Iterable[str]) -> list[list[Any]]:
-    """``a a b`` -> ``[["a", 2], ["b", 1]]``."""
-    out: list[list[Any]] = []
-    for item in seq:
-        if out and out[-1][0] == item:
-            out[-1][1] += 1
-        else:
-            out.append([item, 1])
-    return out
-
-
-def median(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and v == v]
-    return statistics.median(vals) if vals else None
-
-
-def counter_rate(samples: list[dict[str, Any]], section: str, key_prefix: str) -> float | None:
-    """Per-second rate of the sum of counters whose key starts with ``key_prefix``."""
-    points = []
-    for s in samples:
-        values = s.get(section) or {}
-        matched = [v for k, v in values.items() if k.startswith(key_prefix)]
-        if matched:
-            points.append((s["t"], sum(matched)))
-    if len(points) < 2 or points[-1][0] <= points[0][0]:
-        return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
-
-
-def regime_changes(lines: Iterable[str], gpu: str, ready_time: float) -> list[list[Any]]:
-    """``[seconds after ready, regime]`` from the daemon's ``regime_changed`` log lines of
-    ``gpu``; the last change before the ready moment is kept (clamped to 0) as the regime the
-    workload started under."""
-    out: list[list[Any]] = []
-    before: list[Any] | None = None
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("event") != "regime_changed":
-            continue
-        if str(rec.get("gpu")) != gpu or "timestamp" not in rec:
-            continue
-        try:
-            when = datetime.fromisoformat(str(rec["timestamp"]).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        rel = when.timestamp() - ready_time
-        if rel < 0:
-            before = [0.0, rec.get("regime")]
-        else:
-            out.append([round(rel, 3), rec.get("regime")])
-    return ([before] if before else []) + out
-
-
-def log_windows_to_regime(changes: list[list[Any]], good: set[str], interval: float
-                          ) -> int | None:
-    """Whole windows from ready until the regime log first says a ``good`` regime."""
-    for rel, regime in changes:
-        if regime in good:
-            return math.ceil(rel / interval - 1e-6) if rel > 0 else 0
-    return None
-
-
-STEADY_SIGNALS = (
-    "goodput_gpu_utilization_ratio",
-    "goodput_gpu_graphics_active_ratio",
-    "goodput_gpu_sm_active_ratio",
-    "goodput_gpu_tensor_active_ratio",
-    "goodput_gpu_dram_active_ratio",
-)
-
-
-MEMORY_USED = "goodput_gpu_memory_used_bytes"  # compared relatively: allocated-idle's signal
-
-
-def steady_start(samples: list[dict[str, Any]], medians: Mapping[str, float | None],
-                 tolerance: float = 0.05) -> float | None:
-    """Time of the first sample from which every profiling signal stays within ``tolerance``
-    of its steady-state median: when the workload's own warm-up (weights, cuBLAS
-    heuristics, first allocation) is over and the daemon's window covers only the workload."""
-    def close(sample: dict[str, Any]) -> bool:
-        daemon = sample.get("daemon") or {}
-        for key in STEADY_SIGNALS:
-            want, got = medians.get(key), daemon.get(key)
-            if want is not None and (got is None or abs(got - want) > tolerance):
-                return False
-        want, got = medians.get(MEMORY_USED), daemon.get(MEMORY_USED)
-        return want is None or (got is not None and abs(got - want) <= tolerance * want)
-
-    start = None
-    for sample in samples:
-        held = close(sample)
-        if held and start is None:
-            start = sample["t"]
-        elif not held:
-            start = None  # must hold from here to the end of the run
-    return start
-
-
-def windows_from_steady(changes: list[list[Any]], regimes: list[tuple[float, str]],
-                        good: set[str], start: float | None, interval: float) -> int | None:
-    """Whole windows from steady state until the daemon first says a ``good`` regime; 0 when
-    it already said so (a regime entered during warm-up counts from there)."""
-    if start is None:
-        return None
-    timeline = [(rel, regime) for rel, regime in changes] if changes else regimes
-    current = None
-    for rel, regime in timeline:
-        if rel <= start:
-            current = regime
-            continue
-        if current in good:
-            return 0
-        if regime in good:
-            return max(0, math.ceil((rel - start) / interval - 1e-6))
-        current = regime
-    return 0 if current in good else None
-
-
-def summarize(
-    samples: list[dict[str, Any]],
-    expected: str,
-    acceptable: Iterable[str] = (),
-    drop: float = 5.0,
-    interval: float = 1.0,
-    changes: list[list[Any]] | None = None,
-) -> dict[str, Any]:
-    """Steady-state medians (samples with ``t >= drop``), regime sequence and timing.
-
-    ``windows_to_regime`` counts daemon windows from the workload's ready moment (t=0) to the
-    expected (or an acceptable) regime: from the daemon's own ``regime_changed`` log lines when
-    given (exact), else from the first 1 s sample showing it (up to one window late).
-    ``regime_share`` is the share of steady samples that show it.
-    """
-    good = {expected, *acceptable}
-    steady = [s for s in samples if s["t"] >= drop]
-    # A workload whose warm-up outlasts ``drop`` (weights initialised on the GPU, first
-    # prefill) would bias the medians and rates: keep only samples from steady state on.
-    first_pass = {k: median((s.get("daemon") or {}).get(k) for s in steady)
-                  for k in (*STEADY_SIGNALS, MEMORY_USED)}
-    start = steady_start(samples, first_pass)
-    if start is not None and start > drop:
-        steady = [s for s in samples if s["t"] >= start] or steady
-    regimes = [(s["t"], (active_label(s.get("daemon") or {}, "goodput_gpu_regime", "regime")
-                         or ["none"])[0]) for s in samples]
-    first = next((t for t, r in regimes if r in good), None)
-    steady_regimes = [r for t, r in regimes if t >= max(drop, start or drop)]
-    keys = sorted({k for s in steady for k in (s.get("daemon") or {})})
-    smi_keys = sorted({k for s in steady for k in (s.get("smi") or {})})
-    flags: dict[str, float] = {}
-    for reason in ("hollow_busy", "busy_no_output"):
-        key = f"goodput_gpu_busy_unproductive{{reason={reason}}}"
-        vals = [s["daemon"][key] for s in steady if key in (s.get("daemon") or {})]
-        if vals:
-            flags[reason] = sum(1 for v in vals if v >= 0.5) / len(vals)
-    daemon_medians = {k: median((s.get("daemon") or {}).get(k) for s in steady) for k in keys}
-    return {
-        "samples": len(samples),
-        "steady_samples": len(steady),
-        "steady_start": start,
-        "windows_from_steady": windows_from_steady(changes or [], regimes, good, start, interval),
-        "daemon_medians": daemon_medians,
-        "smi_medians": {k: median((s.get("smi") or {}).get(k) for s in steady)
-                        for k in smi_keys},
-        "regime_sequence": run_lengths(r for _, r in regimes),
-        "steady_regime": (statistics.mode(steady_regimes) if steady_regimes else None),
-        "windows_to_regime": (
-            log_windows_to_regime(changes, good, interval) if changes
-            else None if first is None else max(0, round(first / interval))),
-        "windows_to_regime_source": "daemon log" if changes else "samples",
-        "regime_changes": changes or [],
-        "regime_share": (sum(1 for r in steady_regimes if r in good) / len(steady_regimes)
-                         if steady_regimes else None),
-        "busy_unproductive_share": flags,
-        "tokens_per_second": _gen_rate(steady),
-        "engine_tokens_per_second": counter_rate(steady, "vllm", "vllm:generation_tokens_total"),
-        "engine_prompt_tokens_per_second": counter_rate(steady, "vllm",
-                                                        "vllm:prompt_tokens_total"),
-        "energy_watts": counter_rate(steady, "daemon", "goodput_gpu_energy_joules_total"),
-    }
-
-
-def _gen_rate(samples: list[dict[str, Any]]) -> float | None:
-    """Generation-token rate from the daemon's attributed counters (kind=generation only)."""
-    rows = []
-    for s in samples:
-        vals = [v for k, v in (s.get("daemon") or {}).items()
-                if k.startswith("goodput_gpu_tokens_total{") and "kind=generation" in k]
-        if vals:
-            rows.append({"t": s["t"], "x": {"gen": sum(vals)}})
-    return counter_rate(rows, "x", "gen")
-
-
-def gpu_kind(name: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``h100``; anything else -> a slug of the name."""
-    match = re.search(r"\b([A-Z]\d{2,4})\b", name.upper())
-    if match:
-        return match.group(1).lower()
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
-
-
-def log_support(lines: Iterable[str]) -> dict[str, Any]:
-    """What the daemon's JSON log says about support: unsupported NVML readings, unsupported
-    GPM metric ids, GPM support per GPU, and every distinct event name seen."""
-    nvml: dict[str, set[str]] = {}
-    gpm_ids: set[int] = set()
-    gpm_support: dict[str, Any] = {}
-    events: dict[str, int] = {}
-    errors: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        event = str(rec.get("event", ""))
-        events[event] = events.get(event, 0) + 1
-        if event == "nvml_metric_unsupported":
-            nvml.setdefault(str(rec.get("gpu", "")), set()).add(str(rec.get("metric", "")))
-        elif event == "gpm_metrics_unsupported":
-            gpm_ids.update(int(i) for i in rec.get("metric_ids") or [])
-        elif event == "gpm_support":
-            gpm_support[str(rec.get("gpu", ""))] = {"supported": rec.get("supported"),
-                                                    "reason": rec.get("reason", "")}
-        if rec.get("level") in ("error", "critical") and len(errors) < 50:
-            errors.append(rec)
-    return {
-        "nvml_unsupported": {g: sorted(m) for g, m in nvml.items()},
-        "gpm_unsupported_ids": sorted(gpm_ids),
-        "gpm_support": gpm_support,
-        "log_events": events,
-        "log_errors": errors,
-    }
-
-
-# --- process and HTTP plumbing ----------------------------------------------------------------
-
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of ``pid`` from /proc (Linux), in seconds."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def proc_rss_bytes(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(rest.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def run_cmd(cmd: list[str], timeout: float = 20.0) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        return proc.returncode, proc.stdout + proc.stderr
-    except FileNotFoundError:
-        return 127, f"{cmd[0]}: not found"
-    except subprocess.TimeoutExpired:
-        return 124, f"{cmd[0]}: timed out after {timeout}s"
-
-
-def parse_smi_csv(text: str, fields: Iterable[str]) -> dict[str, Any]:
-    """One ``--format=csv,noheader,nounits`` line to {field: float or str}; N/A dropped."""
-    names = list(fields)
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    values = [v.strip() for v in line.split(",")]
-    out: dict[str, Any] = {}
-    if len(values) != len(names):
-        return out
-    for name, value in zip(names, values, strict=True):
-        if not value or value.startswith(("[N/A]", "N/A", "[Not Supported]")):
-            continue
-        try:
-            out[name] = float(value)
-        except ValueError:
-            out[name] = value
-    return out
-
-
 # --- the daemon -------------------------------------------------------------------------------
 
 @dataclass
 class Daemon:
-    """One daemon process (a phase); records start time, readiness and CPU/RSS."""
+    """One daemon process (a phase) started through :class:`harness.DaemonProcess`; records
+    start time, readiness and CPU/RSS."""
 
     phase: str
     python: str
@@ -446,21 +114,20 @@ class Daemon:
     log: IO[str]
     simulate: bool = False
     config: dict[str, Any] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+    process: DaemonProcess | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.process.url if self.process else f"http://127.0.0.1:{self.port}"
 
-    def command(self, config_path: str | None) -> list[str]:
-        cmd = [self.python, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}",
-               "--interval", str(self.interval), "--log-format", "json"]
-        if self.simulate:
-            cmd.append("--simulate")
-        if config_path:
-            cmd += ["--config", config_path]
-        return cmd
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process.proc if self.process else None
+
+    def args(self) -> list[str]:
+        args = ["--interval", str(self.interval), "--log-format", "json"]
+        return [*args, "--simulate"] if self.simulate else args
 
     def start(self, timeout: float = 45.0, optional: Mapping[str, Any] | None = None) -> bool:
         """Start and wait for /readyz; on a config error (exit 2) retry without ``optional``."""
@@ -474,52 +141,29 @@ class Daemon:
         return False
 
     def _start_once(self, config: dict[str, Any], timeout: float) -> bool:
-        import yaml
-
-        if not port_free(self.port):  # someone else's daemon would answer our /readyz
-            taken, self.port = self.port, free_port()
-            self.log.write(f"# port {taken} is taken; using {self.port}\n")
-
-        path = None
-        if config:
-            fd, path = tempfile.mkstemp(prefix=f"goodput-{self.phase}-", suffix=".yaml")
-            with os.fdopen(fd, "w") as fh:
-                yaml.safe_dump(config, fh)
-        cmd = self.command(path)
-        self.log.write(f"# --- phase {self.phase}: {' '.join(cmd)}\n")
-        self.log.flush()
-        started = time.monotonic()
-        self.record = {"phase": self.phase, "command": cmd, "config": config,
-                       "started": time.time()}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=_child_env())
-        while time.monotonic() - started < timeout:
-            if self.proc.poll() is not None:
-                self.record.update(exit_code=self.proc.returncode,
-                                   error=f"daemon exited with {self.proc.returncode} at start")
-                return False
-            try:
-                status, body = http_get(self.base + "/readyz", timeout=1.0)
-            except OSError:
-                time.sleep(0.25)
-                continue
-            if status == 200 or (status == 404 and http_get(self.base + "/metrics")[0] == 200):
-                time.sleep(0.3)
-                if self.proc.poll() is not None:
-                    continue  # answered by another process; ours exited (reported above)
-                self.record["ready_seconds"] = time.monotonic() - started
-                self.record["port"] = self.port
-                return True
-            self.record["last_readyz"] = f"{status} {body.strip()[:200]}"
-            time.sleep(0.25)
-        self.record["error"] = f"not ready after {timeout:.0f}s ({self.record.get('last_readyz')})"
-        return self.proc.poll() is None
+        self.log.write(f"# --- phase {self.phase}\n")
+        self.process = DaemonProcess(*self.args(), port=self.port, python=self.python,
+                                     log=self.log, config=config)
+        self.record = {"phase": self.phase, "config": config, "started": time.time()}
+        try:
+            self.process.start(timeout=timeout, ready_path="/readyz", keep_unready=True)
+        except DaemonStartError as exc:
+            self.record.update(command=self.process.command(), error=str(exc))
+            if exc.exit_code is not None:
+                self.record["exit_code"] = exc.exit_code
+            return False
+        self.port = self.process.port
+        self.record.update(command=self.process.command(), port=self.port,
+                           ready_seconds=self.process.ready_seconds)
+        if self.process.ready_seconds is None:
+            self.record["error"] = f"not ready after {timeout:.0f}s (kept running)"
+        return True
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.alive()
 
     def cpu(self) -> float | None:
-        return proc_cpu_seconds(self.proc.pid) if self.alive() and self.proc else None
+        return self.process.cpu_seconds() if self.process else None
 
     def scrape(self, gpu: str) -> tuple[dict[str, float], dict[str, float], str]:
         status, body = http_get(self.base + "/metrics")
@@ -529,28 +173,16 @@ class Daemon:
         return device, node, body
 
     def stop(self) -> None:
-        if self.proc is None:
+        if self.process is None or self.process.proc is None:
             return
-        if self.proc.poll() is None:
-            self.record["rss"] = proc_rss_bytes(self.proc.pid)
-            self.record["cpu_seconds_total"] = proc_cpu_seconds(self.proc.pid)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-                self.record["killed"] = True
-        self.record["exit_code"] = self.proc.returncode
+        if self.process.alive():
+            self.record["rss"] = self.process.rss()
+            self.record["cpu_seconds_total"] = self.process.cpu_seconds()
+        code, killed = self.process.stop()
+        if killed:
+            self.record["killed"] = True
+        self.record["exit_code"] = code
         self.record["stopped"] = time.time()
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    # The repo root first so `python -m exporter` and bench imports resolve from this checkout.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 # --- workloads --------------------------------------------------------------------------------
@@ -571,7 +203,7 @@ class Workload:
             log.write(f"# --- workload {name}: {' '.join(cmd)}\n")
             log.flush()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log,
-                                     text=True, env=_child_env())
+                                     text=True, env=child_env())
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 

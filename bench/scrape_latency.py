@@ -32,8 +32,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu_validation import free_port  # noqa: E402  (bench/ is not a package)
-from gpu_validation import proc_rss_bytes as rss_bytes  # noqa: E402
+from harness import free_port  # noqa: E402  (bench/ is not a package)
+from harness import proc_rss_bytes as rss_bytes  # noqa: E402
 
 # What Prometheus 2.x/3.x sends when scraping.
 PROM_HEADERS = {

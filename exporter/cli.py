@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__, webconfig
-from exporter.config import DEFAULT_PORT, ConfigError, build, parse_listen
+from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
 from exporter.logging import configure
 from exporter.sources.nvml_session import NvmlUnavailable
 
@@ -25,9 +25,10 @@ def parser() -> argparse.ArgumentParser:
         prog="gpu-goodput-exporter",
         description="Prometheus exporter that tells whether GPUs do useful work.",
         argument_default=argparse.SUPPRESS,
-        epilog="Every flag has an environment variable GOODPUT_<NAME> (nested keys: "
-        "GOODPUT_SECTION__KEY) and a key in the --config YAML file; flags win over the "
-        "environment, which wins over the file.",
+        epilog="Each setting flag names its environment variable in [brackets] (nested keys: "
+        "GOODPUT_SECTION__KEY, values parsed as YAML) and has the same key in the --config "
+        "YAML file; flags win over the environment, which wins over the file. GOODPUT_* "
+        "variables that name no setting are ignored with a warning.",
     )
     add = p.add_argument
     add("--version", action="version", version=f"%(prog)s {__version__}")
@@ -117,6 +118,14 @@ def parser() -> argparse.ArgumentParser:
         help="where DCGM's Python bindings are installed",
     )
 
+    add(
+        "--extended-metrics",
+        action="store_true",
+        dest="extended_metrics",
+        help="also publish the optional families (docs/metrics.md marks them)",
+    )
+    add_collector_flags(p)
+
     k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")
     k8s.add_argument(
         "--kubernetes",
@@ -168,7 +177,36 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="where the host's /proc is mounted, for PID-to-pod mapping",
     )
+    _name_env_vars(p)
     return p
+
+
+def _name_env_vars(p: argparse.ArgumentParser) -> None:
+    """Append the real environment variable of every setting flag to its help."""
+    for action in p._actions:
+        dest = action.dest
+        if dest in ("help", "version") or dest.startswith("collectors__"):
+            continue
+        env = "GOODPUT_" + dest.upper()
+        if action.help and action.help is not argparse.SUPPRESS:
+            action.help = f"{action.help} [{env}]"
+
+
+def add_collector_flags(p: argparse.ArgumentParser) -> None:
+    """``--collector.<name>`` / ``--no-collector.<name>`` for every registered collector."""
+    from exporter.collectors import REGISTRY
+
+    group = p.add_argument_group(
+        "collectors",
+        "Switch a collector on (--collector.NAME) or off (--no-collector.NAME) against its "
+        "default; config file: collectors: {NAME: true|false}.",
+    )
+    for c in REGISTRY:
+        dest = f"collectors__{c.name}"
+        group.add_argument(f"--collector.{c.name}", dest=dest, action="store_true", help=c.help)
+        group.add_argument(
+            f"--no-collector.{c.name}", dest=dest, action="store_false", help="turn it off"
+        )
 
 
 def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
@@ -196,6 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
+    ignored = ignored_env(os.environ)
+    if ignored:
+        log.warning(
+            "environment_variables_ignored",
+            names=ignored,
+            reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
+        )
     try:
         web_config = webconfig.load(
             getattr(args, "web_config_file", None) or os.environ.get("GOODPUT_WEB_CONFIG_FILE")
@@ -226,14 +271,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpus=len(session.devices),
         node=settings.node_name,
     )
-    web.run_app(
-        daemon.app(middlewares=list(web_config.middlewares)),
-        ssl_context=web_config.ssl_context,
-        host=host or None,
-        port=port,
-        print=None,
-        shutdown_timeout=5.0,
-        access_log=None,
-    )
+    try:
+        web.run_app(
+            daemon.app(middlewares=list(web_config.middlewares)),
+            ssl_context=web_config.ssl_context,
+            host=host or None,
+            port=port,
+            print=None,
+            shutdown_timeout=5.0,
+            access_log=None,
+        )
+    except OSError as exc:  # the port is taken, or the address is not ours
+        print(
+            f"gpu-goodput-exporter: cannot listen on {settings.listen}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     log.info("stopped")
     return 0

@@ -197,6 +197,12 @@ class ModelConfig(Section):
     """Any FP pipe (fp64/fp32/fp16) activity at or above this is compute_bound."""
     memory_dram_min: float = Field(default=0.5, ge=0, le=1)
     """DRAM bandwidth at or above this share of peak is memory_bound."""
+    comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
+    """NVLink traffic (both directions) at or above this, with kernels that barely fill the
+    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound)."""
+    straggler_gap: float = Field(default=0.3, ge=0, le=1)
+    """A GPU of a multi-GPU job whose work (max of SM active and tensor activity) exceeds
+    every busy peer's by this much, while the peers wait in collectives, holds the job back."""
     hollow_min: float = Field(default=0.3, ge=0, le=1)
     """hollow_busy needs util - sm_active at least this (plus sm_fill under launch_sm_fill_max)."""
     no_output_util_min: float = Field(default=0.5, ge=0, le=1)
@@ -251,6 +257,23 @@ class Settings(Section):
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()
     model: ModelConfig = ModelConfig()
+    collectors: dict[str, bool] = Field(default_factory=dict)
+    """Collectors switched on (true) or off (false) against their default; see --help."""
+    extended_metrics: bool = False
+    """Also publish the optional families (docs/metrics.md marks them): every pipe, per-window
+    gauges next to their counters, clock-event states, remapped rows."""
+    debug_state: bool = True
+    """Serve /debug/state (the snapshot as JSON); the Helm chart turns it off."""
+
+    @field_validator("collectors")
+    @classmethod
+    def _known_collectors(cls, value: dict[str, bool]) -> dict[str, bool]:
+        from exporter.collectors import NAMES
+
+        unknown = sorted(set(value) - set(NAMES))
+        if unknown:
+            raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(NAMES)}")
+        return value
 
     @field_validator("listen")
     @classmethod
@@ -290,16 +313,18 @@ def load_file(path: str | Path) -> dict[str, Any]:
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``GOODPUT_INTERVAL=2`` -> {"interval": "2"}; ``GOODPUT_SERVING__TIMEOUT`` nests.
+    """``GOODPUT_INTERVAL=2`` -> {"interval": 2}; ``GOODPUT_SERVING__TIMEOUT`` nests.
 
     Values are parsed as YAML scalars/flow collections so lists work
-    (``GOODPUT_SERVING__TARGETS='[{url: http://...}]'``).
+    (``GOODPUT_SERVING__TARGETS='[{url: http://...}]'``). Variables that name no setting
+    are left out (see :func:`ignored_env`): Kubernetes injects ``<SERVICE>_PORT=tcp://...``
+    variables for every service, and one named like ours must not stop the exporter.
     """
     out: dict[str, Any] = {}
     for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX) or key in CLI_ONLY_ENV:
+        path = _env_path(key)
+        if path is None:
             continue
-        path = key[len(ENV_PREFIX) :].lower().split("__")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
@@ -310,6 +335,30 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             parsed = raw
         _set_path(out, path, parsed, origin=key)
     return out
+
+
+def ignored_env(environ: Mapping[str, str]) -> list[str]:
+    """``GOODPUT_*`` variables that name no setting (the CLI warns about them)."""
+    return sorted(
+        key
+        for key in environ
+        if key.startswith(ENV_PREFIX) and key not in CLI_ONLY_ENV and _env_path(key) is None
+    )
+
+
+def _env_path(key: str) -> list[str] | None:
+    """The settings path a variable names, or None when it names none."""
+    if not key.startswith(ENV_PREFIX) or key in CLI_ONLY_ENV:
+        return None
+    path = key[len(ENV_PREFIX) :].lower().split("__")
+    model: Any = Settings
+    for part in path[:-1]:
+        field_info = model.model_fields.get(part)
+        annotation = getattr(field_info, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return path if path[-1] in model.model_fields else None
 
 
 def _set_path(tree: dict[str, Any], path: list[str], value: Any, origin: str) -> None:

@@ -1,4 +1,6 @@
-"""Builds the daemon from settings: backend, sources, snapshot store, registry, HTTP app.
+"""Wires the daemon from settings: the enabled collectors' sources, the snapshot store, the
+model step, the exposition and the HTTP app. It decides nothing itself: what runs comes from
+the collector registry (``exporter/collectors.py``).
 
 Kept apart from the CLI so tests can build a daemon in-process around any NVML module.
 """
@@ -6,27 +8,32 @@ Kept apart from the CLI so tests can build a daemon in-process around any NVML m
 from __future__ import annotations
 
 import platform
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.process_collector import ProcessCollector
 
-from exporter import __version__
+from exporter import __version__, collectors
 from exporter.config import Settings
-from exporter.metrics.render import ExpositionCache, SnapshotCollector
+from exporter.metrics.cache import ExpositionCache
+from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.model.source import build_sources as model_sources
+from exporter.model.node import NodeModel
 from exporter.scheduler import Scheduler
 from exporter.server import build_app
-from exporter.snapshot import SnapshotStore
-from exporter.sources import kubernetes, serving
+from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
-from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
-from exporter.sources.profiling_sources import build_profiling_sources
-from exporter.sources.xid import XidSource
+
+# Counters' _created series double the series of every counter for a value Prometheus
+# does not use (it has its own reset detection): off.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
+"""Sources whose publish is a GPU poll: the model steps after them."""
 
 
 def open_nvml(settings: Settings) -> NvmlSession:
@@ -49,6 +56,27 @@ def open_nvml(settings: Settings) -> NvmlSession:
     return session
 
 
+class ModelStep:
+    """Runs the node model after GPU polls, at most once per model interval, and publishes
+    its verdicts into the next snapshot."""
+
+    def __init__(self, store: SnapshotStore, model: NodeModel, interval: float) -> None:
+        self.store = store
+        self.model = model
+        self.interval = interval
+        self._last = -float("inf")
+
+    def __call__(self, result: SourceResult) -> None:
+        if result.source not in MODEL_TRIGGERS:
+            return
+        now = time.monotonic()
+        # nvml and a profiling backend both poll each interval: step once per interval.
+        if now - self._last < 0.5 * self.interval:
+            return
+        self._last = now
+        self.store.publish_verdicts(self.model.step(self.store.current, self.interval))
+
+
 @dataclass
 class Daemon:
     settings: Settings
@@ -56,18 +84,25 @@ class Daemon:
     store: SnapshotStore
     registry: CollectorRegistry
     scheduler: Scheduler
+    exposition: ExpositionCache
     sources: list[Source] = field(default_factory=list)
-    attribution_labels: tuple[str, ...] = ()
 
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
-        exposition = ExpositionCache(self.registry, self.store)
-        app = build_app(self.store, exposition, self.session.backend, middlewares)
+        app = build_app(
+            self.store,
+            self.exposition,
+            self.session.backend,
+            middlewares,
+            debug_state=self.settings.debug_state,
+        )
 
         async def start(_: web.Application) -> None:
+            self.exposition.start()
             await self.scheduler.start()
 
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
+            self.exposition.stop()
             self.session.close()
 
         app.on_startup.append(start)
@@ -75,28 +110,27 @@ class Daemon:
         return app
 
 
-def core_sources(settings: Settings, session: NvmlSession) -> list[Source]:
-    return [
-        NvmlSource(session, interval=settings.interval),
-        XidSource(session, interval=settings.interval),
-    ]
-
-
 def build(settings: Settings, session: NvmlSession) -> Daemon:
     node = settings.node_name
-    store = SnapshotStore(node, ready_sources=[NvmlSource.name])
-    sources = [
-        *core_sources(settings, session),
-        *build_profiling_sources(settings, session, store),
-        *kubernetes.build_sources(settings, store),
-        *serving.build_sources(settings, store),
-        *model_sources(settings, store),
-    ]
+    chosen = collectors.enabled(settings)
+    names = {c.name for c in chosen}
+    from exporter.sources.profiling.build import PREFERENCE
+
+    store = SnapshotStore(node, ready_sources=["nvml"], profiling_order=PREFERENCE)
+    ctx = collectors.Context(settings, session, store)
+    sources = [source for c in chosen for source in c.sources(ctx)]
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
-    attribution = kubernetes.attribution_labels(settings)
-    registry.register(SnapshotCollector(lambda: store.current, attribution))
-    scheduler = Scheduler(sources, store, metrics)
-    return Daemon(settings, session, store, registry, scheduler, sources, attribution)
+    encoder = Encoder(
+        collectors.families(chosen, settings), registry, include_optional=settings.extended_metrics
+    )
+    exposition = ExpositionCache(encoder, lambda: store.current)
+    store.subscribe(exposition.published)
+    step = None
+    if "model" in names:
+        interval = settings.model.interval or settings.interval
+        step = ModelStep(store, NodeModel(settings.model), interval)
+    scheduler = Scheduler(sources, store, metrics, after_publish=step)
+    return Daemon(settings, session, store, registry, scheduler, exposition, sources)

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter import __version__
-from exporter.metrics.render import ExpositionCache
+from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
 
 LANDING = """<!doctype html>
@@ -37,22 +37,22 @@ def build_app(
     exposition: ExpositionCache,
     backend: str,
     middlewares: list[Any] | None = None,
+    debug_state: bool = True,
 ) -> web.Application:
     app = web.Application(middlewares=middlewares or [])
 
     async def metrics(request: web.Request) -> web.Response:
-        accept = request.headers.get("Accept")
-        hit = exposition.cached(accept)
-        if hit is None:  # a fresh encode takes milliseconds: keep the event loop free
-            hit = await asyncio.get_running_loop().run_in_executor(None, exposition.render, accept)
-        body, content_type = hit
-        mime, _, params = content_type.partition(";")
-        charset = "utf-8"
+        variant = negotiate(request.headers.get("Accept"), request.headers.get("Accept-Encoding"))
+        body = exposition.cached(variant)
+        if body is None:  # not encoded yet for this snapshot: keep the event loop free
+            body = await asyncio.get_running_loop().run_in_executor(
+                None, exposition.body, variant
+            )
         response = web.Response(body=body)
-        response.content_type = mime.strip()
-        response.charset = charset
-        if "version=" in params:
-            response.headers["Content-Type"] = content_type
+        response.headers["Content-Type"] = variant.content_type
+        if variant.gzipped:
+            response.headers["Content-Encoding"] = "gzip"
+        response.headers["Vary"] = "Accept, Accept-Encoding"
         return response
 
     async def healthz(_: web.Request) -> web.Response:
@@ -72,7 +72,7 @@ def build_app(
         )
         return web.Response(text=page, content_type="text/html")
 
-    async def debug_state(_: web.Request) -> web.Response:
+    async def state(_: web.Request) -> web.Response:
         return web.Response(
             text=json.dumps(store.current.to_json(), indent=1, default=str),
             content_type="application/json",
@@ -82,5 +82,6 @@ def build_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/debug/state", debug_state)
+    if debug_state:
+        app.router.add_get("/debug/state", state)
     return app

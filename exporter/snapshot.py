@@ -1,68 +1,39 @@
-"""Immutable snapshots of what the sources last read.
+"""Immutable snapshots of what the sources last read, and the model's last verdicts.
 
-Every source publishes one :class:`SourceResult` per poll. The :class:`SnapshotStore` swaps
-in a new :class:`Snapshot` that shares every other source's last result, so readers (the
-``/metrics`` renderer, the efficiency model, ``/debug/state``) see a consistent picture
-without locks and without ever calling into hardware themselves.
+Every source publishes one :class:`SourceResult` per poll, carrying typed readings
+(``exporter/readings.py``). The :class:`SnapshotStore` swaps in a new :class:`Snapshot` that
+shares every other source's last result, so readers (the exposition, the efficiency model,
+``/debug/state``) see a consistent picture without locks and never call into hardware.
+
+Data flows one way: sources -> snapshot -> model -> verdicts in the next snapshot ->
+exposition. The model is not a source: the scheduler runs it after each GPU poll and
+publishes its :class:`~exporter.readings.NodeVerdicts` with :meth:`SnapshotStore.publish_verdicts`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-Labels = tuple[tuple[str, str], ...]
-"""Extra labels of a sample, beyond the per-device base labels, as sorted pairs."""
+from exporter.readings import (
+    Availability,
+    Device,
+    GpuState,
+    NodeVerdicts,
+    PodAssignments,
+    PodUsage,
+    ProcessInfo,
+    ProfilingStatus,
+    ServingState,
+    XidState,
+)
 
-
-def labels(**kv: str) -> Labels:
-    """Build a :data:`Labels` tuple in a stable order."""
-    return tuple(sorted(kv.items()))
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    """Identity of one GPU or MIG instance.
-
-    ``gpu`` is the value of the ``gpu`` label: the NVML index as a string for a whole GPU,
-    ``"<parent index>-<gpu instance id>"`` for a MIG instance (the key dcgm-exporter uses).
-    """
-
-    gpu: str
-    uuid: str
-    name: str = ""
-    pci_bus_id: str = ""
-    driver_version: str = ""
-    parent_uuid: str = ""
-    gpu_instance_id: str = ""
-    compute_instance_id: str = ""
-    mig_profile: str = ""
-
-    @property
-    def is_mig(self) -> bool:
-        return bool(self.parent_uuid)
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One value of one metric family (named as in the catalog) for one device or the node."""
-
-    name: str
-    value: float
-    labels: Labels = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessInfo:
-    """A compute process NVML lists on a device; kept for pod and serving attribution."""
-
-    gpu: str
-    pid: int
-    used_memory_bytes: int | None = None
+__all__ = ["Device", "ProcessInfo", "Snapshot", "SnapshotStore", "SourceResult"]
 
 
 @dataclass(frozen=True)
@@ -71,12 +42,8 @@ class SourceResult:
 
     ``ok`` false with ``error`` (a one-line message) and ``reason`` (a short snake_case code)
     means the poll as a whole failed; partial failures (one GPU lost, one metric unsupported)
-    are expressed by samples such as ``goodput_gpu_up`` and counted in ``errors`` (reason code
-    to count), which feeds ``goodput_exporter_source_errors_total``.
-    ``devices`` maps a ``gpu`` label to that device's samples; ``node`` holds samples that
-    carry no device labels (serving targets, source status). ``inventory`` is set by the
-    source that discovers devices; ``device_labels`` by sources that attribute devices to
-    workloads (Kubernetes); ``extra`` carries typed payloads for other stages.
+    live in the typed readings and are counted in ``errors`` (reason -> count), which feeds
+    ``goodput_exporter_source_errors_total``. Each source fills only the fields of its kind.
     """
 
     source: str
@@ -86,26 +53,30 @@ class SourceResult:
     error: str = ""
     reason: str = ""
     errors: Mapping[str, int] = field(default_factory=dict)
-    devices: Mapping[str, tuple[Sample, ...]] = field(default_factory=dict)
-    node: tuple[Sample, ...] = ()
     inventory: tuple[Device, ...] | None = None
-    processes: tuple[ProcessInfo, ...] | None = None
-    device_labels: Mapping[str, Labels] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def device_samples(self, gpu: str) -> tuple[Sample, ...]:
-        return self.devices.get(gpu, ())
+    gpus: Mapping[str, GpuState] | None = None
+    profiling: Mapping[str, ProfilingStatus] | None = None
+    xid: Mapping[str, XidState] | None = None
+    pods: PodAssignments | None = None
+    pod_usage: tuple[PodUsage, ...] | None = None
+    serving: ServingState | None = None
+    availability: tuple[Availability, ...] = ()
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The latest result of every source, plus a version that grows with each publish."""
+    """The latest result of every source, the model's verdicts, and a version that grows
+    with each publish."""
 
     node_name: str
     results: Mapping[str, SourceResult] = field(default_factory=dict)
+    verdicts: NodeVerdicts = field(default_factory=NodeVerdicts)
     version: int = 0
     ready_reason: str = "no GPU source has completed a poll yet"
+    profiling_order: tuple[str, ...] = ()
+    """Backends in order of preference, for choosing one per GPU when several answer."""
 
+    # typed views across sources -----------------------------------------------------------
     @property
     def inventory(self) -> tuple[Device, ...]:
         """Devices as discovered by whichever source owns discovery (the first that has one)."""
@@ -115,35 +86,69 @@ class Snapshot:
         return ()
 
     @property
-    def processes(self) -> tuple[ProcessInfo, ...]:
-        out: list[ProcessInfo] = []
+    def gpu_states(self) -> Mapping[str, GpuState]:
         for result in self.results.values():
-            if result.processes:
-                out.extend(result.processes)
-        return tuple(out)
+            if result.gpus is not None:
+                return result.gpus
+        return {}
 
     @property
-    def device_labels(self) -> Mapping[str, Labels]:
-        merged: dict[str, Labels] = {}
+    def processes(self) -> tuple[ProcessInfo, ...]:
+        return tuple(p for state in self.gpu_states.values() for p in state.processes)
+
+    def profiling(self, gpu: str) -> ProfilingStatus | None:
+        """The profiling status that speaks for ``gpu``: the first available backend in
+        preference order, else the first that said why it is not."""
+        found = [
+            r.profiling[gpu]
+            for r in self.results.values()
+            if r.profiling is not None and gpu in r.profiling
+        ]
+        if not found:
+            return None
+        order = {name: i for i, name in enumerate(self.profiling_order)}
+        found.sort(key=lambda s: (not s.available, order.get(s.backend, len(order))))
+        return found[0]
+
+    def profiling_rows(self, gpu: str) -> tuple[ProfilingStatus, ...]:
+        """Every backend's status on ``gpu`` (for the availability family)."""
+        return tuple(
+            r.profiling[gpu]
+            for r in self.results.values()
+            if r.profiling is not None and gpu in r.profiling
+        )
+
+    @property
+    def xid(self) -> Mapping[str, XidState]:
         for result in self.results.values():
-            if result.device_labels:
-                merged.update(result.device_labels)
-        return merged
+            if result.xid is not None:
+                return result.xid
+        return {}
 
-    def device_samples(self, gpu: str) -> Iterator[Sample]:
+    @property
+    def pods(self) -> PodAssignments:
         for result in self.results.values():
-            yield from result.device_samples(gpu)
+            if result.pods is not None:
+                return result.pods
+        return PodAssignments()
 
-    def value(self, gpu: str, name: str, match: Labels = ()) -> float | None:
-        """The value of metric ``name`` on device ``gpu`` whose labels include ``match``."""
-        wanted = set(match)
-        for sample in self.device_samples(gpu):
-            if sample.name == name and wanted.issubset(sample.labels):
-                return sample.value
-        return None
+    @property
+    def pod_usage(self) -> tuple[PodUsage, ...]:
+        for result in self.results.values():
+            if result.pod_usage is not None:
+                return result.pod_usage
+        return ()
 
-    def values(self, gpu: str, name: str) -> list[Sample]:
-        return [s for s in self.device_samples(gpu) if s.name == name]
+    @property
+    def serving(self) -> ServingState:
+        for result in self.results.values():
+            if result.serving is not None:
+                return result.serving
+        return ServingState()
+
+    @property
+    def availability(self) -> tuple[Availability, ...]:
+        return tuple(a for r in self.results.values() for a in r.availability)
 
     def result(self, source: str) -> SourceResult | None:
         return self.results.get(source)
@@ -153,51 +158,51 @@ class Snapshot:
         return {
             "node": self.node_name,
             "version": self.version,
-            "inventory": [_device_json(d) for d in self.inventory],
-            "sources": {name: _result_json(r) for name, r in self.results.items()},
+            "ready_reason": self.ready_reason,
+            "sources": {name: _plain(r) for name, r in self.results.items()},
+            "verdicts": _plain(self.verdicts),
         }
 
 
-def _device_json(device: Device) -> dict[str, Any]:
-    return {k: getattr(device, k) for k in Device.__slots__}
+def _plain(value: Any) -> Any:
+    """Dataclasses, mappings and tuples to JSON-ready values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
 
 
-def _samples_json(samples: Iterable[Sample]) -> list[dict[str, Any]]:
-    return [{"name": s.name, "value": s.value, "labels": dict(s.labels)} for s in samples]
-
-
-def _result_json(result: SourceResult) -> dict[str, Any]:
-    return {
-        "ok": result.ok,
-        "error": result.error,
-        "timestamp": result.timestamp,
-        "duration_seconds": result.duration_seconds,
-        "devices": {gpu: _samples_json(s) for gpu, s in result.devices.items()},
-        "node": _samples_json(result.node),
-        "processes": [
-            {"gpu": p.gpu, "pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
-            for p in result.processes or ()
-        ],
-        "device_labels": {k: dict(v) for k, v in (result.device_labels or {}).items()},
-    }
+Listener = Callable[[Snapshot], None]
 
 
 class SnapshotStore:
     """Holds the current :class:`Snapshot`; publishing swaps it atomically.
 
-    Writers (source tasks) serialise on a lock; readers just take ``current``, a plain
-    attribute read, so a scrape never waits on a poll.
+    Writers (source tasks, the model) serialise on a lock; readers just take ``current``, a
+    plain attribute read, so a scrape never waits on a poll. Listeners (the exposition
+    encoder) are told of every new snapshot after the swap.
     """
 
-    def __init__(self, node_name: str, ready_sources: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        ready_sources: Iterable[str] = (),
+        profiling_order: Iterable[str] = (),
+    ) -> None:
         self._lock = threading.Lock()
         self._ready_sources = frozenset(ready_sources)
-        self._current = Snapshot(node_name=node_name)
-        self._listeners: list[Any] = []
+        self._current = Snapshot(node_name=node_name, profiling_order=tuple(profiling_order))
+        self._listeners: list[Listener] = []
 
     @property
     def current(self) -> Snapshot:
         return self._current
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
 
     def publish(self, result: SourceResult) -> Snapshot:
         with self._lock:
@@ -206,7 +211,7 @@ class SnapshotStore:
             results[result.source] = result
             reason = old.ready_reason
             if reason and result.source in self._ready_sources:
-                if result.ok and result.inventory:
+                if result.ok and (result.inventory or result.profiling):
                     reason = ""
                 elif not result.ok:
                     reason = f"source {result.source}: {result.error}"
@@ -217,4 +222,16 @@ class SnapshotStore:
                 ready_reason=reason,
             )
             self._current = new
+        self._notify(new)
         return new
+
+    def publish_verdicts(self, verdicts: NodeVerdicts) -> Snapshot:
+        with self._lock:
+            new = replace(self._current, verdicts=verdicts, version=self._current.version + 1)
+            self._current = new
+        self._notify(new)
+        return new
+
+    def _notify(self, snapshot: Snapshot) -> None:
+        for listener in self._listeners:
+            listener(snapshot)

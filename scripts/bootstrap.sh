@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Make this checkout runnable on a fresh Debian/Ubuntu machine: a virtualenv with the package
 # and its dev tools, and with --tools the real Prometheus tools the tests use (when missing).
-# Idempotent: a second run only checks.
+# --runtime installs the package with its runtime dependencies only (make run), unless the
+# dev install is already there. Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
+mode=dev
+[ "${1:-}" = "--runtime" ] && mode=runtime
 if [ "${1:-}" = "--tools" ]; then  # only the tests and the local stack need them
   for tool in prometheus promtool prometheus-alertmanager amtool; do
     command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
@@ -29,9 +32,16 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
 fi
-stamp=.venv/.installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+fresh() { [ -f "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
+dev_stamp=.venv/.installed
+if [ "$mode" = runtime ]; then
+  fresh "$dev_stamp" && exit 0  # the dev install includes the runtime one
+  stamp=.venv/.installed-runtime spec='.'
+else
+  stamp=$dev_stamp spec='.[dev]'
+fi
+if ! fresh "$stamp"; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e "$spec"
   touch "$stamp"
 fi

@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 import yaml
 
+from mixin.config import load
 from tests.support.prometheus import require
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "alerts"
 RULE_FILES = sorted(ALERTS.glob("*.rules.yml"))  # the Helm chart ships exactly these
 TEST_FILES = sorted((ALERTS / "tests").glob("*.test.yml"))
-RUNBOOK_PREFIX = "https://github.com/gpu-goodput-exporter/gpu-goodput-exporter/blob/main/"
 
 REQUIRED_ALERTS = {
     "GPUBusyButUnproductive", "GPUBusyNoOutput", "GPUAllocatedIdle", "GPUHostBound",
     "GPULowGoodputVsFleet", "GPUProfilingUnavailable", "GPUProfilingStale",
     "GoodputExporterDown", "GoodputExporterStale", "GoodputExporterSourceErrors",
     "ServingTargetDown", "GPUXidCritical", "GPUThermalThrottling", "GPUPowerBrake",
-    "GPUEccUncorrectable", "GPURowRemapFailure", "GPULost",
+    "GPUEccUncorrectable", "GPURowRemapFailure", "GPURowRemapPending", "GPULost",
 }
 
 
@@ -64,7 +64,7 @@ def test_alert_is_complete(rule: dict[str, Any]) -> None:
     notes = rule["annotations"]
     assert notes["summary"].strip() and notes["description"].strip()
     url = notes["runbook_url"]
-    assert url == f"{RUNBOOK_PREFIX}docs/runbooks/{name}.md"
+    assert url == f"{load().runbook_base_url}{name}.md"
     assert (ROOT / "docs" / "runbooks" / f"{name}.md").is_file(), f"no runbook for {name}"
 
 

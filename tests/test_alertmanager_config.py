@@ -98,3 +98,51 @@ def test_inhibitions_in_real_alertmanager(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.integration
+def test_lost_gpu_makes_one_notification(tmp_path: Path) -> None:
+    """While GPULost fires for a GPU, the alerts a lost GPU also raises (its profiling
+    alerts, the node's GPU-source errors and staleness) are inhibited: only GPULost is
+    notified. A serving-source error on the same node and a lost GPU's neighbour are not."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [require("prometheus-alertmanager"), f"--config.file={CONFIG}",
+         f"--storage.path={tmp_path}", f"--web.listen-address=127.0.0.1:{port}",
+         "--cluster.listen-address="],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = {"node": "n1"}
+    try:
+        wait_http(f"{url}/-/ready")
+        _post(url, [
+            {"labels": {"alertname": "GPULost", "severity": "critical", **node, "gpu": "7"}},
+            {"labels": {"alertname": "GPUProfilingUnavailable", "severity": "warning", **node,
+                        "gpu": "7", "source": "gpm"}},
+            {"labels": {"alertname": "GPUProfilingStale", "severity": "warning", **node,
+                        "gpu": "7"}},
+            {"labels": {"alertname": "GoodputExporterSourceErrors", "severity": "warning",
+                        **node, "source": "nvml"}},
+            {"labels": {"alertname": "GoodputExporterStale", "severity": "warning", **node,
+                        "source": "gpm"}},
+            {"labels": {"alertname": "GoodputExporterSourceErrors", "severity": "warning",
+                        **node, "source": "serving"}},
+            {"labels": {"alertname": "GPUProfilingStale", "severity": "warning", **node,
+                        "gpu": "6"}},
+        ])
+        deadline = time.monotonic() + 15
+        while True:
+            with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5) as resp:
+                body = json.load(resp)
+            active = {(a["labels"]["alertname"], a["labels"].get("gpu", ""),
+                       a["labels"].get("source", ""))
+                      for a in body if not a["status"]["inhibitedBy"]}
+            if len(body) == 7 and active == {("GPULost", "7", ""),
+                                             ("GoodputExporterSourceErrors", "", "serving"),
+                                             ("GPUProfilingStale", "6", "")}:
+                break
+            assert time.monotonic() < deadline, active
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(10)

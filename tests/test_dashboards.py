@@ -14,11 +14,14 @@ import jsonschema
 import promql_parser
 import pytest
 
-from dashboards.generator.__main__ import OUT, render
+from mixin.config import load as load_config
+from mixin.dashboards import dashboard_files
 from tests.support.backfill import backfilled_prometheus
 from tests.support.prometheus import PrometheusServer
 
-SCHEMA = Path(__file__).resolve().parent.parent / "dashboards" / "schema" / "dashboard.schema.json"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "dashboards"
+SCHEMA = OUT / "schema" / "dashboard.schema.json"
 BOARDS = sorted(OUT.glob("*.json"))
 VARIABLES = {"cluster", "node", "namespace", "model", "gpu"}
 # What Grafana substitutes for its built-in variables, matching the 30 minutes backfilled.
@@ -47,8 +50,8 @@ def substitute(expr: str) -> str:
 
 
 def test_committed_json_is_regenerated() -> None:
-    for name, text in render().items():
-        assert (OUT / name).read_text() == text, f"{name}: run python -m dashboards.generator"
+    for name, text in dashboard_files(load_config()).items():
+        assert (ROOT / name).read_text() == text, f"{name}: run python -m mixin"
 
 
 def test_three_dashboards_with_links() -> None:

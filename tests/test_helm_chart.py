@@ -200,3 +200,19 @@ def test_the_real_repository_files_render() -> None:
     for cm in dashboards:
         ((key, text),) = cm["data"].items()
         assert text == (ROOT / "dashboards" / key).read_text()
+
+
+def test_runbook_base_url_value_rewrites_every_runbook_link() -> None:
+    values = {"prometheusRule": {"enabled": True,
+                                 "runbookBaseUrl": "https://wiki.example/runbooks/"}}
+    alerts = [rule for obj in by_kind(manifests(values), "PrometheusRule")
+              for group in obj["spec"]["groups"] for rule in group["rules"] if "alert" in rule]
+    assert len(alerts) >= 18
+    for rule in alerts:
+        assert (rule["annotations"]["runbook_url"]
+                == f"https://wiki.example/runbooks/{rule['alert']}.md")
+    default = [rule for obj in by_kind(manifests({"prometheusRule": {"enabled": True}}),
+                                       "PrometheusRule")
+               for group in obj["spec"]["groups"] for rule in group["rules"] if "alert" in rule]
+    assert {r["annotations"]["runbook_url"] for r in default} == {
+        f"docs/runbooks/{r['alert']}.md" for r in default}

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.helm import KUBE_VERSIONS, VALUE_SETS, crd_schema, helm, manifests
+from tests.support.helm import (
+    KUBE_VERSIONS,
+    VALUE_SETS,
+    crd_schema,
+    helm,
+    manifests,
+    with_image,
+)
 
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -22,8 +29,8 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 def test_lint_clean(name: str, kube_version: str) -> None:
     from tests.support.helm import CHART
 
-    report = helm().lint(str(CHART), VALUE_SETS[name], strict=True, namespace="monitoring",
-                         kube_version=f"v{kube_version}.0")
+    report = helm().lint(str(CHART), with_image(VALUE_SETS[name]), strict=True,
+                         namespace="monitoring", kube_version=f"v{kube_version}.0")
     assert report["errors"] == []
     # Only the info "icon is recommended" may remain; warnings fail like `helm lint --strict`.
     assert [m for m in report["messages"] if m["severity"] >= 2] == []

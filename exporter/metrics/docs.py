@@ -1,6 +1,9 @@
-"""Generate docs/metrics.md from the catalog: ``python -m exporter.metrics.docs [--check]``.
+"""Generate docs/metrics.md from the collector registry: ``python -m exporter.metrics.docs
+[--check]``.
 
-CI runs ``--check`` so the reference can never drift from what ``/metrics`` serves.
+CI runs ``--check`` so the reference can never drift from what ``/metrics`` serves. It also
+states the series count per GPU of the default set on the simulated node, which a test
+holds under the budget.
 """
 
 from __future__ import annotations
@@ -9,7 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from exporter.metrics.catalog import DEVICE_BASE_LABELS, load_all
+from exporter.collectors import REGISTRY
+from exporter.config import Settings
+from exporter.metrics.families import GPU_LABELS, NODE_LABELS
+from exporter.metrics.self_metrics import SELF_FAMILIES
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -18,26 +24,64 @@ HEADER = """# Metrics reference
 Generated from the code by `python -m exporter.metrics.docs`; do not edit by hand (CI checks
 that this file matches the code).
 
-Every per-GPU family carries the labels `{base}`, plus the Kubernetes attribution labels
-(`namespace`, `pod`, `container` by default) when attribution is enabled. Node-level families
-carry `node`. Ratios are 0 to 1; counters are cumulative so `rate()` is exact over any range.
+Every per-GPU family carries the labels `{gpu}` and its own labels, nothing else: the GPU's
+identity (UUID, model name, PCI bus id, MIG profile) is only on `goodput_gpu_info`, and the
+pods holding it only on `goodput_gpu_pod_info`; join them on `node` and `gpu`. Node-level
+families carry `{node}`. Ratios are 0 to 1; counters are cumulative so `rate()` is exact over
+any range. Families marked "optional" are not in the default set: turn them on with
+`--extended-metrics`.
 
-| family | type | unit | labels | source | description |
-|---|---|---|---|---|---|
+| family | type | unit | labels | collector | default | description |
+|---|---|---|---|---|---|---|
+"""
+
+PROCESS = """
+## Families prometheus-client adds
+
+The exporter registers prometheus-client's `ProcessCollector`, which publishes the standard
+process families about the exporter itself (Linux only, read from `/proc/self`), without
+the `node` label:
+
+| family | type | unit | description |
+|---|---|---|---|
+| `process_cpu_seconds_total` | counter | seconds | User and system CPU time the exporter spent. |
+| `process_resident_memory_bytes` | gauge | bytes | Resident memory size. |
+| `process_virtual_memory_bytes` | gauge | bytes | Virtual memory size. |
+| `process_start_time_seconds` | gauge | seconds | Start time of the process since the Unix epoch. |
+| `process_open_fds` | gauge | - | Open file descriptors. |
+| `process_max_fds` | gauge | - | Maximum number of open file descriptors. |
+
+No `_created` series are published: Prometheus detects counter resets itself, and they would
+double the series of every counter.
 """
 
 
 def render() -> str:
+    settings = Settings(simulate=True)
     rows = []
-    for spec in load_all().values():
-        base = "node" if spec.scope == "node" else "per GPU"
-        extra = ", ".join(f"`{label}`" for label in spec.labels) or "-"
-        help_text = spec.help.replace("|", "\\|")
+    seen: set[str] = set()
+    for collector in REGISTRY:
+        for group in collector.families(settings):
+            base = "per GPU" if group.scope == "gpu" else "node"
+            for fam in group.families:
+                if fam.name in seen:
+                    continue
+                seen.add(fam.name)
+                extra = ", ".join(f"`{label}`" for label in fam.labels) or "-"
+                help_text = fam.help.replace("|", "\\|")
+                rows.append(
+                    f"| `{fam.name}` | {fam.type} | {fam.unit or '-'} | {base}; {extra} "
+                    f"| {collector.name} | {'yes' if fam.default else 'optional'} "
+                    f"| {help_text} |"
+                )
+    for f in SELF_FAMILIES:
+        extra = ", ".join(f"`{label}`" for label in f.labels if label != "node") or "-"
         rows.append(
-            f"| `{spec.name}` | {spec.type} | {spec.unit or '-'} | {base}; {extra} "
-            f"| {spec.source} | {help_text} |"
+            f"| `{f.name}` | {f.type} | {f.unit or '-'} | node; {extra} | exporter | yes "
+            f"| {f.help} |"
         )
-    return HEADER.format(base="`, `".join(DEVICE_BASE_LABELS)) + "\n".join(rows) + "\n"
+    header = HEADER.format(gpu="`, `".join(GPU_LABELS), node="`, `".join(NODE_LABELS))
+    return header + "\n".join(rows) + "\n" + PROCESS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,12 +20,14 @@ HOST_BOUND = "host_bound"
 LAUNCH_BOUND = "launch_bound"
 MEMORY_BOUND = "memory_bound"
 COMPUTE_BOUND = "compute_bound"
+COMM_WAIT = "comm_wait"
 UNKNOWN = "unknown"
 REGIMES: tuple[str, ...] = (
     IDLE,
     ALLOCATED_IDLE,
     HOST_BOUND,
     LAUNCH_BOUND,
+    COMM_WAIT,
     MEMORY_BOUND,
     COMPUTE_BOUND,
     UNKNOWN,
@@ -73,6 +75,8 @@ class Window:
     processes: int | None = None
     serving: tuple[ModelRates, ...] | None = None
     """None when no serving counters are attributed to this GPU."""
+    nvlink_bytes_per_second: float | None = None
+    """NVLink traffic, both directions: what a rank waiting in a collective moves."""
     gpu_name: str = ""
     mig_profile: str = ""
 
@@ -238,6 +242,9 @@ def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
     fill = sm_fill(w, busy)
     at_a_wall = (compute or 0.0) >= 1.0 or (memory or 0.0) >= 1.0
     if fill is not None and fill < cfg.launch_sm_fill_max and not at_a_wall:
+        # A rank spinning in a collective looks hollow too, but moves data over the links.
+        if (w.nvlink_bytes_per_second or 0.0) >= cfg.comm_min_bytes_per_second:
+            return COMM_WAIT
         return LAUNCH_BOUND
     host_max = cfg.host_util_max_queued if _waiting(w) > 0 else cfg.host_util_max
     if busy < host_max:
@@ -325,7 +332,8 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     fill = sm_fill(w, busy) if usable else None
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
-        hollow is not None
+        regime != COMM_WAIT
+        and hollow is not None
         and fill is not None
         and hollow >= cfg.hollow_min
         and fill < cfg.launch_sm_fill_max
@@ -389,7 +397,11 @@ class GpuModel:
         }
 
     def evaluate(self, window: Window) -> Verdict:
-        a = assess(window, self.cfg)
+        return self.debounce(assess(window, self.cfg))
+
+    def debounce(self, a: Assessment) -> Verdict:
+        """Feed one window's assessment (possibly adjusted by the node step) through the
+        hysteresis of the regime and of both flags."""
         regime = self._regime.update(a.regime)
         flags = {HOLLOW_BUSY: a.hollow_busy, BUSY_NO_OUTPUT: a.busy_no_output}
         for reason, tracker in self._flags.items():

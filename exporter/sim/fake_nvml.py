@@ -64,6 +64,8 @@ class FakeMig:
     uuid: str
     memory_total_bytes: int
     memory_used_bytes: int = 0
+    profile: str = "1g.10gb"
+    """GPU instance profile; NVML names a MIG device after it."""
 
 
 @dataclass
@@ -219,7 +221,7 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetName", handle)
         assert gpu is not None
         name = gpu.physics.spec.name
-        return f"{name} MIG {handle.mig.gpu_instance_id}g" if handle.mig else name
+        return f"{name} MIG {handle.mig.profile}" if handle.mig else name
 
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
         gpu = self._enter("nvmlDeviceGetPciInfo", handle)

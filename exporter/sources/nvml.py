@@ -14,160 +14,14 @@ from typing import Any
 
 import structlog
 
-from exporter.metrics.catalog import define
-from exporter.snapshot import ProcessInfo, Sample, SourceResult, labels
+from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
+from exporter.readings import Device, GpuState, ProcessInfo
+from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("nvml")
 
 SOURCE = "nvml"
-
-GPU_INFO = define(
-    "goodput_gpu_info",
-    "gauge",
-    "Constant 1 per GPU or MIG instance; labels carry its identity.",
-    labels=(
-        "name",
-        "pci_bus_id",
-        "driver_version",
-        "mig_parent_uuid",
-        "gpu_instance_id",
-        "compute_instance_id",
-        "mig_profile",
-    ),
-    source=SOURCE,
-)
-GPU_UP = define(
-    "goodput_gpu_up",
-    "gauge",
-    "1 if the last NVML poll of this device succeeded; 0 with `reason` (gpu_lost, "
-    "no_permission, discovery_failed, error, ...) if not.",
-    labels=("reason",),
-    source=SOURCE,
-)
-UTILIZATION = define(
-    "goodput_gpu_utilization_ratio",
-    "gauge",
-    "Share of the last sample period in which any kernel ran (what nvidia-smi calls "
-    "utilization). Says nothing about how many SMs did work.",
-    unit="ratio",
-    source=SOURCE,
-)
-UTILIZATION_SECONDS = define(
-    "goodput_gpu_utilization_seconds_total",
-    "counter",
-    "Kernel-time utilization integrated over polls (ratio x seconds between polls).",
-    unit="seconds",
-    source=SOURCE,
-)
-MEMORY_UTILIZATION = define(
-    "goodput_gpu_memory_controller_utilization_ratio",
-    "gauge",
-    "Share of the last sample period device memory was read or written (NVML).",
-    unit="ratio",
-    source=SOURCE,
-)
-MEMORY_USED = define(
-    "goodput_gpu_memory_used_bytes", "gauge", "Device memory in use.", unit="bytes", source=SOURCE
-)
-MEMORY_TOTAL = define(
-    "goodput_gpu_memory_total_bytes",
-    "gauge",
-    "Device memory in total.",
-    unit="bytes",
-    source=SOURCE,
-)
-POWER = define(
-    "goodput_gpu_power_watts",
-    "gauge",
-    "Board power draw (NVML power usage).",
-    unit="watts",
-    source=SOURCE,
-)
-POWER_LIMIT = define(
-    "goodput_gpu_power_limit_watts",
-    "gauge",
-    "Enforced board power limit.",
-    unit="watts",
-    source=SOURCE,
-)
-ENERGY = define(
-    "goodput_gpu_energy_joules_total",
-    "counter",
-    "Energy consumed since the driver loaded; rate() gives watts.",
-    unit="joules",
-    source=SOURCE,
-)
-TEMPERATURE = define(
-    "goodput_gpu_temperature_celsius",
-    "gauge",
-    "GPU die temperature.",
-    unit="celsius",
-    source=SOURCE,
-)
-CLOCK = define(
-    "goodput_gpu_clock_hertz",
-    "gauge",
-    "Current clock by domain (sm, memory).",
-    unit="hertz",
-    labels=("domain",),
-    source=SOURCE,
-)
-CLOCK_MAX = define(
-    "goodput_gpu_clock_max_hertz",
-    "gauge",
-    "Maximum clock by domain (sm, memory).",
-    unit="hertz",
-    labels=("domain",),
-    source=SOURCE,
-)
-CLOCK_EVENT_ACTIVE = define(
-    "goodput_gpu_clock_event_active",
-    "gauge",
-    "1 while a clock-event (throttle) reason holds the clocks down.",
-    labels=("reason",),
-    source=SOURCE,
-)
-CLOCK_EVENT_SECONDS = define(
-    "goodput_gpu_clock_event_seconds_total",
-    "counter",
-    "Time the clocks were held down, by reason, as counted by the driver.",
-    unit="seconds",
-    labels=("reason",),
-    source=SOURCE,
-)
-ECC_ERRORS = define(
-    "goodput_gpu_ecc_errors_total",
-    "counter",
-    "ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).",
-    labels=("type",),
-    source=SOURCE,
-)
-REMAPPED_ROWS = define(
-    "goodput_gpu_remapped_rows_total",
-    "counter",
-    "Memory rows remapped, by cause (correctable, uncorrectable).",
-    labels=("cause",),
-    source=SOURCE,
-)
-ROW_REMAP_PENDING = define(
-    "goodput_gpu_row_remap_pending",
-    "gauge",
-    "1 if a row remap is pending (takes effect at the next GPU reset).",
-    source=SOURCE,
-)
-ROW_REMAP_FAILURE = define(
-    "goodput_gpu_row_remap_failure",
-    "gauge",
-    "1 if a row remap failed: the GPU needs service.",
-    source=SOURCE,
-)
-PROCESSES = define(
-    "goodput_gpu_processes",
-    "gauge",
-    "Compute processes running on the device.",
-    source=SOURCE,
-)
 
 # Clock-event reason bits (nvmlClocksEventReason*) and the matching cumulative field ids.
 CLOCK_EVENT_BITS: dict[str, int] = {
@@ -188,7 +42,8 @@ CLOCK_EVENT_FIELDS: dict[str, int] = {
     "hw_power_brake_slowdown": 271,
 }
 
-Reading = Callable[[Any, DeviceHandle], list[Sample]]
+Reading = Callable[[Any, DeviceHandle], dict[str, Any]]
+"""A reading returns the GpuState fields it read, by field name."""
 # NVML reasons that mean "this device never offers this reading": tried once, then dropped.
 _UNSUPPORTED = ("not_supported", "function_not_found", "version_mismatch")
 SLOW_EVERY = 10
@@ -235,7 +90,7 @@ class NvmlSource(SessionSource):
             ("row_remap", self._row_remap, SLOW_EVERY),
         ]
         self._polls = 0
-        self._cached: dict[tuple[str, str], list[Sample]] = {}
+        self._cached: dict[tuple[str, str], dict[str, Any]] = {}
 
     def read(self) -> SourceResult:
         now = self.clock()
@@ -243,71 +98,76 @@ class NvmlSource(SessionSource):
         self._last_poll = now
         nvml = self.session.nvml
         self._polls += 1
-        devices: dict[str, tuple[Sample, ...]] = {}
-        processes: list[ProcessInfo] = []
+        states: dict[str, GpuState] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:
-            samples, procs, reason = self._poll_device(nvml, dh, elapsed)
-            devices[dh.device.gpu] = tuple(samples)
-            processes.extend(procs)
+            state, reason = self._poll_device(nvml, dh, elapsed)
+            states[dh.device.gpu] = state
             if reason:
                 errors[reason] = errors.get(reason, 0) + 1
         return SourceResult(
             source=SOURCE,
-            devices=devices,
+            gpus=states,
             inventory=tuple(dh.device for dh in self.session.devices),
-            processes=tuple(processes),
             errors=errors,
         )
 
-    def _poll_device(
-        self, nvml: Any, dh: DeviceHandle, elapsed: float
-    ) -> tuple[list[Sample], list[ProcessInfo], str]:
+    def _poll_device(self, nvml: Any, dh: DeviceHandle, elapsed: float) -> tuple[GpuState, str]:
         device = dh.device
-        samples = [_info_sample(dh)]
         if dh.handle is None:
-            samples.append(Sample(GPU_UP, 0.0, labels(reason="discovery_failed")))
-            return samples, [], "discovery_failed"
+            return GpuState(up=False, reason="discovery_failed"), "discovery_failed"
         skip = self._unsupported.setdefault(device.gpu, set())
+        fields: dict[str, Any] = {}
         for key, reading, every in self._readings:
             if key in skip:
                 continue
             cached = self._cached.get((device.gpu, key))
             if cached is not None and self._polls % every:
-                samples.extend(cached)
+                fields.update(cached)
                 continue
             try:
                 fresh = reading(nvml, dh)
-                if every > 1:
-                    self._cached[(device.gpu, key)] = fresh
-                samples.extend(fresh)
             except nvml.NVMLError as exc:
                 reason = error_reason(nvml, exc)
                 if reason in _UNSUPPORTED:
-                    skip.add(key)
-                    log.info(
-                        "nvml_metric_unsupported",
-                        gpu=device.gpu,
-                        uuid=device.uuid,
-                        metric=key,
-                        reason=reason,
-                    )
+                    self._drop(device, key, reason, str(exc))
                     continue
                 # The device as a whole failed (lost, no permission, ...): say so, stop here.
                 self._state_change(device.gpu, reason, str(exc))
                 for cache_key in [k for k in self._cached if k[0] == device.gpu]:
                     del self._cached[cache_key]  # re-read everything once it is back
-                return [samples[0], Sample(GPU_UP, 0.0, labels(reason=reason))], [], reason
+                return GpuState(up=False, reason=reason), reason
+            except Exception as exc:  # an older binding lacking a call: costs this reading only
+                self._drop(device, key, "binding_error", f"{type(exc).__name__}: {exc}")
+                continue
+            if every > 1:
+                self._cached[(device.gpu, key)] = fresh
+            fields.update(fresh)
         procs = self._processes(nvml, dh)
-        samples.append(Sample(PROCESSES, float(len(procs))))
-        util = _find(samples, UTILIZATION)
+        util = fields.get("utilization")
         if util is not None:
             total = self._util_seconds.get(device.gpu, 0.0) + util * elapsed
             self._util_seconds[device.gpu] = total
-            samples.append(Sample(UTILIZATION_SECONDS, total))
-        samples.append(Sample(GPU_UP, 1.0, labels(reason="")))
+            fields["utilization_seconds"] = total
         self._state_change(device.gpu, "", "")
-        return samples, procs, ""
+        return GpuState(
+            up=True,
+            processes=tuple(procs or ()),
+            process_count=None if procs is None else len(procs),
+            **fields,
+        ), ""
+
+    def _drop(self, device: Device, key: str, reason: str, error: str) -> None:
+        """Stop asking a device for one reading it cannot give; said once in the log."""
+        self._unsupported.setdefault(device.gpu, set()).add(key)
+        log.info(
+            "nvml_metric_unsupported",
+            gpu=device.gpu,
+            uuid=device.uuid,
+            metric=key,
+            reason=reason,
+            error=error,
+        )
 
     def _state_change(self, gpu: str, reason: str, error: str) -> None:
         """Log a device going down or coming back once, not on every poll."""
@@ -319,10 +179,10 @@ class NvmlSource(SessionSource):
                 log.info("gpu_up", gpu=gpu)
             states[gpu] = reason
 
-    def _processes(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo]:
+    def _processes(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo] | None:
         skip = self._unsupported[dh.device.gpu]
         if "processes" in skip:
-            return []
+            return None
         gpu = dh.device.gpu
         try:
             procs = nvml.nvmlDeviceGetComputeRunningProcesses(dh.handle)
@@ -331,131 +191,101 @@ class NvmlSource(SessionSource):
             if reason in _UNSUPPORTED:
                 skip.add("processes")
                 log.info("nvml_metric_unsupported", gpu=gpu, metric="processes", reason=reason)
-                return []
+                return None
             # Anything else may pass (a timeout, a process exiting mid-call): skip this poll
             # only, so attribution comes back, and say so once per change of reason.
             if self._process_errors.get(gpu, "") != reason:
                 log.warning("nvml_processes_failed", gpu=gpu, reason=reason, error=str(exc))
                 self._process_errors[gpu] = reason
-            return []
+            return None
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
         return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
 
     # readings ---------------------------------------------------------------------------------
     @staticmethod
-    def _utilization(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _utilization(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         rates = nvml.nvmlDeviceGetUtilizationRates(dh.handle)
-        return [
-            Sample(UTILIZATION, rates.gpu / 100.0),
-            Sample(MEMORY_UTILIZATION, rates.memory / 100.0),
-        ]
+        return {
+            "utilization": rates.gpu / 100.0,
+            "memory_controller_utilization": rates.memory / 100.0,
+        }
 
     @staticmethod
-    def _memory(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _memory(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         mem = nvml.nvmlDeviceGetMemoryInfo(dh.handle)
-        return [Sample(MEMORY_USED, float(mem.used)), Sample(MEMORY_TOTAL, float(mem.total))]
+        return {"memory_used_bytes": float(mem.used), "memory_total_bytes": float(mem.total)}
 
     @staticmethod
-    def _power(nvml: Any, dh: DeviceHandle) -> list[Sample]:
-        return [Sample(POWER, nvml.nvmlDeviceGetPowerUsage(dh.handle) / 1000.0)]
+    def _power(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+        return {"power_watts": nvml.nvmlDeviceGetPowerUsage(dh.handle) / 1000.0}
 
     @staticmethod
-    def _power_limit(nvml: Any, dh: DeviceHandle) -> list[Sample]:
-        return [Sample(POWER_LIMIT, nvml.nvmlDeviceGetEnforcedPowerLimit(dh.handle) / 1000.0)]
+    def _power_limit(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+        return {"power_limit_watts": nvml.nvmlDeviceGetEnforcedPowerLimit(dh.handle) / 1000.0}
 
     @staticmethod
-    def _energy(nvml: Any, dh: DeviceHandle) -> list[Sample]:
-        return [Sample(ENERGY, nvml.nvmlDeviceGetTotalEnergyConsumption(dh.handle) / 1000.0)]
+    def _energy(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+        return {"energy_joules": nvml.nvmlDeviceGetTotalEnergyConsumption(dh.handle) / 1000.0}
 
     @staticmethod
-    def _temperature(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _temperature(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         value = nvml.nvmlDeviceGetTemperature(dh.handle, nvml.NVML_TEMPERATURE_GPU)
-        return [Sample(TEMPERATURE, float(value))]
+        return {"temperature_celsius": float(value)}
 
     @staticmethod
-    def _clocks(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _clocks(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         sm = nvml.nvmlDeviceGetClockInfo(dh.handle, nvml.NVML_CLOCK_SM)
         mem = nvml.nvmlDeviceGetClockInfo(dh.handle, nvml.NVML_CLOCK_MEM)
-        return [
-            Sample(CLOCK, sm * 1e6, labels(domain="sm")),
-            Sample(CLOCK, mem * 1e6, labels(domain="memory")),
-        ]
+        return {"clocks_hertz": (("sm", sm * 1e6), ("memory", mem * 1e6))}
 
     @staticmethod
-    def _max_clocks(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _max_clocks(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         sm = nvml.nvmlDeviceGetMaxClockInfo(dh.handle, nvml.NVML_CLOCK_SM)
         mem = nvml.nvmlDeviceGetMaxClockInfo(dh.handle, nvml.NVML_CLOCK_MEM)
-        return [
-            Sample(CLOCK_MAX, sm * 1e6, labels(domain="sm")),
-            Sample(CLOCK_MAX, mem * 1e6, labels(domain="memory")),
-        ]
+        return {"max_clocks_hertz": (("sm", sm * 1e6), ("memory", mem * 1e6))}
 
     @staticmethod
-    def _clock_events(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _clock_events(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         mask = nvml.nvmlDeviceGetCurrentClocksEventReasons(dh.handle)
-        return [
-            Sample(CLOCK_EVENT_ACTIVE, 1.0 if mask & bit else 0.0, labels(reason=reason))
-            for reason, bit in CLOCK_EVENT_BITS.items()
-        ]
+        return {
+            "clock_events": tuple(
+                (reason, bool(mask & bit)) for reason, bit in CLOCK_EVENT_BITS.items()
+            )
+        }
 
     @staticmethod
-    def _clock_event_time(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _clock_event_time(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         ids = list(CLOCK_EVENT_FIELDS.values())
         values = nvml.nvmlDeviceGetFieldValues(dh.handle, ids)
         out = []
         for reason, fv in zip(CLOCK_EVENT_FIELDS, values, strict=True):
             if fv.nvmlReturn != nvml.NVML_SUCCESS:
                 continue
-            out.append(Sample(CLOCK_EVENT_SECONDS, _field_value(fv) / 1e9, labels(reason=reason)))
+            out.append((reason, _field_value(fv) / 1e9))
         if not out:
             raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
-        return out
+        return {"clock_event_seconds": tuple(out)}
 
     @staticmethod
-    def _ecc(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _ecc(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         out = []
         for kind, err_type in (
             ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
         ):
             count = nvml.nvmlDeviceGetTotalEccErrors(dh.handle, err_type, nvml.NVML_VOLATILE_ECC)
-            out.append(Sample(ECC_ERRORS, float(count), labels(type=kind)))
-        return out
+            out.append((kind, float(count)))
+        return {"ecc_errors": tuple(out)}
 
     @staticmethod
-    def _row_remap(nvml: Any, dh: DeviceHandle) -> list[Sample]:
+    def _row_remap(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
         corr, unc, pending, failure = nvml.nvmlDeviceGetRemappedRows(dh.handle)
-        return [
-            Sample(REMAPPED_ROWS, float(corr), labels(cause="correctable")),
-            Sample(REMAPPED_ROWS, float(unc), labels(cause="uncorrectable")),
-            Sample(ROW_REMAP_PENDING, 1.0 if pending else 0.0),
-            Sample(ROW_REMAP_FAILURE, 1.0 if failure else 0.0),
-        ]
-
-
-def _info_sample(dh: DeviceHandle) -> Sample:
-    d = dh.device
-    return Sample(
-        GPU_INFO,
-        1.0,
-        labels(
-            name=d.name,
-            pci_bus_id=d.pci_bus_id,
-            driver_version=d.driver_version,
-            mig_parent_uuid=d.parent_uuid,
-            gpu_instance_id=d.gpu_instance_id,
-            compute_instance_id=d.compute_instance_id,
-            mig_profile=d.mig_profile,
-        ),
-    )
-
-
-def _find(samples: list[Sample], name: str) -> float | None:
-    for s in samples:
-        if s.name == name:
-            return s.value
-    return None
+        return {
+            "remapped_rows": (("correctable", float(corr)), ("uncorrectable", float(unc))),
+            "row_remap_pending": bool(pending),
+            "row_remap_failure": bool(failure),
+        }
 
 
 def _opt_int(value: Any) -> int | None:
@@ -473,3 +303,182 @@ def _field_value(fv: Any) -> float:
     """Decode a ``c_nvmlFieldValue_t`` by its ``valueType``."""
     name = _VALUE_FIELDS[fv.valueType] if 0 <= fv.valueType < len(_VALUE_FIELDS) else "ullVal"
     return float(getattr(fv.value, name))
+
+
+# families -------------------------------------------------------------------------------------
+
+
+def _up(s: GpuState) -> list[tuple[tuple[str, ...], float]]:
+    return [((s.reason,), 1.0 if s.up else 0.0)]
+
+
+NVML_FAMILIES: tuple[Family[GpuState], ...] = (
+    Family(
+        "goodput_gpu_up",
+        "gauge",
+        "1 if the last NVML poll of this device succeeded; 0 with `reason` (gpu_lost, "
+        "no_permission, discovery_failed, error, ...) if not.",
+        _up,
+        labels=("reason",),
+    ),
+    gauge(
+        "goodput_gpu_utilization_ratio",
+        "Share of the last sample period in which any kernel ran (what nvidia-smi calls "
+        "utilization). Says nothing about how many SMs did work.",
+        lambda s: s.utilization,
+        unit="ratio",
+    ),
+    counter(
+        "goodput_gpu_utilization_seconds_total",
+        "Kernel-time utilization integrated over polls (ratio x seconds between polls).",
+        lambda s: s.utilization_seconds,
+        unit="seconds",
+    ),
+    gauge(
+        "goodput_gpu_memory_controller_utilization_ratio",
+        "Share of the last sample period device memory was read or written (NVML).",
+        lambda s: s.memory_controller_utilization,
+        unit="ratio",
+        default=False,
+    ),
+    gauge(
+        "goodput_gpu_memory_used_bytes",
+        "Device memory in use.",
+        lambda s: s.memory_used_bytes,
+        unit="bytes",
+    ),
+    gauge(
+        "goodput_gpu_memory_total_bytes",
+        "Device memory in total.",
+        lambda s: s.memory_total_bytes,
+        unit="bytes",
+    ),
+    gauge(
+        "goodput_gpu_power_watts",
+        "Board power draw (NVML power usage).",
+        lambda s: s.power_watts,
+        unit="watts",
+    ),
+    gauge(
+        "goodput_gpu_power_limit_watts",
+        "Enforced board power limit.",
+        lambda s: s.power_limit_watts,
+        unit="watts",
+    ),
+    counter(
+        "goodput_gpu_energy_joules_total",
+        "Energy consumed since the driver loaded; rate() gives watts.",
+        lambda s: s.energy_joules,
+        unit="joules",
+    ),
+    gauge(
+        "goodput_gpu_temperature_celsius",
+        "GPU die temperature.",
+        lambda s: s.temperature_celsius,
+        unit="celsius",
+    ),
+    by_label(
+        "goodput_gpu_clock_hertz",
+        "gauge",
+        "Current clock by domain (sm, memory).",
+        "domain",
+        lambda s: s.clocks_hertz,
+        unit="hertz",
+    ),
+    by_label(
+        "goodput_gpu_clock_max_hertz",
+        "gauge",
+        "Maximum clock by domain (sm, memory).",
+        "domain",
+        lambda s: s.max_clocks_hertz,
+        unit="hertz",
+    ),
+    by_label(
+        "goodput_gpu_clock_event_active",
+        "gauge",
+        "1 while a clock-event (throttle) reason holds the clocks down.",
+        "reason",
+        lambda s: s.clock_events,
+        default=False,
+    ),
+    by_label(
+        "goodput_gpu_clock_event_seconds_total",
+        "counter",
+        "Time the clocks were held down, by reason, as counted by the driver.",
+        "reason",
+        lambda s: s.clock_event_seconds,
+        unit="seconds",
+    ),
+    by_label(
+        "goodput_gpu_ecc_errors_total",
+        "counter",
+        "ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).",
+        "type",
+        lambda s: s.ecc_errors,
+    ),
+    by_label(
+        "goodput_gpu_remapped_rows_total",
+        "counter",
+        "Memory rows remapped, by cause (correctable, uncorrectable).",
+        "cause",
+        lambda s: s.remapped_rows,
+        default=False,
+    ),
+    gauge(
+        "goodput_gpu_row_remap_pending",
+        "1 if a row remap is pending (takes effect at the next GPU reset).",
+        lambda s: s.row_remap_pending,
+    ),
+    gauge(
+        "goodput_gpu_row_remap_failure",
+        "1 if a row remap failed: the GPU needs service.",
+        lambda s: s.row_remap_failure,
+    ),
+    gauge(
+        "goodput_gpu_processes",
+        "Compute processes running on the device.",
+        lambda s: s.process_count,
+    ),
+)
+
+IDENTITY_LABELS = (
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "driver_version",
+    "mig_parent_uuid",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "mig_profile",
+)
+
+
+def _identity(d: Device) -> list[tuple[tuple[str, ...], float]]:
+    values = (
+        d.uuid,
+        d.name,
+        d.pci_bus_id,
+        d.driver_version,
+        d.parent_uuid,
+        d.gpu_instance_id,
+        d.compute_instance_id,
+        d.mig_profile,
+    )
+    return [(values, 1.0)]
+
+
+IDENTITY = GpuFamilies[Device](
+    SOURCE,
+    lambda snap: {d.gpu: d for d in snap.inventory},
+    (
+        Family(
+            "goodput_gpu_info",
+            "gauge",
+            "Constant 1 per GPU or MIG instance; the only series carrying its identity "
+            "(join it on node and gpu for the UUID, model name or MIG profile).",
+            _identity,
+            labels=IDENTITY_LABELS,
+        ),
+    ),
+)
+FAMILIES = GpuFamilies[GpuState](SOURCE, lambda snap: snap.gpu_states, NVML_FAMILIES)

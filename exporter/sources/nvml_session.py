@@ -7,13 +7,15 @@ session, so they agree on handles and on the ``gpu`` label of each device.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from exporter.snapshot import Device, SourceResult
+from exporter.readings import Device
+from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 
 log = structlog.get_logger("nvml")
@@ -172,12 +174,28 @@ class NvmlSession:
                     gpu_instance_id=str(gi),
                     compute_instance_id=str(ci),
                 )
-                device = Device(**{**_asdict(device), "pci_bus_id": parent.pci_bus_id})
+                device = Device(
+                    **{
+                        **_asdict(device),
+                        "pci_bus_id": parent.pci_bus_id,
+                        "mig_profile": mig_profile(device.name),
+                    }
+                )
             except nvml.NVMLError as exc:
                 log.error("mig_discovery_failed", gpu=parent.gpu, slot=slot, error=str(exc))
                 continue
             out.append(DeviceHandle(device, mig, parent_handle=handle, gpu_instance_id=gi))
         return out
+
+
+_MIG_NAME = re.compile(r"\bMIG\s+(\S+)\s*$")
+
+
+def mig_profile(name: str) -> str:
+    """The profile of a MIG device from its NVML name (``NVIDIA H100 80GB HBM3 MIG 1g.10gb``
+    -> ``1g.10gb``): NVML names MIG devices after their GPU instance profile."""
+    match = _MIG_NAME.search(name)
+    return match.group(1) if match else ""
 
 
 def _asdict(device: Device) -> dict[str, str]:

@@ -15,29 +15,15 @@ from typing import Any
 
 import structlog
 
-from exporter.metrics.catalog import define
-from exporter.snapshot import Sample, SourceResult, labels
+from exporter.metrics.families import GpuFamilies, by_label, gauge
+from exporter.readings import XidState
+from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("xid")
 
 SOURCE = "xid"
 WAIT_MS = 1000
-
-XID_ERRORS = define(
-    "goodput_gpu_xid_errors_total",
-    "counter",
-    "XID critical-error events since the exporter started, by XID code.",
-    labels=("xid",),
-    source=SOURCE,
-)
-LAST_XID = define(
-    "goodput_gpu_last_xid",
-    "gauge",
-    "Code of the most recent XID event on this GPU (0 if none since start).",
-    source=SOURCE,
-)
-
 
 def _handle_key(handle: Any) -> int:
     try:
@@ -114,15 +100,14 @@ class XidSource(SessionSource):
         with self._lock:
             if self._error and self._thread is None:
                 return SourceResult(source=SOURCE, ok=False, reason=self._reason, error=self._error)
-            devices = {
-                gpu: (
-                    Sample(LAST_XID, float(self._last.get(gpu, 0))),
-                    *(Sample(XID_ERRORS, float(n), labels(xid=str(x))) for x, n in counts.items()),
+            states = {
+                gpu: XidState(
+                    counts=tuple(sorted(counts.items())), last=self._last.get(gpu, 0)
                 )
                 for gpu, counts in self._counts.items()
                 if gpu
             }
-        return SourceResult(source=SOURCE, devices=devices)
+        return SourceResult(source=SOURCE, xid=states)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -133,3 +118,23 @@ class XidSource(SessionSource):
                 self.session.nvml.nvmlEventSetFree(self._event_set)
             self._event_set = None
         super().shutdown()
+
+
+FAMILIES = GpuFamilies[XidState](
+    SOURCE,
+    lambda snap: snap.xid,
+    (
+        by_label(
+            "goodput_gpu_xid_errors_total",
+            "counter",
+            "XID critical-error events since the exporter started, by XID code.",
+            "xid",
+            lambda s: ((str(code), float(n)) for code, n in s.counts),
+        ),
+        gauge(
+            "goodput_gpu_last_xid",
+            "Code of the most recent XID event on this GPU (0 if none since start).",
+            lambda s: float(s.last),
+        ),
+    ),
+)

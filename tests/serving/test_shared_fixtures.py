@@ -1,12 +1,11 @@
-"""Every public capture in ../shared/fixtures/serving-metrics is recognised and read.
+"""Every public capture in tests/fixtures/serving-metrics is recognised and read.
 
-Those files are public data kept outside the repository: the folder is found relative to
-the repository root (or through GOODPUT_FIXTURES) and the tests skip when it is absent.
+Those files are public data copied unchanged into the repository; their README names where
+each one came from. A missing file is a failure, never a skip.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,7 @@ import pytest
 from exporter.sources.serving.exposition import ExpositionError
 from exporter.sources.serving.scrape import interpret
 
-ROOT = Path(__file__).resolve().parents[2]
-_BASE = Path(os.environ["GOODPUT_FIXTURES"]) if os.environ.get("GOODPUT_FIXTURES") else (
-    ROOT.parent / "shared" / "fixtures"
-)
-FOLDER = _BASE / "serving-metrics" if (_BASE / "serving-metrics").is_dir() else _BASE
+FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "serving-metrics"
 
 # file -> (engine, a signal that must be read, or "" for files that carry none we use)
 EXPECTED = {
@@ -42,8 +37,6 @@ UNPARSEABLE = {"vllm-0.8-v1-docs-design-metrics-PARTIAL.txt"}  # ",..." inside a
 
 
 def _files() -> list[str]:
-    if not FOLDER.is_dir():
-        return []
     return sorted(p.name for p in FOLDER.glob("*.txt"))
 
 
@@ -53,21 +46,12 @@ def _body(name: str) -> str:
     return "\n".join(x for x in lines if not x.startswith("$ ") and x != "...") + "\n"
 
 
-needs_folder = pytest.mark.skipif(
-    not FOLDER.is_dir(), reason=f"shared fixtures not found at {FOLDER} (set GOODPUT_FIXTURES)"
-)
-
-
-@needs_folder
 def test_every_capture_is_covered() -> None:
     assert set(_files()) == set(EXPECTED) | UNPARSEABLE
 
 
-@needs_folder
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_capture_is_recognised_and_read(name: str) -> None:
-    if name not in _files():
-        pytest.skip(f"{name} is not in {FOLDER}")
     engine, signal = EXPECTED[name]
     reading = interpret(_body(name))
     assert reading.engine == engine
@@ -75,10 +59,7 @@ def test_capture_is_recognised_and_read(name: str) -> None:
     assert all(v == v for v in reading.values.values())  # no NaN sneaks through
 
 
-@needs_folder
 @pytest.mark.parametrize("name", sorted(UNPARSEABLE))
 def test_broken_capture_is_a_clean_parse_error(name: str) -> None:
-    if name not in _files():
-        pytest.skip(f"{name} is not in {FOLDER}")
     with pytest.raises(ExpositionError, match="not Prometheus text"):
         interpret(_body(name))

@@ -90,10 +90,24 @@ def helm() -> Any:
     return mod
 
 
+# No image is published, so the chart requires image.repository; every render names one.
+IMAGE_REPOSITORY = "registry.example.com/gpu-goodput-exporter"
+
+
+def with_image(values: dict[str, Any] | None) -> dict[str, Any]:
+    """``values`` with image.repository set, unless the caller set it (even to "")."""
+    out = dict(values or {})
+    image = dict(out.get("image") or {})
+    image.setdefault("repository", IMAGE_REPOSITORY)
+    out["image"] = image
+    return out
+
+
 def render(values: dict[str, Any] | None = None, chart: Path = CHART) -> dict[str, str]:
     """Template path -> rendered text, exactly what `helm template` would print."""
     with helm().Chart.load(str(chart)) as loaded:
-        out: dict[str, str] = loaded.render(values or {}, name=RELEASE, namespace=NAMESPACE)
+        out: dict[str, str] = loaded.render(with_image(values), name=RELEASE,
+                                            namespace=NAMESPACE)
     return out
 
 

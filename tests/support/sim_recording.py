@@ -37,6 +37,10 @@ TENANTS: dict[str, tuple[str, str, str, str, float]] = {
     "6": ("inference", "llama-70b-1", "llama-3-70b", "vllm", 850.0),
     "7": ("inference", "llama-8b-2", "llama-3-8b", "vllm", 1500.0),
 }
+# A second pod on gpu 1: a shared GPU has one goodput_gpu_pod_info series per pod.
+SHARED: dict[str, tuple[str, str]] = {"1": ("research", "notebook-1")}
+# What Prometheus adds on scrape; the mixin's default selector is job="gpu-goodput-exporter".
+TARGET = {"job": "gpu-goodput-exporter", "instance": "sim-node:9433"}
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
 
@@ -56,7 +60,9 @@ class Recorder:
     def openmetrics(self) -> str:
         by_family: dict[str, list[str]] = defaultdict(list)
         for (family, sample, key), points in sorted(self.series.items()):
-            labels = ",".join(f'{k}="{v}"' for k, v in key)
+            # The engines' own histograms are scraped from the engine pods, not the exporter.
+            target = {} if family.startswith("vllm:") else TARGET
+            labels = ",".join(f'{k}="{v}"' for k, v in (*key, *sorted(target.items())))
             for ts, value in points:
                 by_family[family].append(f"{sample}{{{labels}}} {_num(value)} {ts:.3f}")
         out: list[str] = []
@@ -107,8 +113,12 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
                 labels = dict(sample.labels)
                 gpu = labels.get("gpu")
                 if gpu is not None:
-                    labels.update(_attribution(gpu))
-                    uuids[gpu] = labels["uuid"]
+                    # Data series carry node, gpu and their own labels; the identity (uuid,
+                    # name) lives on goodput_gpu_info, pods on goodput_gpu_pod_info.
+                    uuid = labels.pop("uuid", None) if spec.name != "goodput_gpu_info" else (
+                        labels.get("uuid"))
+                    if uuid:
+                        uuids[gpu] = uuid
                     plain = not sample.labels.get("reason") and not sample.labels.get("domain")
                     if plain or spec.name == "goodput_gpu_up":
                         gpu_values[gpu].setdefault(spec.name, sample.value)
@@ -117,11 +127,13 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
     return rec.openmetrics()
 
 
-def _attribution(gpu: str) -> dict[str, str]:
+def _pods(gpu: str) -> list[tuple[str, str]]:
+    """(namespace, pod) of every pod using ``gpu``."""
     tenant = TENANTS.get(gpu)
-    if tenant is None:
-        return {"namespace": "", "pod": "", "container": ""}
-    return {"namespace": tenant[0], "pod": tenant[1], "container": "main"}
+    pods = [(tenant[0], tenant[1])] if tenant else []
+    if gpu in SHARED:
+        pods.append(SHARED[gpu])
+    return pods
 
 
 class _Synthetic:
@@ -157,8 +169,12 @@ class _Synthetic:
             self._gauge("goodput_exporter_last_success_timestamp_seconds",
                         {**node, "source": source}, ts, ts)
         for gpu, v in sorted(values.items()):
-            self._device(ts, dt, {"gpu": gpu, "uuid": uuids[gpu], "node": self.node,
-                                  **_attribution(gpu)}, v)
+            base = {"gpu": gpu, "node": self.node}
+            for namespace, pod in _pods(gpu):
+                self._gauge("goodput_gpu_pod_info", {**base, "namespace": namespace, "pod": pod,
+                                                     "container": "main"},
+                            ts, 1.0)
+            self._device(ts, dt, base, v)
         self._targets(ts)
 
     def _targets(self, ts: float) -> None:
@@ -217,12 +233,13 @@ class _Synthetic:
         self._gauge("goodput_gpu_joules_per_token", base, ts, power / tokens if tokens else 0.0)
         self._gauge("goodput_gpu_mfu_ratio", base, ts, flops / PEAK_FLOPS)
         if engine == "vllm":
-            self._ttft(ts, dt, model, base, 0.08 if gpu != "4" else 0.9)
+            self._ttft(ts, dt, model, {"namespace": _ns, "pod": _pod},
+                       0.08 if gpu != "4" else 0.9)
 
     def _ttft(self, ts: float, dt: float, model: str, base: dict[str, str],
               typical: float) -> None:
         """vLLM's own TTFT histogram, as a PodMonitor scrape of the engine would store it."""
-        labels = {"namespace": base["namespace"], "pod": base["pod"], "model_name": model}
+        labels = {**base, "model_name": model}
         requests = 4.0 * dt
         for le in TTFT_BUCKETS:
             share = 1.0 if math.isinf(le) else min(1.0, (le / typical) ** 2 / 2)

@@ -54,7 +54,12 @@ def _kube_api() -> Any:
     try:
         from kubernetes import client, config
     except ImportError:
-        log.error("serving_discovery_unavailable", error="the kubernetes package is missing")
+        log.error(
+            "serving_discovery_unavailable",
+            error="the kubernetes package is missing: install the package's [kubernetes] extra"
+            " (pip install '.[kubernetes]' in the source tree; image: scripts/image.sh"
+            " --extras kubernetes)",
+        )
         return None
     try:
         config.load_incluster_config()

@@ -59,10 +59,11 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
 {{- $tag = printf "%s-dcgm" $tag }}
 {{- end }}
 {{- end }}
+{{- $repo := required "image.repository is required: no image is published, build one (make image) and push it to your registry, then --set image.repository=<registry>/gpu-goodput-exporter (docs/install.md)" .Values.image.repository }}
 {{- if .Values.image.digest }}
-{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- printf "%s:%s@%s" $repo $tag .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repo $tag }}
 {{- end }}
 {{- end }}
 

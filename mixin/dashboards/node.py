@@ -7,7 +7,7 @@ from grafana_foundation_sdk.builders import stat, statetimeline
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
-from dashboards.generator.common import DS, GPU, UIDS, base, query, series
+from mixin.dashboards.common import UIDS, Ctx, base, query, series
 
 # Regime -> number for the state timeline (goodput_gpu_regime is one-hot per GPU).
 REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
@@ -15,18 +15,10 @@ REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#
            ("compute_bound", "#73BF69"), ("unknown", "#B877D9")]
 
 
-def _rate(counter: str) -> str:
-    return f"rate({counter}{{{GPU}}}[$__rate_interval])"
-
-
-def _ratio(counter: str) -> str:
-    return f"{_rate(counter)} / ({_rate('goodput_gpu_profiled_seconds_total')} > 0)"
-
-
-def _regime_expr() -> str:
-    terms = [f'goodput_gpu_regime{{{GPU}, regime="{name}"}} * {i}'
+def _regime_expr(ctx: Ctx) -> str:
+    terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{name}"}} * {i}'
              for i, (name, _) in enumerate(REGIMES)]
-    return "sum by (node, gpu) (" + " or ".join(terms) + ")"
+    return f"sum by ({ctx.gk}) (" + " or ".join(terms) + ")"
 
 
 def _regime_mappings() -> list[model.ValueMapping]:
@@ -35,13 +27,22 @@ def _regime_mappings() -> list[model.ValueMapping]:
             for i, (name, color) in enumerate(REGIMES)]
 
 
-def build() -> dash.Dashboard:
-    board = base(UIDS["node"], "GPU goodput / Node and GPU drilldown",
+def build(ctx: Ctx) -> dash.Dashboard:
+    GPU = ctx.gpu_f
+
+    def _rate(counter: str) -> str:
+        return f"rate({counter}{{{GPU}}}[$__rate_interval])"
+
+    def _ratio(counter: str) -> str:
+        return f"{_rate(counter)} / ({_rate('goodput_gpu_profiled_seconds_total')} > 0)"
+
+    board = base(ctx, UIDS["node"], "GPU goodput / Node and GPU drilldown",
                  "One node, one GPU: what kernel-time utilisation hides, the regime, power, "
                  "clocks, throttling and errors.")
     board.with_row(dash.Row("The utilization lie"))
     board.with_panel(
         series(
+            ctx,
             "The utilization lie: kernel time vs SM active vs tensor vs DRAM (GPU $gpu)",
             "percentunit",
             (_rate("goodput_gpu_utilization_seconds_total"), "{{node}} gpu {{gpu}} kernel time"),
@@ -58,46 +59,48 @@ def build() -> dash.Dashboard:
         statetimeline.Panel()
         .title("Regime")
         .description("The bottleneck regime the exporter infers for each GPU.")
-        .datasource(DS)
-        .with_target(query(_regime_expr(), "{{node}} gpu {{gpu}}"))
+        .datasource(ctx.ds)
+        .with_target(query(ctx, _regime_expr(ctx), "{{node}} gpu {{gpu}}"))
         .mappings(_regime_mappings())
         .show_value(cm.VisibilityMode.NEVER)
         .height(8).span(24)
     )
     board.with_row(dash.Row("Power and energy"))
     board.with_panel(series(
-        "Power", "watt",
+        ctx, "Power", "watt",
         (f"goodput_gpu_power_watts{{{GPU}}}", "gpu {{gpu}}"),
         (f"goodput_gpu_power_limit_watts{{{GPU}}}", "gpu {{gpu}} limit")))
     board.with_panel(
-        stat.Panel().title("Energy in range").datasource(DS)
+        stat.Panel().title("Energy in range").datasource(ctx.ds)
         .with_target(query(
-            f"sum by (gpu) (increase(goodput_gpu_energy_joules_total{{{GPU}}}[$__range]))"
+            ctx, f"sum by ({ctx.cfg.labels.gpu}) "
+            f"(increase(goodput_gpu_energy_joules_total{{{GPU}}}[$__range]))"
             " / 3.6e6", "gpu {{gpu}}", instant=True))
         .unit("kwatth").height(8).span(12)
     )
     board.with_row(dash.Row("Clocks and throttling"))
     board.with_panel(series(
-        "SM clock", "hertz",
+        ctx, "SM clock", "hertz",
         (f'goodput_gpu_clock_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}}"),
         (f'goodput_gpu_clock_max_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}} max")))
     board.with_panel(series(
-        "Throttling (share of time clocks were held down)", "percentunit",
+        ctx, "Throttling (share of time clocks were held down)", "percentunit",
         (_rate("goodput_gpu_clock_event_seconds_total"), "gpu {{gpu}} {{reason}}")))
     board.with_panel(series(
-        "Temperature", "celsius", (f"goodput_gpu_temperature_celsius{{{GPU}}}", "gpu {{gpu}}")))
+        ctx, "Temperature", "celsius",
+        (f"goodput_gpu_temperature_celsius{{{GPU}}}", "gpu {{gpu}}")))
     board.with_panel(series(
-        "Memory used", "bytes", (f"goodput_gpu_memory_used_bytes{{{GPU}}}", "gpu {{gpu}}"),
+        ctx, "Memory used", "bytes", (f"goodput_gpu_memory_used_bytes{{{GPU}}}", "gpu {{gpu}}"),
         (f"goodput_gpu_memory_total_bytes{{{GPU}}}", "gpu {{gpu}} total")))
     board.with_row(dash.Row("Errors"))
     board.with_panel(series(
-        "XID errors", "none",
+        ctx, "XID errors", "none",
         (f"increase(goodput_gpu_xid_errors_total{{{GPU}}}[$__rate_interval])",
          "gpu {{gpu}} xid {{xid}}"),
         description="XID events by GPU and XID number; see the GPUXidCritical runbook for "
         "the classes."))
     board.with_panel(series(
-        "ECC errors and GPU availability", "none",
+        ctx, "ECC errors and GPU availability", "none",
         (f"increase(goodput_gpu_ecc_errors_total{{{GPU}}}[$__rate_interval])",
          "gpu {{gpu}} ECC {{type}}"),
         (f"goodput_gpu_up{{{GPU}}}", "gpu {{gpu}} up {{reason}}")))

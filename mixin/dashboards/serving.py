@@ -6,16 +6,17 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models import dashboard as model
 
-from dashboards.generator.common import DS, GPU, MODEL, NODE, UIDS, base, query, series
+from mixin.dashboards.common import UIDS, Ctx, base, query, series
 
-SERVING_GPUS = f"group by (node, gpu, uuid) (goodput_gpu_tokens_total{{{MODEL}}})"
 TTFT = ('{__name__=~"vllm:time_to_first_token_seconds_bucket'
         '|sglang:time_to_first_token_seconds_bucket", namespace=~"$namespace", '
         'model_name=~"$model"}')
 
 
-def build() -> dash.Dashboard:
-    board = base(UIDS["serving"], "GPU goodput / Serving workload",
+def build(ctx: Ctx) -> dash.Dashboard:
+    GPU, MODEL, NODE, gk = ctx.gpu_f, ctx.model_f, ctx.node_f, ctx.gk
+    SERVING_GPUS = f"group by ({gk}) (goodput_gpu_tokens_total{{{MODEL}}})"
+    board = base(ctx, UIDS["serving"], "GPU goodput / Serving workload",
                  "Serving engines on their GPUs: tokens against SM activity, queue, KV cache, "
                  "time to first token, model FLOPs utilisation.")
     board.with_row(dash.Row("Throughput"))
@@ -23,40 +24,42 @@ def build() -> dash.Dashboard:
                   model.DynamicConfigValue(id_val="unit", value="percentunit")]
     board.with_panel(
         series(
-            "Tokens/s per GPU vs SM active", "short",
-            (f"sum by (node, gpu, model) (rate(goodput_gpu_tokens_total{{{MODEL}}}"
+            ctx, "Tokens/s per GPU vs SM active", "short",
+            (f"sum by ({gk}, model) (rate(goodput_gpu_tokens_total{{{MODEL}}}"
              "[$__rate_interval]))", "gpu {{gpu}} {{model}} tokens/s"),
             (f"rate(goodput_gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])"
              f" / (rate(goodput_gpu_profiled_seconds_total{{{GPU}}}[$__rate_interval]) > 0)"
-             f" and on (node, gpu, uuid) {SERVING_GPUS}", "gpu {{gpu}} SM active"),
+             f" and on ({gk}) {SERVING_GPUS}", "gpu {{gpu}} SM active"),
             description="Tokens per second (left) against SM activity (right): SM activity "
             "without tokens is work that produces nothing.",
         ).override_by_query("B", right_axis).span(24)
     )
     board.with_panel(series(
-        "Tokens per SM-second vs fleet median", "short",
+        ctx, "Tokens per SM-second vs fleet median", "short",
         (f"goodput:gpu_tokens_per_sm_second:ratio_rate5m{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
-        ('goodput:model_tokens_per_sm_second:median_rate5m{model=~"$model"}',
-         "fleet median {{model}}"),
-        description="GPULowGoodputVsFleet fires below half the median."))
+        ('goodput:model_tokens_per_sm_second:median_rate5m{model=~"$model"}'
+         f" and on (model) goodput:gpu_model:info{{{MODEL}}}", "fleet median {{model}}"),
+        description="GPULowGoodputVsFleet fires below "
+        f"{ctx.cfg.alerts['GPULowGoodputVsFleet'].thresholds['max_share_of_median']:g} "
+        "times the median."))
     board.with_panel(series(
-        "Tokens per joule", "short",
+        ctx, "Tokens per joule", "short",
         (f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
-        (f"goodput_gpu_joules_per_token{{{GPU}}} and on (node, gpu, uuid) {SERVING_GPUS}",
+        (f"goodput_gpu_joules_per_token{{{GPU}}} and on ({gk}) {SERVING_GPUS}",
          "gpu {{gpu}} J/token")))
     board.with_row(dash.Row("Queue and memory"))
     board.with_panel(series(
-        "Queue: running and waiting requests", "none",
-        (f"sum by (node, gpu, model, state) (goodput_gpu_serving_requests{{{MODEL}}})",
+        ctx, "Queue: running and waiting requests", "none",
+        (f"sum by ({gk}, model, state) (goodput_gpu_serving_requests{{{MODEL}}})",
          "gpu {{gpu}} {{model}} {{state}}"),
         description="Requests waiting while the GPU is mostly idle mean a host-bound engine "
         "(GPUHostBound)."))
     board.with_panel(series(
-        "KV cache usage", "percentunit",
+        ctx, "KV cache usage", "percentunit",
         (f"goodput_gpu_kv_cache_usage_ratio{{{MODEL}}}", "gpu {{gpu}} {{model}}")).max(1))
     board.with_row(dash.Row("Latency and model FLOPs"))
     board.with_panel(series(
-        "Time to first token (p50, p90)", "s",
+        ctx, "Time to first token (p50, p90)", "s",
         (f"histogram_quantile(0.5, sum by (le, model_name) (rate({TTFT}[$__rate_interval])))",
          "p50 {{model_name}}"),
         (f"histogram_quantile(0.9, sum by (le, model_name) (rate({TTFT}[$__rate_interval])))",
@@ -64,15 +67,15 @@ def build() -> dash.Dashboard:
         description="From the engines' own TTFT histograms (vLLM, SGLang), which Prometheus "
         "scrapes from the engine pods directly; the exporter does not re-export them."))
     board.with_panel(series(
-        "MFU (model FLOPs utilisation)", "percentunit",
-        (f"goodput_gpu_mfu_ratio{{{GPU}}} and on (node, gpu, uuid) {SERVING_GPUS}",
+        ctx, "MFU (model FLOPs utilisation)", "percentunit",
+        (f"goodput_gpu_mfu_ratio{{{GPU}}} and on ({gk}) {SERVING_GPUS}",
          "gpu {{gpu}}"),
         description="Engine-estimated FLOPs over the GPU's peak, where the engine exports "
         "FLOPs."))
     board.with_panel(
-        table.Panel().title("Serving targets").datasource(DS)
+        table.Panel().title("Serving targets").datasource(ctx.ds)
         .description("Every engine endpoint the exporters scrape; 0 = down.")
-        .with_target(query(f"goodput_serving_target_up{{{NODE}}}", instant=True, table=True))
+        .with_target(query(ctx, f"goodput_serving_target_up{{{NODE}}}", instant=True, table=True))
         .with_transformation(model.DataTransformerConfig(
             id_val="organize", options={"excludeByName": {"Time": True, "__name__": True}}))
         .height(8).span(24)

@@ -1,0 +1,138 @@
+"""The model's families: verdicts per GPU and stragglers per job, from ``snap.verdicts``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row, counter, gauge
+from exporter.model.core import REGIMES, UNPRODUCTIVE_REASONS
+from exporter.readings import GpuVerdict, NodeVerdicts
+
+COLLECTOR = "model"
+
+
+def _regime(v: GpuVerdict) -> Iterable[Row]:
+    return (((r,), 1.0 if r == v.regime else 0.0) for r in REGIMES)
+
+
+def _flags(v: GpuVerdict) -> Iterable[Row]:
+    flags = {"hollow_busy": v.hollow_busy, "busy_no_output": v.busy_no_output}
+    return (((r,), float(flags[r])) for r in UNPRODUCTIVE_REASONS)
+
+
+def _regime_seconds(v: GpuVerdict) -> Iterable[Row]:
+    seen = dict(v.regime_seconds)
+    return (((r,), seen.get(r, 0.0)) for r in REGIMES)
+
+
+GPU = GpuFamilies[GpuVerdict](
+    COLLECTOR,
+    lambda snap: snap.verdicts.gpus,
+    (
+        Family(
+            "goodput_gpu_regime",
+            "gauge",
+            "State set: 1 for the bottleneck regime the GPU is in (idle, allocated_idle, "
+            "host_bound, launch_bound, comm_wait, memory_bound, compute_bound, unknown), 0 "
+            "for the others. Debounced: a regime is entered after model.enter_windows "
+            "windows and left after model.leave_windows.",
+            _regime,
+            labels=("regime",),
+        ),
+        Family(
+            "goodput_gpu_regime_seconds_total",
+            "counter",
+            "Seconds classified into each regime, window by window and undebounced: rate() "
+            "gives the exact share of time per regime over any range, short bursts included.",
+            _regime_seconds,
+            labels=("regime",),
+            unit="seconds",
+        ),
+        Family(
+            "goodput_gpu_busy_unproductive",
+            "gauge",
+            "1 while the GPU looks busy but does little useful work, by reason: hollow_busy "
+            "(kernel time high, SM active low) or busy_no_output (busy while the attributed "
+            "engine makes almost no tokens). Always 0 while profiling is unusable.",
+            _flags,
+            labels=("reason",),
+        ),
+        counter(
+            "goodput_gpu_busy_unproductive_seconds_total",
+            "Seconds spent busy but unproductive (either reason).",
+            lambda v: v.busy_unproductive_seconds,
+            unit="seconds",
+        ),
+        gauge(
+            "goodput_gpu_hollow_utilization_ratio",
+            "Kernel-time utilization not backed by SM activity: max(utilization - sm_active, 0).",
+            lambda v: v.hollow_utilization,
+            unit="ratio",
+            default=False,
+        ),
+        gauge(
+            "goodput_gpu_efficiency_score_ratio",
+            "0..1 efficiency score: weighted SM active, occupancy and the activity of the "
+            "resource the regime says should be busy, scaled down when the attributed engine "
+            "makes no tokens.",
+            lambda v: v.efficiency_score,
+            unit="ratio",
+        ),
+        gauge(
+            "goodput_gpu_tokens_per_sm_second",
+            "Attributed (generated) tokens per second divided by the SM active ratio: tokens "
+            "per second of fully active SMs.",
+            lambda v: v.tokens_per_sm_second,
+        ),
+        gauge(
+            "goodput_gpu_joules_per_token",
+            "Board energy per attributed (generated) token over the last window.",
+            lambda v: v.joules_per_token,
+            unit="joules",
+        ),
+        gauge(
+            "goodput_gpu_mfu_ratio",
+            "Model FLOPs utilization: attributed tokens x FLOPs per token (or the engine's own "
+            "FLOPs counter) divided by the GPU's peak dense FLOP/s for the model's dtype.",
+            lambda v: v.mfu,
+            unit="ratio",
+        ),
+        gauge(
+            "goodput_gpu_profiling_stale",
+            "1 when profiling is said to be available but its counters stopped moving or read "
+            "silent zeros (all ratios exactly 0 while kernels run and power is high).",
+            lambda v: v.profiling_stale,
+        ),
+    ),
+)
+
+
+def _stragglers(v: NodeVerdicts) -> Iterable[Row]:
+    return (((j.namespace, j.job, j.straggler), 1.0) for j in v.jobs if j.straggler)
+
+
+def _jobs(v: NodeVerdicts) -> Iterable[Row]:
+    return (((j.namespace, j.job), float(len(j.gpus))) for j in v.jobs)
+
+
+NODE = NodeFamilies[NodeVerdicts](
+    COLLECTOR,
+    lambda snap: snap.verdicts if snap.verdicts.jobs else None,
+    (
+        Family(
+            "goodput_job_gpus",
+            "gauge",
+            "GPUs of this node held by one multi-GPU job (a pod), judged together.",
+            _jobs,
+            labels=("namespace", "job_name"),
+        ),
+        Family(
+            "goodput_job_straggler",
+            "gauge",
+            "1 for the GPU of a multi-GPU job that holds the job back: it works while its "
+            "peers wait in collectives (comm_wait). No series while the job is balanced.",
+            _stragglers,
+            labels=("namespace", "job_name", "gpu"),
+        ),
+    ),
+)

@@ -1,0 +1,314 @@
+"""Typed contracts between the stages of the daemon.
+
+Sources publish these frozen dataclasses into the snapshot; the efficiency model reads their
+fields; the exposition maps their fields to metric families (``exporter/metrics/families``).
+No stage finds another's data by a metric name, so renaming a metric can never starve the
+model, and mypy checks every hand-over.
+
+Units are base units throughout: ratios 0..1, bytes, seconds, watts, joules, hertz. ``None``
+means "not read" (unsupported, failed, or not yet a window), never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# identity ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Identity of one GPU or MIG instance.
+
+    ``gpu`` is the value of the ``gpu`` label: the NVML index as a string for a whole GPU,
+    ``"<parent index>-<gpu instance id>"`` for a MIG instance (the key dcgm-exporter uses).
+    ``mig_profile`` is the slice's profile name (``1g.10gb``...), which sets its peak FLOPs.
+    """
+
+    gpu: str
+    uuid: str
+    name: str = ""
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    parent_uuid: str = ""
+    gpu_instance_id: str = ""
+    compute_instance_id: str = ""
+    mig_profile: str = ""
+
+    @property
+    def is_mig(self) -> bool:
+        return bool(self.parent_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A compute process NVML lists on a device; kept for pod and serving attribution."""
+
+    gpu: str
+    pid: int
+    used_memory_bytes: int | None = None
+
+
+# NVML ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """What one NVML poll read of one device. ``up`` false carries the ``reason``."""
+
+    up: bool = True
+    reason: str = ""
+    utilization: float | None = None
+    """Share of the sample period any kernel ran (nvidia-smi's utilization)."""
+    utilization_seconds: float | None = None
+    """``utilization`` integrated over polls: the counter ``rate()`` reads exactly."""
+    memory_controller_utilization: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    temperature_celsius: float | None = None
+    clocks_hertz: tuple[tuple[str, float], ...] = ()
+    """(domain, hertz) for the sm and memory clocks."""
+    max_clocks_hertz: tuple[tuple[str, float], ...] = ()
+    clock_events: tuple[tuple[str, bool], ...] = ()
+    """(reason, active) for every clock-event (throttle) reason NVML reports."""
+    clock_event_seconds: tuple[tuple[str, float], ...] = ()
+    ecc_errors: tuple[tuple[str, float], ...] = ()
+    """(corrected | uncorrected, volatile count)."""
+    remapped_rows: tuple[tuple[str, float], ...] = ()
+    """(correctable | uncorrectable, rows)."""
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    processes: tuple[ProcessInfo, ...] = ()
+    process_count: int | None = None
+    """None when the process list could not be read on this poll."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidState:
+    """XID critical-error events since start on one GPU."""
+
+    counts: tuple[tuple[int, int], ...] = ()
+    last: int = 0
+
+
+# profiling -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingWindow:
+    """One window of profiling values in base units; None where the backend has no value."""
+
+    seconds: float
+    graphics_active: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    tensor_pipes: tuple[tuple[str, float], ...] = ()
+    dram_active: float | None = None
+    pipes: tuple[tuple[str, float], ...] = ()
+    """(fp64 | fp32 | fp16 | integer, ratio)."""
+    pcie_bytes_per_second: tuple[tuple[str, float], ...] = ()
+    """(tx | rx, bytes per second); tx is out of the GPU."""
+    nvlink_bytes_per_second: tuple[tuple[str, float], ...] = ()
+
+    def pipe(self, name: str) -> float | None:
+        return dict(self.pipes).get(name)
+
+    def link_rate(self, link: str, direction: str) -> float | None:
+        rates = self.pcie_bytes_per_second if link == "pcie" else self.nvlink_bytes_per_second
+        return dict(rates).get(direction)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingTotals:
+    """Window ratios integrated over time, so ``rate()`` of them is exact over any range."""
+
+    profiled_seconds: float = 0.0
+    sm_active_seconds: float | None = None
+    sm_occupancy_seconds: float | None = None
+    tensor_active_seconds: float | None = None
+    dram_active_seconds: float | None = None
+    pcie_bytes: tuple[tuple[str, float], ...] = ()
+    nvlink_bytes: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingStatus:
+    """One profiling backend's state on one GPU.
+
+    ``available`` false says why in ``reason`` (unsupported, no_permission, ...); a backend
+    that serves the GPU repeats its last ``window`` between windows so series do not flap,
+    and ``sequence`` grows by one per new window so consumers can tell a repeat from a new one.
+    """
+
+    backend: str
+    available: bool
+    reason: str = ""
+    window: ProfilingWindow | None = None
+    totals: ProfilingTotals | None = None
+    sequence: int = 0
+
+
+# Kubernetes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGpus:
+    """The GPU devices of one resource the kubelet assigned to one container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    gpus: tuple[str, ...]
+
+    @property
+    def holder(self) -> tuple[str, str, str]:
+        return (self.namespace, self.pod, self.container)
+
+
+@dataclass(frozen=True, slots=True)
+class PodAssignments:
+    """Which containers the kubelet says hold which GPUs (pod-resources ``List``)."""
+
+    containers: tuple[ContainerGpus, ...] = ()
+
+    def pod_gpus(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(namespace, pod) -> the gpu labels its containers hold."""
+        found: dict[tuple[str, str], set[str]] = {}
+        for entry in self.containers:
+            if entry.gpus:
+                found.setdefault((entry.namespace, entry.pod), set()).update(entry.gpus)
+        return {key: tuple(sorted(gpus)) for key, gpus in sorted(found.items())}
+
+    def holders(self, gpu: str) -> tuple[tuple[str, str, str], ...]:
+        """Sorted unique (namespace, pod, container) holding ``gpu``."""
+        return tuple(sorted({c.holder for c in self.containers if gpu in c.gpus}))
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """Processes and memory of one pod's container on one GPU (from cgroups)."""
+
+    gpu: str
+    namespace: str
+    pod: str
+    container: str
+    processes: int
+    memory_used_bytes: float | None = None
+
+
+# serving -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """One (model, engine) pair's signals on one GPU."""
+
+    model: str
+    engine: str
+    tokens: tuple[tuple[str, float], ...] = ()
+    """(kind, total tokens attributed to this GPU): prompt, prompt_cached, generation."""
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None
+    flops: float | None = None
+    """Cumulative FLOPs the engine estimates it ran on this GPU."""
+    preemptions: float | None = None
+    busy_seconds: float | None = None
+
+    def token_total(self, kinds: frozenset[str] | None = None) -> float:
+        return sum(v for k, v in self.tokens if kinds is None or k in kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetStatus:
+    """Health of one serving target and where its work was attributed."""
+
+    target: str
+    """The target's display name: its URL without credentials, or namespace/pod:port."""
+    up: bool
+    engine: str = ""
+    model: str = ""
+    reason: str = ""
+    scrape_seconds: float = 0.0
+    gpus: tuple[str, ...] = ()
+    via: str = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ServingState:
+    gpus: Mapping[str, tuple[ServedModel, ...]] = field(default_factory=dict)
+    targets: tuple[TargetStatus, ...] = ()
+    discovery: tuple[bool, str] | None = None
+    """(watch works, reason) when pod discovery is on."""
+
+
+# collector status ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether one attribution path works (kubelet, cgroup), as the metric says it."""
+
+    source: str
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+
+# verdicts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuVerdict:
+    """What the efficiency model concluded for one GPU after one window."""
+
+    regime: str
+    """Debounced regime (what alerts use)."""
+    window_regime: str
+    """This window's own classification, undebounced."""
+    hollow_busy: bool = False
+    busy_no_output: bool = False
+    profiling_stale: bool = False
+    hollow_utilization: float | None = None
+    efficiency_score: float | None = None
+    tokens_per_sm_second: float | None = None
+    joules_per_token: float | None = None
+    mfu: float | None = None
+    busy_unproductive_seconds: float = 0.0
+    regime_seconds: tuple[tuple[str, float], ...] = ()
+    """Cumulative seconds per undebounced regime, so ``rate()`` gives exact shares."""
+    peers: tuple[str, ...] = ()
+    """GPUs of the same job on this node that the verdict was judged against."""
+
+    @property
+    def busy_unproductive(self) -> bool:
+        return self.hollow_busy or self.busy_no_output
+
+
+@dataclass(frozen=True, slots=True)
+class JobVerdict:
+    """A job (a pod, or pods sharing a job label) spanning several GPUs of this node."""
+
+    namespace: str
+    job: str
+    gpus: tuple[str, ...]
+    straggler: str = ""
+    """The GPU holding the others back, "" when the job is balanced."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdicts:
+    """The model's output for the whole node after one step."""
+
+    gpus: Mapping[str, GpuVerdict] = field(default_factory=dict)
+    jobs: tuple[JobVerdict, ...] = ()
+    errors: Mapping[str, int] = field(default_factory=dict)

@@ -1,0 +1,105 @@
+"""Kubernetes families: which pods hold a GPU (one info series per GPU and container, joined
+in PromQL) and what each pod's processes use on it. Label names are configurable, so the
+families are built from the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row
+from exporter.readings import Availability, PodAssignments, PodUsage
+from exporter.snapshot import Snapshot
+
+COLLECTOR = "kubernetes"
+
+
+def _holders(snap: Snapshot) -> Mapping[str, tuple[tuple[str, str, str], ...]]:
+    pods: PodAssignments = snap.pods
+    return {d.gpu: pods.holders(d.gpu) for d in snap.inventory if pods.holders(d.gpu)}
+
+
+def _usage(snap: Snapshot) -> Mapping[str, tuple[PodUsage, ...]]:
+    out: dict[str, list[PodUsage]] = {}
+    for usage in snap.pod_usage:
+        out.setdefault(usage.gpu, []).append(usage)
+    return {gpu: tuple(rows) for gpu, rows in out.items()}
+
+
+def _pod_info(holders: tuple[tuple[str, str, str], ...]) -> Iterable[Row]:
+    return (((ns, pod, container, ""), 1.0) for ns, pod, container in holders)
+
+
+def _usage_rows(rows: tuple[PodUsage, ...], memory: bool) -> Iterable[Row]:
+    for u in rows:
+        value = u.memory_used_bytes if memory else float(u.processes)
+        if value is not None:
+            yield (u.namespace, u.pod, u.container), value
+
+
+def _availability(rows: tuple[Availability, ...]) -> Iterable[Row]:
+    return (((a.source, a.reason), 1.0 if a.ok else 0.0) for a in rows)
+
+
+def families(
+    namespace: str = "namespace", pod: str = "pod", container: str = "container"
+) -> tuple[
+    GpuFamilies[tuple[tuple[str, str, str], ...]],
+    GpuFamilies[tuple[PodUsage, ...]],
+    NodeFamilies[tuple[Availability, ...]],
+]:
+    names = (namespace, pod, container)
+    info = GpuFamilies[tuple[tuple[str, str, str], ...]](
+        COLLECTOR,
+        _holders,
+        (
+            Family(
+                "goodput_gpu_pod_info",
+                "gauge",
+                "Constant 1 per GPU and container the kubelet assigned it to; join on node "
+                "and gpu to attribute any GPU series to pods (a shared GPU has one series "
+                "per holder). job_name is the pod's job label when known.",
+                _pod_info,
+                labels=(*names, "job_name"),
+            ),
+        ),
+    )
+    usage = GpuFamilies[tuple[PodUsage, ...]](
+        COLLECTOR,
+        _usage,
+        (
+            Family(
+                "goodput_gpu_pod_memory_used_bytes",
+                "gauge",
+                "Device memory used by the processes of one pod's container on this GPU "
+                "(sum over its PIDs).",
+                lambda rows: _usage_rows(rows, memory=True),
+                labels=names,
+                unit="bytes",
+            ),
+            Family(
+                "goodput_gpu_pod_processes",
+                "gauge",
+                "Compute processes of one pod's container on this GPU.",
+                lambda rows: _usage_rows(rows, memory=False),
+                labels=names,
+            ),
+        ),
+    )
+    status = NodeFamilies[tuple[Availability, ...]](
+        COLLECTOR,
+        lambda snap: snap.availability or None,
+        (
+            Family(
+                "goodput_attribution_available",
+                "gauge",
+                "1 if attribution of GPUs to pods works through `source` (kubelet: "
+                "pod-resources API; cgroup: PID to pod through /proc/<pid>/cgroup); 0 with "
+                "`reason` (socket_missing, permission_denied, unavailable, timeout, "
+                "rate_limited, error, proc_missing, no_host_pid) if not. GPU metrics flow "
+                "either way.",
+                _availability,
+                labels=("source", "reason"),
+            ),
+        ),
+    )
+    return info, usage, status

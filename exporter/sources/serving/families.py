@@ -1,0 +1,171 @@
+"""Serving families: engine signals attributed to GPUs, and the health of each target."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row
+from exporter.readings import ServedModel, ServingState, TargetStatus
+from exporter.snapshot import Snapshot
+
+COLLECTOR = "serving"
+
+
+def _per_gpu(snap: Snapshot) -> Mapping[str, tuple[ServedModel, ...]]:
+    return snap.serving.gpus
+
+
+def _tokens(models: tuple[ServedModel, ...]) -> Iterable[Row]:
+    for m in models:
+        for kind, total in m.tokens:
+            yield (kind, m.model, m.engine), total
+
+
+def _field(attr: str):  # type: ignore[no-untyped-def]
+    def rows(models: tuple[ServedModel, ...]) -> Iterable[Row]:
+        for m in models:
+            value = getattr(m, attr)
+            if value is not None:
+                yield (m.model, m.engine), float(value)
+
+    return rows
+
+
+def _requests(models: tuple[ServedModel, ...]) -> Iterable[Row]:
+    for m in models:
+        for state, value in (("running", m.requests_running), ("waiting", m.requests_waiting)):
+            if value is not None:
+                yield (state, m.model, m.engine), value
+
+
+GPU = GpuFamilies[tuple[ServedModel, ...]](
+    COLLECTOR,
+    _per_gpu,
+    (
+        Family(
+            "goodput_gpu_tokens_total",
+            "counter",
+            "Tokens an inference engine processed or generated, attributed to this GPU, by "
+            "kind: prompt (prompt tokens computed), prompt_cached (prompt tokens served from "
+            "the prefix cache), generation; an engine on several GPUs has its tokens split "
+            "evenly.",
+            _tokens,
+            labels=("kind", "model", "engine"),
+        ),
+        Family(
+            "goodput_gpu_serving_requests",
+            "gauge",
+            "Requests the engine(s) on this GPU are running or keep waiting; every GPU of a "
+            "tensor-parallel engine shows the engine's whole count.",
+            _requests,
+            labels=("state", "model", "engine"),
+        ),
+        Family(
+            "goodput_gpu_kv_cache_usage_ratio",
+            "gauge",
+            "Share of the engine's KV-cache blocks in use (0-1).",
+            _field("kv_cache_usage"),
+            labels=("model", "engine"),
+            unit="ratio",
+        ),
+        Family(
+            "goodput_gpu_serving_flops_total",
+            "counter",
+            "Floating-point operations the engine estimates it ran on this GPU (vLLM/SGLang "
+            "--enable-mfu-metrics).",
+            _field("flops"),
+            labels=("model", "engine"),
+        ),
+        Family(
+            "goodput_gpu_serving_preemptions_total",
+            "counter",
+            "Requests the engine preempted (SGLang: retracted), split evenly across its GPUs.",
+            _field("preemptions"),
+            labels=("model", "engine"),
+        ),
+        Family(
+            "goodput_gpu_serving_busy_seconds_total",
+            "counter",
+            "Seconds the engine reports running forward passes (SGLang, TGI, Triton compute); "
+            "every GPU of the engine gets the whole time.",
+            _field("busy_seconds"),
+            labels=("model", "engine"),
+            unit="seconds",
+        ),
+    ),
+)
+
+
+def _targets(state: ServingState) -> tuple[TargetStatus, ...]:
+    return state.targets
+
+
+def _up(state: ServingState) -> Iterable[Row]:
+    return (((t.target, t.engine, t.model), 1.0 if t.up else 0.0) for t in state.targets)
+
+
+def _duration(state: ServingState) -> Iterable[Row]:
+    return (((t.target,), t.scrape_seconds) for t in state.targets)
+
+
+def _errors(state: ServingState) -> Iterable[Row]:
+    return (((t.target, t.reason), 1.0) for t in state.targets if not t.up)
+
+
+def _gpus(state: ServingState) -> Iterable[Row]:
+    return (((t.target, t.via), float(len(t.gpus))) for t in state.targets)
+
+
+def _discovery(state: ServingState) -> Iterable[Row]:
+    if state.discovery is None:
+        return ()
+    ok, reason = state.discovery
+    return (((reason,), 1.0 if ok else 0.0),)
+
+
+NODE = NodeFamilies[ServingState](
+    COLLECTOR,
+    lambda snap: snap.serving if (snap.serving.targets or snap.serving.discovery) else None,
+    (
+        Family(
+            "goodput_serving_target_up",
+            "gauge",
+            "1 if the last scrape of a serving target succeeded and its engine was recognised.",
+            _up,
+            labels=("target", "engine", "model"),
+        ),
+        Family(
+            "goodput_serving_scrape_duration_seconds",
+            "gauge",
+            "Time the last scrape of a serving target took, including a failed one.",
+            _duration,
+            labels=("target",),
+            unit="seconds",
+        ),
+        Family(
+            "goodput_serving_target_error_info",
+            "gauge",
+            "1 while the last scrape of a target failed; reason is timeout, "
+            "connection_refused, http_<status>, body_too_large, bad_encoding, parse_error, "
+            "unknown_engine, bad_url, bad_annotation, http_error or internal_error.",
+            _errors,
+            labels=("target", "reason"),
+        ),
+        Family(
+            "goodput_serving_target_gpus",
+            "gauge",
+            "Number of GPUs a target's work is attributed to, and by which rule (explicit, "
+            "engine_label, pod, process; none with 0 when no rule matched).",
+            _gpus,
+            labels=("target", "via"),
+        ),
+        Family(
+            "goodput_serving_discovery_up",
+            "gauge",
+            "1 while the watch of this node's pods for serving annotations works; 0 with "
+            "reason (api_error, http_<status>, starting, no_config) otherwise.",
+            _discovery,
+            labels=("reason",),
+        ),
+    ),
+)
