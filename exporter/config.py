@@ -181,12 +181,16 @@ class ModelConfig(Section):
     """Consecutive windows a new regime (or a busy_unproductive flag) must hold to be entered."""
     leave_windows: int = Field(default=2, ge=1, le=100)
     """Consecutive windows the current regime (or flag) must be absent before it is left."""
-    idle_util_max: float = Field(default=0.05, ge=0, le=1)
-    """Kernel time below this is idle (or allocated_idle when memory or a process is held)."""
+    idle_util_max: float = Field(default=0.01, ge=0, le=1)
+    """Kernel time at or below this is idle (or allocated_idle when memory or a process is held).
+    Low on purpose: a sync-per-step loop runs kernels 2-9 % of the time and is host_bound."""
     allocated_memory_min_ratio: float = Field(default=0.05, ge=0, le=1)
     """Memory used above this share of the total counts as allocated even without a process."""
     launch_sm_fill_max: float = Field(default=0.35, ge=0, le=1)
     """sm_fill below this while kernels run means tiny kernels / skinny GEMMs: launch_bound."""
+    host_low_duty_max: float = Field(default=0.15, ge=0, le=1)
+    """Kernel time below this (and above idle) is host_bound whatever the kernels look like:
+    a sync-per-step loop measured 8.5 % utilization with SM active 2.3 %."""
     host_util_max: float = Field(default=0.7, ge=0, le=1)
     """Kernel time below this (with kernels that do fill the SMs) means host_bound."""
     host_util_max_queued: float = Field(default=0.9, ge=0, le=1)
@@ -197,6 +201,10 @@ class ModelConfig(Section):
     """Any FP pipe (fp64/fp32/fp16) activity at or above this is compute_bound."""
     memory_dram_min: float = Field(default=0.5, ge=0, le=1)
     """DRAM bandwidth at or above this share of peak is memory_bound."""
+    transfer_link_min_ratio: float = Field(default=0.5, ge=0, le=1)
+    """PCIe or NVLink traffic in one direction at or above this share of the link's usable
+    peak, with the SMs nearly idle, is transfer_bound (58.7 of 63 GB/s measured on a
+    pinned host-to-device stream)."""
     comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
     """NVLink traffic (both directions) at or above this, with kernels that barely fill the
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound)."""

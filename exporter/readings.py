@@ -35,6 +35,9 @@ class Device:
     gpu_instance_id: str = ""
     compute_instance_id: str = ""
     mig_profile: str = ""
+    link_peaks: tuple[tuple[str, float], ...] = ()
+    """(pcie | nvlink, usable bytes per second per direction) where NVML tells the link's
+    generation and width; a MIG instance shares its parent's links."""
 
     @property
     def is_mig(self) -> bool:
@@ -118,9 +121,12 @@ class ProfilingWindow:
     def pipe(self, name: str) -> float | None:
         return dict(self.pipes).get(name)
 
+    def link_rates(self, link: str) -> tuple[tuple[str, float], ...]:
+        """(direction, bytes/s) of ``link`` (pcie | nvlink)."""
+        return self.pcie_bytes_per_second if link == "pcie" else self.nvlink_bytes_per_second
+
     def link_rate(self, link: str, direction: str) -> float | None:
-        rates = self.pcie_bytes_per_second if link == "pcie" else self.nvlink_bytes_per_second
-        return dict(rates).get(direction)
+        return dict(self.link_rates(link)).get(direction)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,14 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
                      "humanizePercentage")
             + " of the time: the host side (scheduler, tokenizer, input pipeline) is the "
             "bottleneck."),
+        alert("GPUJobStraggler", "goodput:job_straggler:gap_rate5m",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} holds job {{ $labels.namespace }}/"
+              "{{ $labels.job_name }} back",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} kept its SMs busy "
+              "{{ $value | humanizePercentage }} more of the time than the other GPUs of job "
+              "{{ $labels.namespace }}/{{ $labels.job_name }} over " + w.rate + ": they wait "
+              "for it in collectives. Look for a slow or throttled GPU, an uneven shard or a "
+              "noisy neighbour on that node."),
         alert("GPULowGoodputVsFleet",
               f"{q.s('goodput:gpu_tokens_per_sm_second:ratio_rate5m')}\n"
               f"  < on (model) group_left ()\n"

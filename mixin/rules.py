@@ -50,6 +50,7 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
     tensor = q.rate("goodput_gpu_tensor_active_seconds_total")
     dram = q.rate("goodput_gpu_dram_active_seconds_total")
     energy = q.rate("goodput_gpu_energy_joules_total")
+    generated = q.rate("goodput_gpu_tokens_total", matchers='kind="generation"')
     price = "scalar(goodput:gpu_hour_price_dollars)"
     tokens = q.s("goodput:gpu_tokens:rate5m")
     model_info = q.s("goodput:gpu_model:info")
@@ -78,6 +79,12 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:gpu_tokens_per_joule:ratio_rate5m",
               f"{tokens}\n  / on ({gk}) group_left ()\n"
               f"(sum by ({gk}) ({q.s('goodput:gpu_power:watts_rate5m')}) > 0)\n"),
+        # Board energy per generated token; absent for a GPU that made none in the window.
+        _rule("goodput:gpu_joules_per_token:ratio_rate5m",
+              f"sum by ({gk}) ({energy})\n  / on ({gk})\n"
+              f"(sum by ({gk}) ({generated}) > 0)\n"),
+        # The exact share of time in each regime, every window counted (bursts included).
+        _rule("goodput:gpu_regime:ratio_rate5m", q.rate("goodput_gpu_regime_seconds_total")),
         _rule("goodput:gpu_tokens_per_sm_second:ratio_rate5m",
               f"{tokens}\n  / on ({gk}) group_left ()\n"
               f"(sum by ({gk}) ({q.s('goodput:gpu_sm_active_seconds:rate5m')}) > 0)\n"),
@@ -210,10 +217,30 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:regime_gpus:sum",
               f"sum by ({q.cluster}, regime) ({q.s('goodput_gpu_regime')})"),
     ]
+    jk = f"{q.cluster}, {ns}, {cfg.labels.job_name}"
+    job_sm = "goodput:job_gpu_sm_active:ratio_rate5m"  # recorded without the job label
+    job = [
+        # Each GPU of a job (pods sharing a job_name label, on any node) with its SM activity.
+        _rule("goodput:job_gpu_sm_active:ratio_rate5m", q.with_pods(
+            q.s("goodput:gpu_sm_active:ratio_rate5m"), only_attributed=True,
+            pod_labels=[ns, cfg.labels.job_name],
+            info_matchers=f'{cfg.labels.job_name}!=""')),
+        # The straggler: the job's busiest GPU, when it works at least `straggler_gap` more
+        # than the average of the job's other GPUs (they wait on it in collectives). The
+        # value is that gap. A balanced job records nothing.
+        _rule("goodput:job_straggler:gap_rate5m",
+              f"(\n  {job_sm}\n    - on ({jk}) group_left ()\n"
+              f"  (\n    (sum by ({jk}) ({job_sm}) - max by ({jk}) ({job_sm}))\n"
+              f"      / (count by ({jk}) ({job_sm}) - 1 > 0)\n  )\n)\n"
+              f"  >= {cfg.straggler_gap:g}\n"
+              f"and on ({jk}, {q.node}, {q.gpu})\n"
+              f"({job_sm} == on ({jk}) group_left () max by ({jk}) ({job_sm}))\n"),
+    ]
     price_rule = _rule("goodput:gpu_hour_price_dollars",
                        f"vector({cfg.gpu_hour_price_dollars:g})")
     return {"groups": [
         _group(cfg, "goodput.price", [price_rule]),
         _group(cfg, "goodput.gpu", gpu),
         _group(cfg, "goodput.aggregate", node + namespace + model),
+        _group(cfg, "goodput.job", job),
     ]}

@@ -7,11 +7,13 @@ import pytest
 from exporter.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
+    COMM_WAIT,
     COMPUTE_BOUND,
     HOST_BOUND,
     IDLE,
     LAUNCH_BOUND,
     MEMORY_BOUND,
+    TRANSFER_BOUND,
     UNKNOWN,
     GpuModel,
     ModelRates,
@@ -132,6 +134,56 @@ CASES = [
         ),
         LAUNCH_BOUND,
         True,
+    ),
+    (
+        "host-to-device stream (measured H200: util 1.00, SM 0.00, PCIe rx 58.7 GB/s)",
+        prof(
+            util=1.0,
+            graphics_active=0.0,
+            sm_active=0.0,
+            processes=1,
+            link_use=(("pcie", 58.7e9 / 63.0e9),),
+        ),
+        TRANSFER_BOUND,
+        False,
+    ),
+    (
+        "the same copy at a trickle: not transfer-bound, nothing runs",
+        prof(util=0.3, graphics_active=0.0, sm_active=0.0, processes=1, link_use=(("pcie", 0.05),)),
+        ALLOCATED_IDLE,
+        False,
+    ),
+    (
+        "GEMMs while the link is busy: compute wins over transfer",
+        prof(
+            util=1.0,
+            graphics_active=1.0,
+            sm_active=0.95,
+            tensor_active=0.8,
+            link_use=(("pcie", 0.9),),
+        ),
+        COMPUTE_BOUND,
+        False,
+    ),
+    (
+        "sync per small step (measured H200: util 0.085, SM 0.023): host, not idle",
+        prof(util=0.085, graphics_active=0.085, sm_active=0.023, processes=1),
+        HOST_BOUND,
+        False,
+    ),
+    (
+        "rank waiting in a collective (measured: SM 0.28, NVLink 8 GB/s each way)",
+        prof(
+            util=0.98,
+            graphics_active=0.98,
+            sm_active=0.28,
+            sm_occupancy=0.06,
+            tensor_active=0.13,
+            dram_active=0.05,
+            nvlink_bytes_per_second=16e9,
+        ),
+        COMM_WAIT,
+        False,
     ),
     (
         "skinny GEMMs at moderate kernel time: launch, not hollow",
@@ -303,6 +355,16 @@ GEMM = prof(util=1.0, graphics_active=1.0, sm_active=0.97, tensor_active=0.86, d
 DECODE = prof(util=0.96, sm_active=0.74, tensor_active=0.14, dram_active=0.83)
 TINY = prof(util=0.99, sm_active=0.04, tensor_active=0.0, dram_active=0.02)
 BROKEN = Window(util=1.0)
+IDLE_W = prof(util=0.0, graphics_active=0.0, sm_active=0.0, processes=0)
+PCIE_PEAK = 63.0e9
+COPY = prof(util=1.0, graphics_active=0.0, sm_active=0.0, link_use=(("pcie", 58.7e9 / PCIE_PEAK),))
+SERVING_BURST = prof(
+    util=0.65,
+    graphics_active=0.65,
+    sm_active=0.24,
+    dram_active=0.16,
+    serving=(ModelRates("llama-8b", 2180.0, 2180.0),),
+)
 
 
 def run(model: GpuModel, windows: list[Window]) -> list[str]:
@@ -311,7 +373,26 @@ def run(model: GpuModel, windows: list[Window]) -> list[str]:
 
 def test_enter_after_n_windows() -> None:
     m = GpuModel(CFG)  # enter 3, leave 2
-    assert run(m, [GEMM] * 4) == [UNKNOWN, UNKNOWN, COMPUTE_BOUND, COMPUTE_BOUND]
+    assert run(m, [TINY] * 4) == [UNKNOWN, UNKNOWN, LAUNCH_BOUND, LAUNCH_BOUND]
+
+
+def test_conclusive_window_ends_a_quiet_spell_at_once() -> None:
+    """A burst at a roofline wall, on a saturated link or making tokens is entered from
+    the first window; the debounce still guards moves between two busy regimes."""
+    for conclusive in (GEMM, COPY, SERVING_BURST):
+        m = GpuModel(CFG)
+        run(m, [IDLE_W] * 3)
+        assert run(m, [conclusive]) == [assess(conclusive, CFG).regime]
+    m = GpuModel(CFG)
+    run(m, [TINY] * 3)
+    assert run(m, [GEMM]) == [LAUNCH_BOUND]
+
+
+def test_regime_seconds_follow_every_window_but_the_state_is_debounced() -> None:
+    m = GpuModel(CFG)
+    verdicts = [m.evaluate(w) for w in [IDLE_W, IDLE_W, IDLE_W, TINY, IDLE_W]]
+    assert [v.window.regime for v in verdicts][-2:] == [LAUNCH_BOUND, IDLE]
+    assert verdicts[-2].regime == IDLE
 
 
 def test_single_outlier_does_not_flap() -> None:

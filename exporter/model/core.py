@@ -21,6 +21,7 @@ LAUNCH_BOUND = "launch_bound"
 MEMORY_BOUND = "memory_bound"
 COMPUTE_BOUND = "compute_bound"
 COMM_WAIT = "comm_wait"
+TRANSFER_BOUND = "transfer_bound"
 UNKNOWN = "unknown"
 REGIMES: tuple[str, ...] = (
     IDLE,
@@ -28,6 +29,7 @@ REGIMES: tuple[str, ...] = (
     HOST_BOUND,
     LAUNCH_BOUND,
     COMM_WAIT,
+    TRANSFER_BOUND,
     MEMORY_BOUND,
     COMPUTE_BOUND,
     UNKNOWN,
@@ -77,6 +79,9 @@ class Window:
     """None when no serving counters are attributed to this GPU."""
     nvlink_bytes_per_second: float | None = None
     """NVLink traffic, both directions: what a rank waiting in a collective moves."""
+    link_use: tuple[tuple[str, float], ...] = ()
+    """(pcie | nvlink, busier direction's bytes/s over that link's usable peak) for the
+    links whose traffic and peak are both known."""
     gpu_name: str = ""
     mig_profile: str = ""
 
@@ -96,6 +101,9 @@ class Assessment:
     joules_per_token: float | None
     mfu: float | None
     mfu_above_peak: bool = False
+    strong: bool = False
+    """The window alone is conclusive (at a roofline wall, saturating a link, or making
+    tokens): the debounce enters its regime at once instead of after ``enter_windows``."""
 
     @property
     def usable(self) -> bool:
@@ -173,6 +181,8 @@ def silent_zeros(w: Window, cfg: ModelConfig) -> bool:
     ratios = _profiling_ratios(w)
     if not w.profiling_available or not ratios or any(v != 0.0 for v in ratios):
         return False
+    if link_use(w) > 0.01:
+        return False  # the counters are alive: link traffic with idle SMs is a copy
     if w.util is None or w.util < cfg.silent_zero_util_min:
         return False
     if w.power_watts is not None and w.power_limit_watts:
@@ -228,20 +238,46 @@ def _waiting(w: Window) -> float:
     return sum(m.requests_waiting for m in w.serving or ())
 
 
+def _at_a_wall(w: Window, cfg: ModelConfig) -> bool:
+    return (_compute_pressure(w, cfg) or 0.0) >= 1.0 or (_memory_pressure(w, cfg) or 0.0) >= 1.0
+
+
+def link_use(w: Window) -> float:
+    """The busiest link's use of its usable peak (0 when no link is known)."""
+    return max((use for _, use in w.link_use), default=0.0)
+
+
+def transferring(w: Window, cfg: ModelConfig, usable: bool) -> bool:
+    """A link near its usable peak while the SMs do little: the copy engines are the work.
+
+    Copies count as "utilization" in NVML (the utilization lie again: 1.00 with SM active
+    0.00 on a host-to-device stream), and GPM's graphics activity reads them as nothing,
+    so this is checked before the idle rule.
+    """
+    if not usable or link_use(w) < cfg.transfer_link_min_ratio:
+        return False
+    return (w.sm_active or 0.0) < cfg.launch_sm_fill_max and not _at_a_wall(w, cfg)
+
+
 def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
     """The raw regime of one window (rules in the order docs/efficiency.md lists them)."""
+    if transferring(w, cfg, usable):
+        return TRANSFER_BOUND
     busy = kernel_time(w, usable)
     if busy is None:
         return UNKNOWN
-    if busy < cfg.idle_util_max:
+    if busy <= cfg.idle_util_max:
         return ALLOCATED_IDLE if _allocated(w, cfg) else IDLE
     if not usable:
         return UNKNOWN
+    if busy < cfg.host_low_duty_max:
+        # Kernels in the window, but for a small share of it: the GPU waits on the host
+        # (a sync per small step, a data loader), whatever those few kernels look like.
+        return HOST_BOUND
     compute = _compute_pressure(w, cfg)
     memory = _memory_pressure(w, cfg)
     fill = sm_fill(w, busy)
-    at_a_wall = (compute or 0.0) >= 1.0 or (memory or 0.0) >= 1.0
-    if fill is not None and fill < cfg.launch_sm_fill_max and not at_a_wall:
+    if fill is not None and fill < cfg.launch_sm_fill_max and not _at_a_wall(w, cfg):
         # A rank spinning in a collective looks hollow too, but moves data over the links.
         if (w.nvlink_bytes_per_second or 0.0) >= cfg.comm_min_bytes_per_second:
             return COMM_WAIT
@@ -253,6 +289,21 @@ def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
         return UNKNOWN
     # Busy and filling the SMs: name the nearest roofline wall.
     return COMPUTE_BOUND if (compute or 0.0) >= (memory or 0.0) else MEMORY_BOUND
+
+
+def conclusive(w: Window, regime: str, cfg: ModelConfig, tokens: float | None) -> bool:
+    """Whether one window is enough evidence to enter ``regime`` at once.
+
+    A serving burst lasts seconds; waiting ``enter_windows`` to leave ``allocated_idle``
+    hid most of it. Saturating a wall or a link, or making tokens while kernels run, is
+    not noise.
+    """
+    if regime == TRANSFER_BOUND:
+        return True
+    if regime in (COMPUTE_BOUND, MEMORY_BOUND) and _at_a_wall(w, cfg):
+        return True
+    busy_regimes = (HOST_BOUND, LAUNCH_BOUND, COMM_WAIT, MEMORY_BOUND, COMPUTE_BOUND)
+    return regime in busy_regimes and (tokens or 0.0) >= cfg.no_output_tokens_per_second
 
 
 def _wall_activity(w: Window, regime: str) -> float | None:
@@ -332,7 +383,7 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     fill = sm_fill(w, busy) if usable else None
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
-        regime != COMM_WAIT
+        regime not in (COMM_WAIT, TRANSFER_BOUND)
         and hollow is not None
         and fill is not None
         and hollow >= cfg.hollow_min
@@ -376,6 +427,7 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
         joules_per_token=_finite(joules),
         mfu=mfu_value,
         mfu_above_peak=above,
+        strong=conclusive(w, regime, cfg, tokens),
     )
 
 
@@ -402,7 +454,10 @@ class GpuModel:
     def debounce(self, a: Assessment) -> Verdict:
         """Feed one window's assessment (possibly adjusted by the node step) through the
         hysteresis of the regime and of both flags."""
-        regime = self._regime.update(a.regime)
+        # One conclusive window ends a quiet spell at once (a burst); moves between two
+        # busy regimes stay debounced so they do not flap.
+        quiet = self._regime.state in (IDLE, ALLOCATED_IDLE, UNKNOWN)
+        regime = self._regime.update(a.regime, at_once=a.strong and quiet)
         flags = {HOLLOW_BUSY: a.hollow_busy, BUSY_NO_OUTPUT: a.busy_no_output}
         for reason, tracker in self._flags.items():
             if a.regime == UNKNOWN and not flags[reason]:

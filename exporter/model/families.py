@@ -32,10 +32,10 @@ GPU = GpuFamilies[GpuVerdict](
         Family(
             "goodput_gpu_regime",
             "gauge",
-            "State set: 1 for the bottleneck regime the GPU is in (idle, allocated_idle, "
-            "host_bound, launch_bound, comm_wait, memory_bound, compute_bound, unknown), 0 "
-            "for the others. Debounced: a regime is entered after model.enter_windows "
-            "windows and left after model.leave_windows.",
+            f"State set: 1 for the bottleneck regime the GPU is in ({', '.join(REGIMES)}), "
+            "0 for the others. Debounced for alerts: a regime is entered after "
+            "model.enter_windows windows (at once after a quiet spell when one window is "
+            "conclusive) and left after model.leave_windows.",
             _regime,
             labels=("regime",),
         ),
@@ -86,7 +86,10 @@ GPU = GpuFamilies[GpuVerdict](
         ),
         gauge(
             "goodput_gpu_joules_per_token",
-            "Board energy per attributed (generated) token over the last window.",
+            "Board power over the attributed (generated) token rate, both over the serving "
+            "source's last scrape interval (1 s by default); absent when no such tokens were "
+            "made in it. Exact over any range in PromQL: rate(goodput_gpu_energy_joules_total) "
+            "/ rate(goodput_gpu_serving_tokens_total{kind=\"generation\"}).",
             lambda v: v.joules_per_token,
             unit="joules",
         ),

@@ -37,8 +37,9 @@ class Hysteresis(Generic[T]):
         self._streak = 0
         self._absent = 0
 
-    def update(self, raw: T) -> T:
-        """Feed one window's raw value; return the debounced value."""
+    def update(self, raw: T, at_once: bool = False) -> T:
+        """Feed one window's raw value; return the debounced value. ``at_once`` enters
+        ``raw`` now: the caller judged this one window conclusive."""
         if raw == self.state:
             self._candidate, self._streak, self._absent = None, 0, 0
             return self.state
@@ -49,7 +50,7 @@ class Hysteresis(Generic[T]):
             self._candidate, self._streak = raw, 1
         enter = self.enter_for.get(raw, self.enter)
         leave = self.leave_for.get(self.state, self.leave)
-        if raw in self.immediate or (self._streak >= enter and self._absent >= leave):
+        if at_once or raw in self.immediate or (self._streak >= enter and self._absent >= leave):
             self.force(raw)
         return self.state
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from exporter.config import ModelConfig
 from exporter.model.core import ModelRates, Window
-from exporter.readings import Device, GpuState, ProfilingStatus, ServedModel
+from exporter.readings import Device, GpuState, ProfilingStatus, ProfilingWindow, ServedModel
 from exporter.snapshot import Snapshot
 
 FP_PIPES = ("fp64", "fp32", "fp16")
@@ -37,6 +37,18 @@ class _Seen:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def _link_use(device: Device, window: ProfilingWindow | None) -> tuple[tuple[str, float], ...]:
+    """(link, busier direction's rate / the link's usable peak) where both are known."""
+    if window is None:
+        return ()
+    out = []
+    for link, peak in device.link_peaks:
+        rates = [v for _, v in (window.link_rates(link)) if math.isfinite(v)]
+        if rates and peak > 0:
+            out.append((link, max(max(rates), 0.0) / peak))
+    return tuple(out)
 
 
 class WindowBuilder:
@@ -116,6 +128,7 @@ class WindowBuilder:
                 if window and window.nvlink_bytes_per_second
                 else None
             ),
+            link_use=_link_use(device, window),
             gpu_name=device.name,
             mig_profile=device.mig_profile,
         )

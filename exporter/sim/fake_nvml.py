@@ -86,6 +86,10 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
     xid_on_loss: int = 79
+    pcie_generation: int = 5
+    pcie_width: int = 16
+    nvlinks: int = 18
+    """NVLinks up (version 4, as on an H100 SXM); 0 for a PCIe card (NOT_SUPPORTED)."""
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -230,6 +234,29 @@ class FakeNvml:
         info.busId = gpu.pci_bus_id.encode()
         info.busIdLegacy = gpu.pci_bus_id[4:].encode()
         return info
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: _Handle) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        assert gpu is not None
+        return gpu.pcie_generation
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: _Handle) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle)
+        assert gpu is not None
+        return gpu.pcie_width
+
+    def nvmlDeviceGetNvLinkState(self, handle: _Handle, link: int) -> int:
+        gpu = self._enter("nvmlDeviceGetNvLinkState", handle)
+        assert gpu is not None
+        if gpu.nvlinks == 0:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < 18:
+            _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return int(_real.NVML_FEATURE_ENABLED if link < gpu.nvlinks else _real.NVML_FEATURE_DISABLED)
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: _Handle, link: int) -> int:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        return 4
 
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> tuple[int, int]:
         gpu = self._enter("nvmlDeviceGetMigMode", handle)

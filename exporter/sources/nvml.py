@@ -479,6 +479,15 @@ IDENTITY = GpuFamilies[Device](
             _identity,
             labels=IDENTITY_LABELS,
         ),
+        by_label(
+            "goodput_gpu_link_peak_bytes_per_second",
+            "gauge",
+            "Usable bytes per second per direction of the GPU's PCIe link (at its maximum "
+            "generation and width) and of all its NVLinks together: what transfer_bound "
+            "compares traffic with. Absent where NVML does not tell.",
+            "link",
+            lambda d: d.link_peaks,
+        ),
     ),
 )
 FAMILIES = GpuFamilies[GpuState](SOURCE, lambda snap: snap.gpu_states, NVML_FAMILIES)

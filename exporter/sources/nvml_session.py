@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
 from exporter.readings import Device
 from exporter.snapshot import SourceResult
+from exporter.sources.links import link_peaks
 from exporter.sources.base import BlockingSource
 
 log = structlog.get_logger("nvml")
@@ -147,6 +148,7 @@ class NvmlSession:
             name=_text(nvml.nvmlDeviceGetName(handle)),
             pci_bus_id=pci,
             driver_version=self.driver_version,
+            link_peaks=() if mig else link_peaks(nvml, handle),
             **mig,
         )
 
@@ -174,12 +176,11 @@ class NvmlSession:
                     gpu_instance_id=str(gi),
                     compute_instance_id=str(ci),
                 )
-                device = Device(
-                    **{
-                        **_asdict(device),
-                        "pci_bus_id": parent.pci_bus_id,
-                        "mig_profile": mig_profile(device.name),
-                    }
+                device = replace(
+                    device,
+                    pci_bus_id=parent.pci_bus_id,
+                    link_peaks=parent.link_peaks,
+                    mig_profile=mig_profile(device.name),
                 )
             except nvml.NVMLError as exc:
                 log.error("mig_discovery_failed", gpu=parent.gpu, slot=slot, error=str(exc))
@@ -196,10 +197,6 @@ def mig_profile(name: str) -> str:
     -> ``1g.10gb``): NVML names MIG devices after their GPU instance profile."""
     match = _MIG_NAME.search(name)
     return match.group(1) if match else ""
-
-
-def _asdict(device: Device) -> dict[str, str]:
-    return {k: getattr(device, k) for k in Device.__slots__}
 
 
 class SessionSource(BlockingSource):

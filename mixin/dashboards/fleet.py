@@ -94,6 +94,36 @@ def build(ctx: Ctx) -> dash.Dashboard:
         .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
         .fill_opacity(60).unit("none").height(8).span(12)
     )
+    board.with_panel(
+        timeseries.Panel()
+        .title("Share of GPU time per regime")
+        .description("Every window counted, undebounced (goodput_gpu_regime_seconds_total): "
+                     "a burst of a few seconds shows here even when the regime state above "
+                     "never switched.")
+        .datasource(ctx.ds)
+        .with_target(query(ctx, f"sum by (regime) (goodput:gpu_regime:ratio_rate5m{{{gpu}}})"
+                                f" / scalar(count(goodput_gpu_info{{{gpu}}}))", "{{regime}}"))
+        .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+        .fill_opacity(60).unit("percentunit").height(8).span(12)
+    )
+    lb = ctx.cfg.labels
+    board.with_panel(
+        table.Panel()
+        .title("Job stragglers")
+        .description("The GPU holding each multi-GPU job back: its SM activity leads the "
+                     "average of the job's other GPUs (on any node) by the gap shown; they "
+                     "wait for it in collectives (GPUJobStraggler).")
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, f'goodput:job_straggler:gap_rate5m{{{lb.cluster}=~"$cluster"}}',
+            ref="A", instant=True, table=True))
+        .with_transformation(model.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True},
+                     "renameByName": {"Value": "SM-active lead over peers"}}))
+        .data_links([drilldown_link(ctx)])
+        .height(8).span(12)
+    )
     idle = f'goodput_gpu_regime{{{gpu}, regime="allocated_idle"}}'
     board.with_panel(
         bargauge.Panel()
