@@ -252,7 +252,8 @@ class FakeNvml:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)
         if not 0 <= link < 18:
             _raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-        return int(_real.NVML_FEATURE_ENABLED if link < gpu.nvlinks else _real.NVML_FEATURE_DISABLED)
+        up = link < gpu.nvlinks
+        return int(_real.NVML_FEATURE_ENABLED if up else _real.NVML_FEATURE_DISABLED)
 
     def nvmlDeviceGetNvLinkVersion(self, handle: _Handle, link: int) -> int:
         self.nvmlDeviceGetNvLinkState(handle, link)

@@ -16,8 +16,8 @@ import structlog
 
 from exporter.readings import Device
 from exporter.snapshot import SourceResult
-from exporter.sources.links import link_peaks
 from exporter.sources.base import BlockingSource
+from exporter.sources.links import link_peaks
 
 log = structlog.get_logger("nvml")
 
