@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--simulate",
         action="store_true",
-        help="run on the built-in simulated 8-GPU node instead of NVML",
+        help="run on the built-in simulated 11-GPU node (one regime per GPU) instead of NVML",
     )
     add(
         "--simulate-gpus",

@@ -260,7 +260,7 @@ class Settings(Section):
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
-    simulate_gpus: int = Field(8, ge=1, le=64)
+    simulate_gpus: int = Field(11, ge=1, le=64)
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()

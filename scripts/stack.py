@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"{url['alertmanager']}/-/ready", 30)
         wait_http(f"{url['prometheus']}/-/ready", 30)
         print("\n".join([
-            "gpu-goodput-exporter local stack (simulated 8-GPU node):",
+            "gpu-goodput-exporter local stack (simulated 11-GPU node):",
             f"  exporter      {url['exporter']}/metrics",
             f"  prometheus    {url['prometheus']}   (alerts: {alerts_page(url['prometheus'])})",
             f"  alertmanager  {url['alertmanager']}   (amtool --alertmanager.url="

@@ -33,8 +33,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def sim(clock: ManualClock) -> FakeNvml:
-    """The 8-GPU simulated node on a manual clock."""
-    return simulated_node(clock=clock)
+    """The first 8 GPUs of the simulated node on a manual clock."""
+    return simulated_node(clock=clock, gpus=8)
 
 
 def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:

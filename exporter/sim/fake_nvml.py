@@ -544,7 +544,7 @@ def ratios_fields() -> tuple[str, ...]:
 
 def simulated_node(
     clock: Callable[[], float] = time.monotonic,
-    gpus: int = 8,
+    gpus: int = 11,
     spec: GpuSpec | None = None,
 ) -> FakeNvml:
     """The built-in simulated node: GPU i runs workload i of :data:`patterns.NODE`."""

@@ -135,6 +135,62 @@ def lost_later(t: float) -> Activity:
     return compute_gemm(t)
 
 
+def host_to_device_stream(t: float) -> Activity:
+    """Pinned host-to-device copies in 256 MiB chunks, no kernels: the copy engines keep
+    NVML's utilization at 1.00 while no SM works (measured on an H200: PCIe rx 58.7 GB/s)."""
+    act = Activity(
+        util=1.0,
+        mem_util=0.12,
+        pcie_rx_mib=55_980.0,
+        pcie_tx_mib=310.0,
+        memory_used_bytes=20 * GIB,
+    )
+    return scaled(act, wiggle(t, 7, 0.01))
+
+
+def sync_loop(t: float) -> Activity:
+    """A training loop with a ``.item()``-style device-to-host sync per small step: kernels
+    8.5 % of the time, SM active 2.3 % (measured on an H200), the GPU waits on the host."""
+    act = Activity(
+        util=0.085,
+        mem_util=0.02,
+        graphics=0.085,
+        sm_active=0.023,
+        sm_occupancy=0.01,
+        tensor=0.004,
+        hmma=0.004,
+        dram=0.01,
+        fp32=0.01,
+        integer=0.01,
+        pcie_tx_mib=1_526.0,
+        pcie_rx_mib=40.0,
+        memory_used_bytes=12 * GIB,
+    )
+    return scaled(act, wiggle(t, 8, 0.03))
+
+
+def collective_wait(t: float) -> Activity:
+    """A data-parallel rank that finished its share and spins in an NCCL all-reduce on a
+    slower peer: kernels resident 98 % of the time, SMs barely used, NVLink 8 GB/s each
+    way (measured on an H200 pair with the other rank given 3x the compute)."""
+    act = Activity(
+        util=0.98,
+        mem_util=0.05,
+        graphics=0.98,
+        sm_active=0.28,
+        sm_occupancy=0.06,
+        tensor=0.13,
+        hmma=0.13,
+        dram=0.05,
+        fp32=0.02,
+        integer=0.03,
+        nvlink_tx_mib=7_630.0,
+        nvlink_rx_mib=7_630.0,
+        memory_used_bytes=61 * GIB,
+    )
+    return scaled(act, wiggle(t, 9, 0.02))
+
+
 LOST_AFTER_SECONDS = 90.0
 
 NODE: tuple[Workload, ...] = (
@@ -148,4 +204,7 @@ NODE: tuple[Workload, ...] = (
     Workload(
         "lost_later", lost_later, processes=((4107, 71 * GIB),), lost_after=LOST_AFTER_SECONDS
     ),
+    Workload("transfer", host_to_device_stream, processes=((4108, 20 * GIB),)),
+    Workload("sync_loop", sync_loop, processes=((4109, 12 * GIB),)),
+    Workload("collective_wait", collective_wait, processes=((4110, 61 * GIB),)),
 )
