@@ -12,7 +12,7 @@ COLLECTOR = "model"
 
 
 def _regime(v: GpuVerdict) -> Iterable[Row]:
-    return (((r,), 1.0 if r == v.regime else 0.0) for r in REGIMES)
+    return (((v.regime,), 1.0),)
 
 
 def _flags(v: GpuVerdict) -> Iterable[Row]:
@@ -32,8 +32,9 @@ GPU = GpuFamilies[GpuVerdict](
         Family(
             "goodput_gpu_regime",
             "gauge",
-            f"State set: 1 for the bottleneck regime the GPU is in ({', '.join(REGIMES)}), "
-            "0 for the others. Debounced for alerts: a regime is entered after "
+            "1, labelled with the bottleneck regime the GPU is in: one of "
+            f"{', '.join(REGIMES)}. Only the current regime has a series (the others would "
+            "be 8 zeros per GPU). Debounced for alerts: a regime is entered after "
             "model.enter_windows windows (at once after a quiet spell when one window is "
             "conclusive) and left after model.leave_windows.",
             _regime,

@@ -392,6 +392,7 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
         "domain",
         lambda s: s.max_clocks_hertz,
         unit="hertz",
+        default=False,
     ),
     by_label(
         "goodput_gpu_clock_event_active",
@@ -404,9 +405,11 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
     by_label(
         "goodput_gpu_clock_event_seconds_total",
         "counter",
-        "Time the clocks were held down, by reason, as counted by the driver.",
+        "Time the clocks were held down, by reason, as counted by the driver. A reason's "
+        "series appears once the driver has counted time for it (most GPUs never see most "
+        "reasons).",
         "reason",
-        lambda s: s.clock_event_seconds,
+        lambda s: tuple((reason, v) for reason, v in s.clock_event_seconds if v > 0),
         unit="seconds",
     ),
     by_label(

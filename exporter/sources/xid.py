@@ -135,6 +135,7 @@ FAMILIES = GpuFamilies[XidState](
             "goodput_gpu_last_xid",
             "Code of the most recent XID event on this GPU (0 if none since start).",
             lambda s: float(s.last),
+            default=False,
         ),
     ),
 )

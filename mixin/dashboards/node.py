@@ -9,10 +9,12 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from mixin.dashboards.common import UIDS, Ctx, base, query, series
 
-# Regime -> number for the state timeline (goodput_gpu_regime is one-hot per GPU).
+# Regime -> number for the state timeline (goodput_gpu_regime has one series per GPU, the
+# current regime's).
 REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
            ("launch_bound", "#F2495C"), ("memory_bound", "#5794F2"),
-           ("compute_bound", "#73BF69"), ("unknown", "#B877D9")]
+           ("compute_bound", "#73BF69"), ("unknown", "#B877D9"), ("comm_wait", "#8AB8FF"),
+           ("transfer_bound", "#FFB357")]
 
 
 def _regime_expr(ctx: Ctx) -> str:
