@@ -124,6 +124,12 @@ def parser() -> argparse.ArgumentParser:
         dest="extended_metrics",
         help="also publish the optional families (docs/metrics.md marks them)",
     )
+    add(
+        "--no-debug-state",
+        action="store_false",
+        dest="debug_state",
+        help="do not serve /debug/state (the snapshot as JSON)",
+    )
     add_collector_flags(p)
 
     k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")

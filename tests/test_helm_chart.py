@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import __version__, cli
+from exporter import __version__, cli, collectors
 from exporter import config as daemon_config
 from tests.support.helm import (
     CHART,
@@ -97,6 +97,17 @@ def test_rendered_daemon_config_passes_the_daemon_schema(name: str, tmp_path: Pa
     attribution = values.get("kubernetes", {}).get("attribution", {}).get("enabled", False)
     assert settings.kubernetes.enabled is attribution
     assert settings.profiling.mode == values.get("profiling", {}).get("mode", "auto")
+    exporter_values = values.get("exporter", {})
+    assert settings.collectors == exporter_values.get("collectors", {})
+    assert settings.extended_metrics is exporter_values.get("extendedMetrics", False)
+    assert settings.debug_state is exporter_values.get("debugState", False)
+
+
+def test_chart_names_every_collector_of_the_registry() -> None:
+    """The chart's `exporter.collectors` schema lists exactly the daemon's collectors."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    names = schema["properties"]["exporter"]["properties"]["collectors"]["properties"]
+    assert set(names) == set(collectors.NAMES)
 
 
 def test_config_values_merge_over_the_derived_keys() -> None:

@@ -67,6 +67,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "priorityClassName": "system-node-critical",
         "image": {"digest": "sha256:" + "0" * 64},
         "exporter": {"extraArgs": ["--log-format=console"],
+                     "collectors": {"xid": False, "serving": True},
+                     "extendedMetrics": True, "debugState": True,
                      "extraEnv": [{"name": "GOODPUT_SERVING__TIMEOUT", "value": "3"}]},
         "serving": {"targets": [{"url": "http://127.0.0.1:8000/metrics", "engine": "vllm",
                                  "gpus": ["0"]}],

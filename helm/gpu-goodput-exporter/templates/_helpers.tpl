@@ -89,6 +89,9 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
   "interval" .Values.exporter.interval
   "log_format" .Values.exporter.logFormat
   "log_level" .Values.exporter.logLevel
+  "collectors" .Values.exporter.collectors
+  "extended_metrics" .Values.exporter.extendedMetrics
+  "debug_state" .Values.exporter.debugState
   "profiling" (dict "mode" .Values.profiling.mode)
   "kubernetes" (dict
       "enabled" .Values.kubernetes.attribution.enabled
