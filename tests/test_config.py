@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.cli import main
-from exporter.config import ConfigError, build, from_env, parse_listen
+from exporter.config import ConfigError, build, from_env, ignored_env, parse_listen
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -45,9 +45,12 @@ def test_bad_keys_and_values_name_the_key(layer, message):
         build(layer, {})
 
 
-def test_unknown_env_key_is_an_error():
-    with pytest.raises(ConfigError, match="unknown config key 'colour'"):
-        build({}, {"GOODPUT_COLOUR": "blue"})
+def test_unknown_env_variable_is_ignored_and_named():
+    """Kubernetes injects GOODPUT_*_PORT=tcp://... for a Service named like the release:
+    a variable that is not a setting must not stop the exporter; it is named instead."""
+    env = {"GOODPUT_COLOUR": "blue", "GOODPUT_EXPORTER_PORT": "tcp://10.0.0.1:9433"}
+    assert build({}, env) == build({}, {})
+    assert ignored_env(env) == ["GOODPUT_COLOUR", "GOODPUT_EXPORTER_PORT"]
 
 
 def test_bad_file_is_an_error(tmp_path):
