@@ -17,7 +17,7 @@ def _regime(v: GpuVerdict) -> Iterable[Row]:
 
 def _flags(v: GpuVerdict) -> Iterable[Row]:
     flags = {"hollow_busy": v.hollow_busy, "busy_no_output": v.busy_no_output}
-    return (((r,), float(flags[r])) for r in UNPRODUCTIVE_REASONS)
+    return (((r,), 1.0) for r in UNPRODUCTIVE_REASONS if flags[r])
 
 
 def _regime_seconds(v: GpuVerdict) -> Iterable[Row]:
@@ -54,7 +54,8 @@ GPU = GpuFamilies[GpuVerdict](
             "gauge",
             "1 while the GPU looks busy but does little useful work, by reason: hollow_busy "
             "(kernel time high, SM active low) or busy_no_output (busy while the attributed "
-            "engine makes almost no tokens). Always 0 while profiling is unusable.",
+            "engine makes almost no tokens). Only flagged reasons have a series; never "
+            "flagged while profiling is unusable.",
             _flags,
             labels=("reason",),
         ),
@@ -78,6 +79,7 @@ GPU = GpuFamilies[GpuVerdict](
             "makes no tokens.",
             lambda v: v.efficiency_score,
             unit="ratio",
+            default=False,
         ),
         gauge(
             "goodput_gpu_tokens_per_sm_second",

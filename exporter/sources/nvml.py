@@ -364,6 +364,7 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
         "Enforced board power limit.",
         lambda s: s.power_limit_watts,
         unit="watts",
+        default=False,
     ),
     counter(
         "goodput_gpu_energy_joules_total",
@@ -384,6 +385,7 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
         "domain",
         lambda s: s.clocks_hertz,
         unit="hertz",
+        default=False,
     ),
     by_label(
         "goodput_gpu_clock_max_hertz",
@@ -490,6 +492,7 @@ IDENTITY = GpuFamilies[Device](
             "compares traffic with. Absent where NVML does not tell.",
             "link",
             lambda d: d.link_peaks,
+            default=False,
         ),
     ),
 )
