@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -25,7 +25,7 @@ UID_A, UID_B = "aaaaaaaa-0000-4000-8000-00000000000a", "bbbbbbbb-0000-4000-8000-
 
 
 @asynccontextmanager
-async def serving(flags: dict[str, object]) -> AsyncIterator[TestClient]:
+async def serving(flags: Mapping[str, object]) -> AsyncIterator[TestClient]:
     settings = build_settings(
         {"simulate": True, "simulate_gpus": 4, "node_name": "node-a", "interval": 0.2, **flags},
         {},
