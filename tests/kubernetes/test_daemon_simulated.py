@@ -1,7 +1,8 @@
 """Issue #5's acceptance, end to end through the real daemon: ``python -m exporter
 --simulate --kubernetes`` against the kubelet stand-in on a unix socket (its own process),
-scraped over HTTP. Every per-GPU series carries its pod; a missing socket leaves the GPU
-metrics flowing with ``goodput_attribution_available`` 0 and the reason, logged once."""
+scraped over HTTP. Every holder of a GPU has its ``goodput_gpu_pod_info`` series (two pods
+time-slicing a GPU: two series); a missing socket leaves the GPU metrics flowing with
+``goodput_attribution_available`` 0 and the reason, logged once."""
 
 from __future__ import annotations
 
@@ -62,64 +63,102 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(10)
 
 
-def test_every_per_gpu_series_of_the_simulated_node_carries_its_pod(
+def expected_holders() -> set[tuple[str, str, str, str]]:
+    """(uuid, namespace, pod, container) for every device the stand-in hands out."""
+    return {
+        (device_id.split("::")[0], p.namespace, p.name, c.name)
+        for p in simulated_node_pods()
+        for c in p.containers
+        for d in c.devices
+        for device_id in d.device_ids
+    }
+
+
+def pod_info(samples: list[Sample]) -> set[tuple[str, str, str, str]]:
+    """goodput_gpu_pod_info as (uuid, namespace, pod, container), joined with
+    goodput_gpu_info on gpu as PromQL would."""
+    uuid = {lbl["gpu"]: lbl["uuid"] for name, lbl, _ in samples if name == "goodput_gpu_info"}
+    return {
+        (uuid.get(lbl["gpu"], "?"), lbl["namespace"], lbl["pod"], lbl["container"])
+        for name, lbl, _ in samples
+        if name == "goodput_gpu_pod_info"
+    }
+
+
+def test_every_assigned_gpu_of_the_simulated_node_has_its_pods(
     standin: str, tmp_path: Path
 ) -> None:
-    expected: dict[str, tuple[str, str, str]] = {}
-    holders: dict[str, list[tuple[str, str, str]]] = {}
-    for p in simulated_node_pods():
-        for c in p.containers:
-            for d in c.devices:
-                for device_id in d.device_ids:
-                    uuid = device_id.split("::")[0]
-                    holders.setdefault(uuid, []).append((p.namespace, p.name, c.name))
-    for uuid, found in holders.items():
-        cols = list(zip(*sorted(set(found)), strict=True))
-        expected[uuid] = (",".join(cols[0]), ",".join(cols[1]), ",".join(cols[2]))
-    args = ("--simulate", "--kubernetes", "--kubelet-socket", standin,
-            "--kubelet-interval", "0.5", "--proc-root", str(tmp_path))
+    expected = expected_holders()
+    args = (
+        "--simulate",
+        "--simulate-gpus",
+        "8",
+        "--kubernetes",
+        "--kubelet-socket",
+        standin,
+        "--kubelet-interval",
+        "0.5",
+        "--proc-root",
+        str(tmp_path),
+    )
     with daemon(*args, env={"NODE_NAME": "node-under-test"}) as url:
         # The kubelet's first answer may come before the GPU source's first poll (nothing
-        # to match yet); from the next kubelet poll on, every series must be labelled.
+        # to match yet); from the next kubelet poll on, every holder has its series.
         deadline = time.monotonic() + 20
         while True:
             samples = scrape(url)
-            wrong = mislabelled(samples, expected)
-            if attribution(samples, "kubelet") == (1.0, "") and not wrong:
+            found = pod_info(samples)
+            if attribution(samples, "kubelet") == (1.0, "") and found == expected:
                 break
-            assert time.monotonic() < deadline, wrong[:5]
+            assert time.monotonic() < deadline, sorted(found ^ expected)[:5]
             time.sleep(0.3)
-    per_gpu = [lbl for _, lbl, _ in samples if "uuid" in lbl and "gpu" in lbl]
-    assert len({lbl["uuid"] for lbl in per_gpu}) == 8
-    assert {lbl["node"] for lbl in per_gpu} == {"node-under-test"}
+    infos = [lbl for name, lbl, _ in samples if name == "goodput_gpu_pod_info"]
+    assert {lbl["node"] for lbl in infos} == {"node-under-test"}
+    assert {lbl["job_name"] for lbl in infos} == {""}  # pod-resources carries no pod labels
+    # the time-sliced GPU 4 has one series per pod
+    assert sorted(lbl["pod"] for lbl in infos if lbl["gpu"] == "4") == ["embed-a", "embed-b"]
+    # every other per-GPU series carries only its own labels, no pod labels
+    for name, lbl, _ in samples:
+        if "gpu" in lbl and not name.startswith("goodput_gpu_pod_"):
+            assert not {"namespace", "pod", "container"} & set(lbl), (name, lbl)
 
 
-def mislabelled(
-    samples: list[Sample], expected: dict[str, tuple[str, str, str]]
-) -> list[tuple[str, dict[str, str]]]:
-    """Per-GPU series whose namespace/pod/container differ from the kubelet's assignment;
-    a GPU no pod holds keeps the label names with empty values (stable series identity)."""
-    return [
-        (name, lbl)
-        for name, lbl, _ in samples
-        if "uuid" in lbl and "gpu" in lbl
-        and (lbl.get("namespace"), lbl.get("pod"), lbl.get("container"))
-        != expected.get(lbl["uuid"], ("", "", ""))
-    ]
+def kubelet_failures(samples: list[Sample], reason: str) -> float:
+    return sum(
+        v
+        for name, lbl, v in samples
+        if name == "goodput_exporter_source_errors_total"
+        and lbl.get("source") == "kubelet"
+        and lbl.get("reason") == reason
+    )
 
 
 def test_missing_kubelet_socket_keeps_gpu_metrics_and_says_why(tmp_path: Path) -> None:
     log = tmp_path / "daemon.log"
-    args = ("--simulate", "--kubernetes", "--kubelet-socket", str(tmp_path / "missing.sock"),
-            "--kubelet-interval", "0.5", "--proc-root", str(tmp_path))
+    args = (
+        "--simulate",
+        "--simulate-gpus",
+        "8",
+        "--kubernetes",
+        "--kubelet-socket",
+        str(tmp_path / "missing.sock"),
+        "--kubelet-interval",
+        "0.5",
+        "--proc-root",
+        str(tmp_path),
+    )
     with daemon(*args, log=log) as url:
         deadline = time.monotonic() + 20
         while attribution(samples := scrape(url), "kubelet") != (0.0, "socket_missing"):
             assert time.monotonic() < deadline, attribution(samples, "kubelet")
-            time.sleep(0.3)
-        time.sleep(1.5)  # a few more failed kubelet polls: still one log line
+            time.sleep(0.1)
+        # a few more failed kubelet polls: still one log line
+        while kubelet_failures(samples := scrape(url), "socket_missing") < 4:
+            assert time.monotonic() < deadline, kubelet_failures(samples, "socket_missing")
+            time.sleep(0.2)
     memory = [lbl for n, lbl, _ in samples if n == "goodput_gpu_memory_used_bytes"]
     assert len(memory) == 8
+    assert not [n for n, _, _ in samples if n == "goodput_gpu_pod_info"]
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     failed = [e for e in events if e.get("event") == "source_failed" and e["source"] == "kubelet"]
     assert len(failed) == 1

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from exporter.config import KubernetesConfig
-from exporter.snapshot import ProcessInfo, SnapshotStore, SourceResult
+from exporter.readings import PodAssignments, ProcessInfo
+from exporter.snapshot import SourceResult
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint
 from exporter.sources.kubernetes.kubelet import KubeletSource
-from exporter.sources.kubernetes.processes import (
-    POD_MEMORY_USED,
-    POD_PROCESSES,
-    PodProcessSource,
-)
-from exporter.sources.kubernetes.status import ATTRIBUTION_AVAILABLE
+from exporter.sources.kubernetes.processes import PodProcessSource
 from tests.kubernetes.conftest import INVENTORY, UUIDS
 from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
 
@@ -62,22 +60,48 @@ def write_checkpoint(path: Path, entries: list[tuple[str, str, str, list[str]]])
     )
 
 
-def samples_by_pod(result: SourceResult, gpu: str) -> dict[tuple[str, str, str], dict[str, float]]:
-    out: dict[tuple[str, str, str], dict[str, float]] = {}
-    for s in result.devices.get(gpu, ()):
-        lbl = dict(s.labels)
-        out.setdefault((lbl["namespace"], lbl["pod"], lbl["container"]), {})[s.name] = s.value
-    return out
+Usage = dict[tuple[str, str, str], tuple[int, float | None]]
+PROCESSES = (
+    ProcessInfo("2", 101, 2 * GiB),
+    ProcessInfo("2", 102, 1 * GiB),
+    ProcessInfo("2", 201, 5 * GiB),
+    ProcessInfo("2", 301, 1 * GiB),
+    ProcessInfo("2", 401, 1 * GiB),
+    ProcessInfo("0", 501, None),
+    ProcessInfo("2", 999, 1 * GiB),  # exited since NVML listed it
+)
 
 
-def status(result: SourceResult) -> tuple[float, str]:
-    [s] = [s for s in result.node if s.name == ATTRIBUTION_AVAILABLE]
-    return s.value, dict(s.labels)["reason"]
+def usage_by_pod(result: SourceResult, gpu: str) -> Usage:
+    """(namespace, pod, container) -> (processes, memory used) on ``gpu``."""
+    assert result.pod_usage is not None
+    return {
+        (u.namespace, u.pod, u.container): (u.processes, u.memory_used_bytes)
+        for u in result.pod_usage
+        if u.gpu == gpu
+    }
+
+
+def status(result: SourceResult) -> str:
+    [available] = result.availability
+    assert available.source == "cgroup"
+    return available.reason
+
+
+def cgroup_source(
+    config: KubernetesConfig,
+    processes: tuple[ProcessInfo, ...] = PROCESSES,
+    pods: PodAssignments | None = None,
+) -> PodProcessSource:
+    return PodProcessSource(
+        config, processes=lambda: processes, pods=lambda: pods or PodAssignments()
+    )
 
 
 async def setup(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str], checkpoint: bool
-) -> tuple[SnapshotStore, KubernetesConfig]:
+) -> tuple[PodProcessSource, KubernetesConfig]:
+    """A proc tree and checkpoint, and the cgroup source fed by a kubelet poll."""
     standin, path = kubelet
     standin.pods = [
         pod("infer", "decode-a", {"server": [(SHARED, [f"{UUIDS[2]}::0"])]}),
@@ -109,76 +133,52 @@ async def setup(
     config = KubernetesConfig(
         enabled=True, kubelet_socket=path, proc_root=str(proc), device_checkpoint=str(ckpt)
     )
-    store = SnapshotStore("node-a")
-    store.publish(
-        SourceResult(
-            source="nvml",
-            inventory=INVENTORY,
-            processes=(
-                ProcessInfo("2", 101, 2 * GiB),
-                ProcessInfo("2", 102, 1 * GiB),
-                ProcessInfo("2", 201, 5 * GiB),
-                ProcessInfo("2", 301, 1 * GiB),
-                ProcessInfo("2", 401, 1 * GiB),
-                ProcessInfo("0", 501, None),
-                ProcessInfo("2", 999, 1 * GiB),  # exited since NVML listed it
-            ),
-        )
-    )
-    store.publish(await KubeletSource(config, store).poll())
-    return store, config
+    kubelet_source = KubeletSource(config, inventory=lambda: INVENTORY)
+    pods = (await kubelet_source.poll()).pods
+    await kubelet_source.close()
+    return cgroup_source(config, pods=pods), config
 
 
 async def test_pods_sharing_a_gpu_are_told_apart_by_uid(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str]
 ) -> None:
-    store, config = await setup(tmp_path, kubelet, checkpoint=True)
-    result = PodProcessSource(config, store).collect()
-    assert result.ok and status(result) == (1.0, "")
-    assert samples_by_pod(result, "2") == {
-        ("infer", "decode-a", "server"): {POD_PROCESSES: 2, POD_MEMORY_USED: 3 * GiB},
-        ("infer", "decode-b", "server"): {POD_PROCESSES: 1, POD_MEMORY_USED: 5 * GiB},
+    src, _ = await setup(tmp_path, kubelet, checkpoint=True)
+    result = src.collect()
+    assert result.ok and status(result) == ""
+    assert usage_by_pod(result, "2") == {
+        ("infer", "decode-a", "server"): (2, 3 * GiB),
+        ("infer", "decode-b", "server"): (1, 5 * GiB),
         # a pod that was given no GPU but runs on one: its UID is in no assignment
-        ("", "", ""): {POD_PROCESSES: 1, POD_MEMORY_USED: 1 * GiB},
+        ("", "", ""): (1, 1 * GiB),
     }
     # memory unknown (None) -> only the count
-    assert samples_by_pod(result, "0") == {("ml", "trainer", "main"): {POD_PROCESSES: 1}}
+    assert usage_by_pod(result, "0") == {("ml", "trainer", "main"): (1, None)}
     assert result.errors == {"pid_missing": 1}
 
 
 async def test_without_checkpoint_only_unambiguous_gpus_are_named(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str]
 ) -> None:
-    store, config = await setup(tmp_path, kubelet, checkpoint=False)
-    result = PodProcessSource(config, store).collect()
+    src, _ = await setup(tmp_path, kubelet, checkpoint=False)
+    result = src.collect()
     assert result.ok
-    assert samples_by_pod(result, "0") == {("ml", "trainer", "main"): {POD_PROCESSES: 1}}
-    assert samples_by_pod(result, "2") == {
-        ("", "", ""): {POD_PROCESSES: 4, POD_MEMORY_USED: 9 * GiB},
-    }
+    assert usage_by_pod(result, "0") == {("ml", "trainer", "main"): (1, None)}
+    assert usage_by_pod(result, "2") == {("", "", ""): (4, 9 * GiB)}
 
 
 async def test_no_host_pid_and_missing_proc(tmp_path: Path) -> None:
-    store = SnapshotStore("n")
-    store.publish(
-        SourceResult(source="nvml", inventory=INVENTORY, processes=(ProcessInfo("0", 4242, GiB),))
-    )
     (tmp_path / "proc").mkdir()
     config = KubernetesConfig(enabled=True, proc_root=str(tmp_path / "proc"))
-    result = PodProcessSource(config, store).collect()
-    assert not result.ok and status(result) == (0.0, "no_host_pid")
-    assert "hostPID" in result.error
-    missing = PodProcessSource(
-        config.model_copy(update={"proc_root": str(tmp_path / "x")}), store
-    ).collect()
-    assert status(missing) == (0.0, "proc_missing")
+    result = cgroup_source(config, processes=(ProcessInfo("0", 4242, GiB),)).collect()
+    assert not result.ok and status(result) == "no_host_pid"
+    assert "hostPID" in result.error and result.pod_usage == ()
+    missing = cgroup_source(config.model_copy(update={"proc_root": str(tmp_path / "x")}))
+    assert status(missing.collect()) == "proc_missing"
 
 
 async def test_no_processes_is_fine(tmp_path: Path) -> None:
-    store = SnapshotStore("n")
-    store.publish(SourceResult(source="nvml", inventory=INVENTORY, processes=()))
-    result = PodProcessSource(KubernetesConfig(proc_root=str(tmp_path)), store).collect()
-    assert result.ok and status(result) == (1.0, "") and not result.devices
+    result = cgroup_source(KubernetesConfig(proc_root=str(tmp_path)), processes=()).collect()
+    assert result.ok and status(result) == "" and result.pod_usage == ()
 
 
 def test_checkpoint_formats() -> None:
@@ -205,7 +205,10 @@ def test_checkpoint_formats() -> None:
 async def test_invalid_checkpoint_falls_back(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str]
 ) -> None:
-    store, config = await setup(tmp_path, kubelet, checkpoint=False)
+    src, config = await setup(tmp_path, kubelet, checkpoint=False)
     Path(config.device_checkpoint).write_text("{not json")
-    result = PodProcessSource(config, store).collect()
-    assert result.ok and ("ml", "trainer", "main") in samples_by_pod(result, "0")
+    with capture_logs() as logs:
+        results = [src.collect() for _ in range(3)]
+    assert all(r.ok and ("ml", "trainer", "main") in usage_by_pod(r, "0") for r in results)
+    states = [e["state"] for e in logs if e["event"] == "device_checkpoint"]
+    assert states == ["invalid"]  # once per change, not per poll

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.sources.kubernetes.attribution import ContainerGpus
+from exporter.readings import ContainerGpus
 
 Key = tuple[str, str, frozenset[str]]
 

@@ -13,7 +13,7 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
-from exporter.snapshot import Device
+from exporter.readings import Device
 
 BUILTIN_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 """Resource names (fnmatch patterns) attributed without any configuration."""

@@ -7,15 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row
-from exporter.readings import Availability, PodAssignments, PodUsage
+from exporter.readings import Availability, PodUsage
 from exporter.snapshot import Snapshot
 
 COLLECTOR = "kubernetes"
 
 
 def _holders(snap: Snapshot) -> Mapping[str, tuple[tuple[str, str, str], ...]]:
-    pods: PodAssignments = snap.pods
-    return {d.gpu: pods.holders(d.gpu) for d in snap.inventory if pods.holders(d.gpu)}
+    """gpu -> sorted unique holders, for the GPUs of the inventory that have any (one pass
+    over the assignments: this runs on every publish)."""
+    found: dict[str, set[tuple[str, str, str]]] = {}
+    for entry in snap.pods.containers:
+        for gpu in entry.gpus:
+            found.setdefault(gpu, set()).add(entry.holder)
+    return {d.gpu: tuple(sorted(found[d.gpu])) for d in snap.inventory if d.gpu in found}
 
 
 def _usage(snap: Snapshot) -> Mapping[str, tuple[PodUsage, ...]]:
@@ -26,6 +31,8 @@ def _usage(snap: Snapshot) -> Mapping[str, tuple[PodUsage, ...]]:
 
 
 def _pod_info(holders: tuple[tuple[str, str, str], ...]) -> Iterable[Row]:
+    # job_name stays empty: the pod-resources API names pods but carries none of their
+    # labels, and this node-local path has no API-server access to read them.
     return (((ns, pod, container, ""), 1.0) for ns, pod, container in holders)
 
 

@@ -2,58 +2,53 @@
 
 Calls the pod-resources ``List`` once per ``kubernetes.interval`` (default 10 s; the
 kubelet rate-limits this API) and never on a scrape. Each result replaces the previous one,
-so pods that are gone lose their labels on the next poll. While the kubelet is unreachable
-the last mapping is kept for ``stale_after`` seconds (a kubelet restart must not make every
-label flap), then GPUs show as unassigned; GPU metrics flow either way.
+so pods that are gone lose their ``goodput_gpu_pod_info`` series on the next poll. While
+the kubelet is unreachable the last assignments are kept for ``stale_after`` seconds (a
+kubelet restart must not make every series flap), then GPUs show as unassigned; GPU metrics
+flow either way, and ``goodput_attribution_available{source="kubelet"}`` says why.
 
-Publishes ``device_labels`` (gpu -> namespace/pod/container labels), ``extra["pod_devices"]``
-((namespace, pod) -> gpu labels) and ``extra["containers"]`` (the raw assignments, which the
-cgroup source joins with pod UIDs).
+The scheduler runs the first poll as soon as the GPU inventory is known, and the client
+checks the socket file before dialling, so a missing or unusable socket shows at start, not
+after a gRPC connect timeout.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
 
 import structlog
 
 from exporter.config import KubernetesConfig
-from exporter.snapshot import Device, SnapshotStore, SourceResult
+from exporter.readings import Availability, Device, PodAssignments
+from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
-from exporter.sources.kubernetes.attribution import (
-    LabelNames,
-    container_gpus,
-    device_labels,
-    pod_devices,
-)
+from exporter.sources.kubernetes.attribution import container_gpus
 from exporter.sources.kubernetes.device_ids import DeviceIndex, resource_matcher
 from exporter.sources.kubernetes.podresources import KubeletError, PodResourcesClient
-from exporter.sources.kubernetes.status import availability
+from exporter.util import OnChange
 
 log = structlog.get_logger("kubelet")
 
 SOURCE = "kubelet"
 
-
-def label_names(config: KubernetesConfig) -> LabelNames:
-    return LabelNames(config.namespace_label, config.pod_label, config.container_label)
+Inventory = Callable[[], tuple[Device, ...]]
+"""The devices the GPU source discovered (a view of the snapshot, read at each poll)."""
 
 
 class KubeletSource(Source):
     name = SOURCE
 
-    def __init__(self, config: KubernetesConfig, store: SnapshotStore) -> None:
+    def __init__(self, config: KubernetesConfig, inventory: Inventory) -> None:
         self.interval = config.interval
         self._config = config
-        self._store = store
+        self._inventory = inventory
         self._client = PodResourcesClient(config.kubelet_socket, config.timeout)
         self._wanted = resource_matcher(config.resource_names)
-        self._names = label_names(config)
         self._index: tuple[tuple[Device, ...], DeviceIndex] | None = None
-        self._unmatched_logged: set[str] = set()
+        self._log = OnChange(log)
         self._checked_allocatable = False
-        self._last_good: tuple[float, SourceResult] | None = None
+        self._last_good: tuple[float, PodAssignments] | None = None
 
     def _device_index(self, inventory: tuple[Device, ...]) -> DeviceIndex:
         if self._index is None or self._index[0] != inventory:
@@ -61,7 +56,7 @@ class KubeletSource(Source):
         return self._index[1]
 
     async def poll(self) -> SourceResult:
-        inventory = self._store.current.inventory
+        inventory = self._inventory()
         try:
             response = await self._client.list()
         except KubeletError as exc:
@@ -71,43 +66,45 @@ class KubeletSource(Source):
         if inventory:  # before the GPU source's first poll nothing can match
             if unmatched:
                 errors["unmatched_device"] = len(unmatched)
-                self._log_unmatched(unmatched)
+            self._log_unmatched(unmatched)
             if not self._checked_allocatable:
                 await self._check_allocatable(inventory)
-        result = SourceResult(
-            source=SOURCE,
-            errors=errors,
-            node=(availability(SOURCE),),
-            device_labels=device_labels(assigned, self._names),
-            extra={"pod_devices": pod_devices(assigned), "containers": tuple(assigned)},
+        pods = PodAssignments(tuple(assigned))
+        self._last_good = (time.monotonic(), pods)
+        return SourceResult(
+            source=SOURCE, errors=errors, pods=pods, availability=(Availability(SOURCE),)
         )
-        self._last_good = (time.monotonic(), result)
-        return result
 
     def _failed(self, exc: KubeletError) -> SourceResult:
-        keep: dict[str, Any] = {"device_labels": {}, "extra": {"pod_devices": {}, "containers": ()}}
+        """A failed List: the poll fails (the scheduler logs it once per reason) and the
+        last assignments stay while they are younger than ``stale_after``."""
+        pods = PodAssignments()
         if self._last_good is not None:
             at, last = self._last_good
             if time.monotonic() - at <= self._config.stale_after:
-                keep = {"device_labels": last.device_labels, "extra": last.extra}
+                pods = last
         return SourceResult(
             source=SOURCE,
             ok=False,
             reason=exc.reason,
             error=str(exc),
-            node=(availability(SOURCE, exc.reason),),
-            **keep,
+            pods=pods,
+            availability=(Availability(SOURCE, exc.reason),),
         )
 
     def _log_unmatched(self, device_ids: list[str]) -> None:
-        new = sorted(set(device_ids) - self._unmatched_logged)
-        if new:
-            self._unmatched_logged.update(new)
-            log.warning(
-                "kubelet_device_unmatched",
-                device_ids=new,
-                hint="device ids of a GPU resource match no GPU/MIG UUID or index on this node",
-            )
+        ids = tuple(sorted(set(device_ids)))
+        if not ids:
+            self._log.reset("unmatched", ids)
+            return
+        self._log(
+            "unmatched",
+            ids,
+            (),
+            event="kubelet_device_unmatched",
+            level="warning",
+            hint="device ids of a GPU resource match no GPU/MIG UUID or index on this node",
+        )
 
     async def _check_allocatable(self, inventory: tuple[Device, ...]) -> None:
         """Once: say which GPU devices the kubelet can hand out that NVML does not know

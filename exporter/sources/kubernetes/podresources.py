@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -18,6 +19,8 @@ from exporter.sources.kubernetes import podresources_pb2_grpc as pb_grpc
 
 # Nodes with many pods and pinned CPUs answer List with more than gRPC's 4 MiB default.
 _MAX_MESSAGE = 32 * 1024 * 1024
+
+T = TypeVar("T")
 
 
 class KubeletError(Exception):
@@ -68,6 +71,21 @@ def _from_rpc_error(path: str, exc: grpc.RpcError) -> KubeletError:
     return KubeletError("error", f"{where}: {name}: {details}")
 
 
+class _Lister(Protocol):
+    """The two calls of the generated stub, typed (the generated module is not)."""
+
+    def List(
+        self, request: pb.ListPodResourcesRequest, *, timeout: float
+    ) -> Awaitable[pb.ListPodResourcesResponse]: ...
+
+    def GetAllocatableResources(
+        self, request: pb.AllocatableResourcesRequest, *, timeout: float
+    ) -> Awaitable[pb.AllocatableResourcesResponse]: ...
+
+
+_new_stub: Callable[[object], _Lister] = pb_grpc.PodResourcesListerStub
+
+
 class PodResourcesClient:
     """One channel per client; it is dropped after a failure so the next call reconnects
     at once instead of waiting out gRPC's reconnect backoff (a kubelet restart)."""
@@ -76,36 +94,40 @@ class PodResourcesClient:
         self.socket_path = socket_path
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
+        self._stub: _Lister | None = None
 
-    def _stub(self) -> pb_grpc.PodResourcesListerStub:
-        if self._channel is None:
+    def _lister(self) -> _Lister:
+        """The stub on an open channel, after checking the socket (gRPC would only say
+        "failed to connect")."""
+        check_socket(self.socket_path)
+        if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
                 f"unix://{os.path.abspath(self.socket_path)}",
                 options=[("grpc.max_receive_message_length", _MAX_MESSAGE)],
             )
-        return pb_grpc.PodResourcesListerStub(self._channel)
+            self._stub = _new_stub(self._channel)
+        return self._stub
 
     async def list(self) -> pb.ListPodResourcesResponse:
-        response: pb.ListPodResourcesResponse = await self._call(
-            "List", pb.ListPodResourcesRequest()
+        return await self._guard(
+            lambda s: s.List(pb.ListPodResourcesRequest(), timeout=self.timeout)
         )
-        return response
 
     async def allocatable(self) -> pb.AllocatableResourcesResponse:
-        response: pb.AllocatableResourcesResponse = await self._call(
-            "GetAllocatableResources", pb.AllocatableResourcesRequest()
+        return await self._guard(
+            lambda s: s.GetAllocatableResources(
+                pb.AllocatableResourcesRequest(), timeout=self.timeout
+            )
         )
-        return response
 
-    async def _call(self, method: str, request: Any) -> Any:
-        check_socket(self.socket_path)
+    async def _guard(self, call: Callable[[_Lister], Awaitable[T]]) -> T:
         try:
-            return await getattr(self._stub(), method)(request, timeout=self.timeout)
+            return await call(self._lister())
         except grpc.RpcError as exc:
             await self.close()
             raise _from_rpc_error(self.socket_path, exc) from None
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
+        channel, self._channel, self._stub = self._channel, None, None
         if channel is not None:
             await channel.close()

@@ -1,8 +1,7 @@
 """Cgroup attribution source: GPU memory and process counts per pod, for shared GPUs.
 
-Every ``kubernetes.process_interval`` it takes the compute processes of the latest snapshot
-(pid and memory per GPU, from NVML), reads ``<proc_root>/<pid>/cgroup`` for each, and names
-the pod:
+Every ``kubernetes.process_interval`` it takes the compute processes NVML last listed (pid
+and memory per GPU), reads ``<proc_root>/<pid>/cgroup`` for each, and names the pod:
 
 1. by pod UID, through the kubelet checkpoint joined with the kubelet source's assignments
    (exact, also for several pods time-slicing one GPU);
@@ -19,44 +18,34 @@ Needs ``hostPID: true`` so NVML's host PIDs exist under ``proc_root``.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
 from exporter.config import KubernetesConfig
-from exporter.metrics.catalog import define
-from exporter.snapshot import ProcessInfo, Sample, SnapshotStore, SourceResult
+from exporter.readings import (
+    Availability,
+    ContainerGpus,
+    PodAssignments,
+    PodUsage,
+    ProcessInfo,
+)
+from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
-from exporter.sources.kubernetes.attribution import ContainerGpus, holders_by_gpu
+from exporter.sources.kubernetes.attribution import Holder, holders_by_gpu
 from exporter.sources.kubernetes.cgroup import CgroupRef, parse_cgroup
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint, pod_uids
-from exporter.sources.kubernetes.kubelet import SOURCE as KUBELET_SOURCE
-from exporter.sources.kubernetes.kubelet import label_names
-from exporter.sources.kubernetes.status import OnChange, availability
+from exporter.util import OnChange
 
 log = structlog.get_logger("cgroup")
 
 SOURCE = "cgroup"
-
-POD_MEMORY_USED = define(
-    "goodput_gpu_pod_memory_used_bytes",
-    "gauge",
-    "Device memory used by the processes of one pod's container on this GPU (sum over its "
-    "PIDs). Its namespace/pod/container labels name that pod, not every holder of the GPU.",
-    unit="bytes",
-    source="kubernetes",
-)
-POD_PROCESSES = define(
-    "goodput_gpu_pod_processes",
-    "gauge",
-    "Compute processes of one pod's container on this GPU. Its namespace/pod/container "
-    "labels name that pod, not every holder of the GPU.",
-    source="kubernetes",
-)
-
-Holder = tuple[str, str, str]
 UNKNOWN: Holder = ("", "", "")
+
+Processes = Callable[[], tuple[ProcessInfo, ...]]
+"""The compute processes of the last GPU poll (a view of the snapshot)."""
+Pods = Callable[[], PodAssignments]
+"""The kubelet source's last assignments (a view of the snapshot)."""
 
 
 def resolve(
@@ -82,25 +71,42 @@ def resolve(
     return (*pod, containers.pop() if len(containers) == 1 else "")
 
 
+def usage(found: Sequence[tuple[ProcessInfo, Holder]]) -> tuple[PodUsage, ...]:
+    """Processes and memory summed per (gpu, holder); memory None when NVML gave none."""
+    counts: dict[tuple[str, Holder], int] = {}
+    memory: dict[tuple[str, Holder], int] = {}
+    for process, holder in found:
+        key = (process.gpu, holder)
+        counts[key] = counts.get(key, 0) + 1
+        if process.used_memory_bytes is not None:
+            memory[key] = memory.get(key, 0) + process.used_memory_bytes
+    return tuple(
+        PodUsage(gpu, *holder, processes=n, memory_used_bytes=_float(memory.get((gpu, holder))))
+        for (gpu, holder), n in sorted(counts.items())
+    )
+
+
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
 class PodProcessSource(BlockingSource):
     name = SOURCE
 
-    def __init__(self, config: KubernetesConfig, store: SnapshotStore) -> None:
+    def __init__(self, config: KubernetesConfig, processes: Processes, pods: Pods) -> None:
         super().__init__()
         self.interval = config.process_interval
         self._config = config
-        self._store = store
-        self._names = label_names(config)
-        self._checkpoint_state = OnChange(log, "device_checkpoint")
+        self._processes = processes
+        self._pods = pods
+        self._log = OnChange(log)
 
     def collect(self) -> SourceResult:
         root = self._config.proc_root
         if not os.path.isdir(root):
             return self._failed("proc_missing", f"proc root {root} is not a directory")
-        snapshot = self._store.current
-        kubelet = snapshot.result(KUBELET_SOURCE)
-        assigned: tuple[ContainerGpus, ...] = kubelet.extra.get("containers", ()) if kubelet else ()
-        processes = snapshot.processes
+        processes = self._processes()
+        assigned = self._pods().containers
         refs: list[tuple[ProcessInfo, CgroupRef]] = []
         missing = denied = 0
         for process in processes:
@@ -125,28 +131,15 @@ class PodProcessSource(BlockingSource):
             return self._failed("permission_denied", f"cannot read cgroups under {root}")
         uids = self._pod_uids(assigned) if refs else {}
         holders = holders_by_gpu(assigned)
-        memory: dict[tuple[str, Holder], int] = defaultdict(int)
-        count: dict[tuple[str, Holder], int] = defaultdict(int)
-        for process, ref in refs:
-            key = (process.gpu, resolve(ref, process.gpu, uids, holders))
-            count[key] += 1
-            if process.used_memory_bytes is not None:
-                memory[key] += process.used_memory_bytes
-        devices: dict[str, list[Sample]] = defaultdict(list)
-        for key, n in sorted(count.items()):
-            gpu, holder = key
-            lbl = self._names.labels(*holder)
-            devices[gpu].append(Sample(POD_PROCESSES, float(n), lbl))
-            if key in memory:
-                devices[gpu].append(Sample(POD_MEMORY_USED, float(memory[key]), lbl))
+        found = [(p, resolve(ref, p.gpu, uids, holders)) for p, ref in refs]
         errors = {"pid_missing": missing} if missing else {}
         if denied:
             errors["permission_denied"] = denied
         return SourceResult(
             source=SOURCE,
             errors=errors,
-            node=(availability(SOURCE),),
-            devices={gpu: tuple(samples) for gpu, samples in devices.items()},
+            pod_usage=usage(found),
+            availability=(Availability(SOURCE),),
         )
 
     def _pod_uids(self, assigned: tuple[ContainerGpus, ...]) -> dict[str, tuple[str, str]] | None:
@@ -167,8 +160,11 @@ class PodProcessSource(BlockingSource):
         except ValueError as exc:
             self._checkpoint_state("invalid", "warning", path=path, error=str(exc))
             return None
-        self._checkpoint_state("ok", path=path, entries=len(entries))
+        self._checkpoint_state("ok", "info", path=path, entries=len(entries))
         return pod_uids(entries, assigned)
+
+    def _checkpoint_state(self, state: str, level: str, **fields: object) -> None:
+        self._log("checkpoint", state, None, event="device_checkpoint", level=level, **fields)
 
     def _failed(self, reason: str, error: str) -> SourceResult:
         return SourceResult(
@@ -176,5 +172,6 @@ class PodProcessSource(BlockingSource):
             ok=False,
             reason=reason,
             error=error,
-            node=(availability(SOURCE, reason),),
+            pod_usage=(),
+            availability=(Availability(SOURCE, reason),),
         )
