@@ -1,0 +1,204 @@
+"""Fault battery, exporter side ([hardening]): each case drives the real daemon through one
+fault and asserts what the user sees (a metric with a reason) and that nothing else was lost.
+
+Engine, kubelet and profiling faults live with their sources' tests (tests/serving,
+tests/kubernetes, tests/test_gpm_source.py, tests/test_dcgm_source.py); this file holds the
+faults of the daemon as a whole: a GPU lost mid-run, a scrape storm with slow clients, and
+SIGTERM in the middle of a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import config
+from exporter.daemon import Daemon, build
+from exporter.sim.fake_nvml import FakeGpu, FakeNvml
+from exporter.sim.patterns import NODE
+from exporter.sim.physics import GpuPhysics
+from exporter.sources.nvml_session import NvmlSession
+from tests.conftest import REPO
+from tests.support.prometheus import free_port, wait_http
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(found: Samples, name: str, **labels: str) -> float | None:
+    for (n, lbls), v in found.items():
+        if n == name and all(dict(lbls).get(k) == want for k, want in labels.items()):
+            return v
+    return None
+
+
+@contextlib.asynccontextmanager
+async def running(daemon: Daemon) -> AsyncIterator[str]:
+    runner = web.AppRunner(daemon.app())
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def scrape(url: str) -> Samples:
+    async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as response:
+        assert response.status == 200
+        return samples(await response.text())
+
+
+async def until(url: str, check: Callable[[Samples], bool], timeout: float = 20.0) -> Samples:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await scrape(url)
+        if check(found):
+            return found
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(0.1)
+
+
+def node(lost_after: float | None) -> NvmlSession:
+    """Three simulated GPUs; GPU 1 falls off the bus ``lost_after`` seconds after start."""
+    workloads = [w for w in NODE if w.name in ("compute_gemm", "memory_decode", "launch_bound")]
+    gpus = [
+        FakeGpu(
+            index=i,
+            physics=GpuPhysics(w.pattern, start=time.monotonic()),
+            processes=list(w.processes),
+            lost_after=lost_after if i == 1 else None,
+        )
+        for i, w in enumerate(workloads)
+    ]
+    session = NvmlSession(FakeNvml(gpus), "simulated")
+    session.open()
+    return session
+
+
+def settings(**extra: object) -> config.Settings:
+    return config.build({"interval": 0.2, "node_name": "faulty", **extra}, environ={})
+
+
+async def test_gpu_lost_mid_run_costs_that_gpu_only() -> None:
+    daemon = build(settings(profiling={"mode": "off"}), node(lost_after=1.5))
+    async with running(daemon) as url:
+        before = await until(url, lambda s: value(s, "goodput_gpu_up", gpu="1") == 1.0)
+        energy_0 = value(before, "goodput_gpu_energy_joules_total", gpu="0")
+        after = await until(url, lambda s: value(s, "goodput_gpu_up", gpu="1") == 0.0)
+        assert value(after, "goodput_gpu_up", gpu="1", reason="gpu_lost") == 0.0
+        for gpu in ("0", "2"):
+            assert value(after, "goodput_gpu_up", gpu=gpu, reason="") == 1.0
+        # The other GPUs keep being read: their energy counters still move.
+        moved = await until(
+            url,
+            lambda s: (value(s, "goodput_gpu_energy_joules_total", gpu="0") or 0.0)
+            > (energy_0 or 0.0),
+        )
+        assert value(moved, "goodput_gpu_utilization_seconds_total", gpu="2") is not None
+        # And the model stops claiming a regime for the lost GPU.
+        await until(url, lambda s: value(s, "goodput_gpu_regime", gpu="1", regime="unknown") == 1)
+
+
+async def test_scrape_storm_with_slow_clients_loses_no_scrape() -> None:
+    """50 concurrent scrapers while 20 clients hold connections open, sending their request
+    one byte at a time: every scrape is answered completely (latency is bench/'s job)."""
+    daemon = build(settings(profiling={"mode": "off"}), node(lost_after=None))
+    async with running(daemon) as url:
+        await until(url, lambda s: value(s, "goodput_gpu_up", gpu="0") == 1.0)
+        port = int(url.rsplit(":", 1)[1])
+        stop = asyncio.Event()
+
+        async def slow_client() -> None:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\n":
+                    if stop.is_set():
+                        return
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+            except ConnectionError:
+                return  # the server may drop a client that is too slow: that is allowed
+            finally:
+                writer.close()
+
+        async def scraper(http: aiohttp.ClientSession) -> int:
+            ok = 0
+            for _ in range(5):
+                async with http.get(url + "/metrics") as response:
+                    body = await response.text()
+                    assert response.status == 200
+                    assert value(samples(body), "goodput_gpu_up", gpu="2") == 1.0
+                    ok += 1
+            return ok
+
+        slow = [asyncio.create_task(slow_client()) for _ in range(20)]
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            done = await asyncio.gather(*(scraper(http) for _ in range(50)))
+        stop.set()
+        await asyncio.gather(*slow, return_exceptions=True)
+        assert sum(done) == 250
+
+
+def test_sigterm_during_a_request_exits_cleanly() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "2",
+         "--listen", f"127.0.0.1:{port}"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/readyz", timeout=30)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers not finished
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out.decode()
+    assert b'"event": "stopped"' in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "0"], "interval"),
+        (["--profiling", "sometimes"], "profiling"),
+        (["--listen", "nowhere"], "listen"),
+    ],
+)
+def test_config_errors_are_one_line_naming_the_key(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", *args],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
+    assert message in proc.stderr
