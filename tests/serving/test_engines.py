@@ -74,10 +74,16 @@ CASES = {
     }, {}),
     "llamacpp.txt": ("llama.cpp", "b3000+", {
         ("prompt_tokens", "", "", ""): 420.0,
-        ("generation_tokens", "", "", ""): 840.0,
+        ("generation_tokens", "", "", ""): 840.0,  # no busy-slots family: at request end
         ("busy_seconds", "", "", ""): 22.0,
         ("requests_running", "", "", ""): 1.0,
-    }, {}),
+    }, {"generation_tokens": False}),
+    "llamacpp_live.txt": ("llama.cpp", "b3000+", {
+        ("prompt_tokens", "", "", ""): 4096.0,
+        # n_decode_total x n_busy_slots_per_decode, not tokens_predicted_total (512)
+        ("generation_tokens", "", "", ""): 1.20003e6 * 2.54167,
+        ("requests_running", "", "", ""): 3.0,
+    }, {"generation_tokens": True}),
     "lmdeploy.txt": ("lmdeploy", "0.9+", {
         ("generation_tokens", "internlm", "", ""): 33.0,
         ("kv_cache_usage", "internlm", "", ""): 0.1,

@@ -25,6 +25,8 @@ class Reading:
     values: Mapping[SignalKey, float]
     live: Mapping[str, bool] = field(default_factory=dict)
     model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    derived: frozenset[str] = frozenset()
+    """Signals computed from several families: may dip slightly without a restart."""
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -59,18 +61,41 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     values: dict[SignalKey, float] = {}
     counts: dict[SignalKey, int] = {}
     live: dict[str, bool] = {}
+    derived: set[str] = set()
     for signal, rules in table.signals.items():
-        rule = next((x for x in rules if any(f in families for f in x.families)), None)
+        rule = next((x for x in rules if _applies(x, families)), None)
         if rule is None:
             continue
         live[signal] = rule.live
+        if rule.derived:
+            derived.add(signal)
+        factors = _factors(families[rule.times]) if rule.times else None
         for family in rule.families:
             if family in families:
-                _read_rule(table, rule, signal, families[family], default_model, values, counts)
+                _read_rule(
+                    table, rule, signal, families[family], default_model, values, counts, factors
+                )
     for key, count in counts.items():
         if SIGNALS[key[0]].agg == "mean" and count > 1:
             values[key] /= count
-    return Reading(table.engine, table.version, values, live, _model_gpus(table, families))
+    return Reading(
+        table.engine,
+        table.version,
+        values,
+        live,
+        _model_gpus(table, families),
+        frozenset(derived),
+    )
+
+
+def _applies(rule: Rule, families: Mapping[str, Family]) -> bool:
+    present = any(f in families for f in rule.families)
+    return present and (not rule.times or rule.times in families)
+
+
+def _factors(family: Family) -> dict[frozenset[tuple[str, str]], float]:
+    """A multiplier family's values by label set."""
+    return {frozenset(s.labels.items()): s.value for s in family.samples}
 
 
 def _read_rule(
@@ -81,19 +106,26 @@ def _read_rule(
     default_model: str,
     values: dict[SignalKey, float],
     counts: dict[SignalKey, int],
+    factors: Mapping[frozenset[tuple[str, str]], float] | None = None,
 ) -> None:
     wanted = family.name + _suffix(family, rule)
     agg = SIGNALS[signal].agg
     for sample in family.samples:
         if sample.name != wanted or not _matches(sample.labels, rule):
             continue
+        factor = 1.0
+        if factors is not None:
+            found = factors.get(frozenset(sample.labels.items()))
+            if found is None:
+                continue
+            factor = found
         key = (
             signal,
             _model(table, sample.labels, default_model),
             sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
             sample.labels.get(rule.reason, "") if rule.reason else "",
         )
-        value = sample.value * rule.scale
+        value = sample.value * rule.scale * factor
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:

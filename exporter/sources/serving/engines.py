@@ -57,7 +57,10 @@ class Rule:
     samples named family + ``suffix`` whose labels include ``match`` (a label may allow
     several values), times ``scale``. ``reason`` names a label carried as the signal's
     sub-key (a finish reason). ``live`` is false for counters that move only when a
-    request ends, so a rate lags by a request's duration."""
+    request ends, so a rate lags by a request's duration. ``times`` names a family whose
+    same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
+    per call); the rule applies only when that family is present too, and the product is
+    ``derived``: rounding in the text lets it dip a little, which is not a restart."""
 
     families: tuple[str, ...]
     suffix: str = ""
@@ -65,6 +68,11 @@ class Rule:
     scale: float = 1.0
     reason: str = ""
     live: bool = True
+    times: str = ""
+
+    @property
+    def derived(self) -> bool:
+        return bool(self.times)
 
 
 def r(
@@ -73,11 +81,12 @@ def r(
     scale: float = 1.0,
     reason: str = "",
     live: bool = True,
+    times: str = "",
     **match: str | tuple[str, ...],
 ) -> Rule:
     """Short constructor so tables read like tables."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
-    return Rule(tuple(families), suffix, pairs, scale, reason, live)
+    return Rule(tuple(families), suffix, pairs, scale, reason, live, times)
 
 
 def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
@@ -363,14 +372,19 @@ LLAMACPP = EngineTable(
     model_labels=(),
     signals=_alts(
         prompt_tokens=r("llamacpp:prompt_tokens"),
-        generation_tokens=r("llamacpp:tokens_predicted"),
+        generation_tokens=(
+            # Busy slots summed over decode calls: one token per generating slot per call,
+            # counted as it happens. tokens_predicted moves only when a request ends.
+            r("llamacpp:n_decode", times="llamacpp:n_busy_slots_per_decode"),
+            r("llamacpp:tokens_predicted", live=False),
+        ),
         requests_running=r("llamacpp:requests_processing"),
         requests_waiting=r("llamacpp:requests_deferred"),
         kv_cache_usage=r("llamacpp:kv_cache_usage_ratio"),
         busy_seconds=r("llamacpp:prompt_seconds", "llamacpp:tokens_predicted_seconds"),
     ),
-    markers=("llamacpp:n_decode",),
-    notes="needs --metrics; no labels",
+    markers=("llamacpp:n_decode", "llamacpp:n_busy_slots_per_decode"),
+    notes="needs --metrics; no labels; generation live from n_decode x busy slots per decode",
 )
 
 LMDEPLOY = EngineTable(

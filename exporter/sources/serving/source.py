@@ -46,6 +46,9 @@ from exporter.sources.serving.targets import Target, TargetProvider
 log = structlog.get_logger("serving")
 
 PID_REFRESH_SECONDS = 60.0
+DERIVED_JITTER = 1e-3
+"""A derived counter (a product or difference of printed counters) may dip this share of
+its value from rounding (llama.cpp prints 6 significant digits) without being a restart."""
 
 COUNTERS: dict[str, str] = {
     "prompt_tokens": "tokens/prompt",
@@ -203,7 +206,8 @@ class ServingSource(Source):
             if spec.kind == "counter":
                 # Track every counter, attributed or not, so attribution arriving later
                 # does not dump the engine's whole history onto a GPU in one step.
-                delta = self._tracker.delta((target.url, key), value)
+                jitter = DERIVED_JITTER if signal in reading.derived else 0.0
+                delta = self._tracker.delta((target.url, key), value, jitter)
             gpus = _gpus_for(key, reading, attribution, inventory)
             if not gpus:
                 continue

@@ -1,0 +1,90 @@
+"""Counter semantics against recorded engine output served on loopback, scrape by scrape.
+
+Each test serves a sequence of expositions (and headers) the way the engine writes them and
+checks the published per-GPU totals, so ``rate()`` over them is the engine's real work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from exporter.config import ServingConfig, ServingTarget
+from exporter.sources.serving.source import ServingSource
+from tests.support.serving import TOKENS, make_source, metric, start
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@dataclass
+class Script:
+    """What the fake engine answers now: /metrics body and headers, /v1/models body."""
+
+    body: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    models: str = ""
+    model_calls: int = 0
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[Script, str]]:
+    script = Script()
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=script.body, headers=dict(script.headers))
+
+    async def models(_: web.Request) -> web.Response:
+        script.model_calls += 1
+        if not script.models:
+            return web.Response(status=404)
+        return web.Response(text=script.models, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
+    runner, base = await start(app)
+    yield script, f"{base}/metrics"
+    await runner.cleanup()
+
+
+def source_for(url: str, **target: object) -> ServingSource:
+    config = ServingConfig(targets=[ServingTarget(url=url, **target)], timeout=1, interval=0.1)
+    return make_source(config)
+
+
+def llamacpp(decodes: str, per_decode: str, predicted: float = 0.0, **extra: float) -> str:
+    """llama-server's /metrics at one moment, in its own number format."""
+    text = (FIXTURES / "llamacpp_live.txt").read_text()
+    text = text.replace("llamacpp:n_decode_total 1.20003e+06", f"llamacpp:n_decode_total {decodes}")
+    text = text.replace("llamacpp:n_busy_slots_per_decode 2.54167",
+                        f"llamacpp:n_busy_slots_per_decode {per_decode}")
+    text = text.replace("llamacpp:tokens_predicted_total 512",
+                        f"llamacpp:tokens_predicted_total {predicted:g}")
+    for name, value in extra.items():
+        text += f"# TYPE llamacpp:{name} counter\nllamacpp:{name} {value:g}\n"
+    return text
+
+
+async def test_llamacpp_generation_is_live_and_rounding_is_not_a_restart(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        # Two slots busy on every decode; tokens_predicted only moves when a request ends.
+        # The third scrape prints the average one digit lower: the product dips by 0.3.
+        for decodes, per_decode, predicted in (
+            ("1000", "2", 0.0), ("1500", "2", 0.0), ("1500", "1.99980", 0.0),
+            ("2000", "2", 900.0),
+        ):
+            script.body = llamacpp(decodes, per_decode, predicted)
+            result = await source.poll()
+            seen.append(metric(result, TOKENS, gpu="0", kind="generation", engine="llama.cpp"))
+    finally:
+        await source.close()
+    assert seen == [2000.0, 3000.0, 3000.0, 4000.0]
