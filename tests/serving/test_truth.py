@@ -15,7 +15,7 @@ from aiohttp import web
 
 from exporter.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
-from tests.support.serving import TOKENS, make_source, metric, start
+from tests.support.serving import TOKENS, make_source, metric, start, vllm_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -88,3 +88,28 @@ async def test_llamacpp_generation_is_live_and_rounding_is_not_a_restart(
     finally:
         await source.close()
     assert seen == [2000.0, 3000.0, 3000.0, 4000.0]
+
+
+async def test_cached_prompt_tokens_are_their_own_kind(engine: tuple[Script, str]) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    try:
+        script.body = llamacpp("10", "1", prompt_tokens_cached=1000.0)
+        llama = await source.poll()
+    finally:
+        await source.close()
+    assert metric(llama, TOKENS, gpu="0", kind="prompt", engine="llama.cpp") == 4096.0
+    assert metric(llama, TOKENS, gpu="0", kind="prompt_cached", engine="llama.cpp") == 1000.0
+
+    # vLLM V1 before prompt_tokens_by_source: prompt_tokens counts cache hits too.
+    source = source_for(url, gpus=["0"])
+    try:
+        script.body = vllm_text(generation=50.0, prompt=700.0) + (
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 256\n'
+        )
+        vllm = await source.poll()
+    finally:
+        await source.close()
+    assert metric(vllm, TOKENS, gpu="0", kind="prompt", engine="vllm") == 444.0
+    assert metric(vllm, TOKENS, gpu="0", kind="prompt_cached", engine="vllm") == 256.0

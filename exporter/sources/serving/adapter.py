@@ -78,6 +78,10 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     for key, count in counts.items():
         if SIGNALS[key[0]].agg == "mean" and count > 1:
             values[key] /= count
+    for signal, rules in table.signals.items():
+        rule = next((x for x in rules if _applies(x, families)), None)
+        if rule is not None and rule.minus:
+            _subtract(values, signal, rule.minus)
     return Reading(
         table.engine,
         table.version,
@@ -86,6 +90,14 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         _model_gpus(table, families),
         frozenset(derived),
     )
+
+
+def _subtract(values: dict[SignalKey, float], signal: str, other: str) -> None:
+    """``signal`` less ``other`` of the same model, GPU and reason, never below zero."""
+    for key in [k for k in values if k[0] == signal]:
+        less = values.get((other, *key[1:]))
+        if less is not None:
+            values[key] = max(values[key] - less, 0.0)
 
 
 def _applies(rule: Rule, families: Mapping[str, Family]) -> bool:
@@ -140,7 +152,7 @@ def _suffix(family: Family, rule: Rule) -> str:
 
 
 def _matches(sample_labels: Mapping[str, str], rule: Rule) -> bool:
-    return all(sample_labels.get(k) in allowed for k, allowed in rule.match)
+    return all(sample_labels.get(k, "") in allowed for k, allowed in rule.match)
 
 
 def _model(table: EngineTable, sample_labels: Mapping[str, str], default: str) -> str:

@@ -35,6 +35,7 @@ class SignalSpec:
 
 SIGNALS: dict[str, SignalSpec] = {
     "prompt_tokens": SignalSpec("counter", "split"),
+    "prompt_cached_tokens": SignalSpec("counter", "split"),
     "generation_tokens": SignalSpec("counter", "split"),
     "requests_running": SignalSpec("gauge", "replicate"),
     "requests_waiting": SignalSpec("gauge", "replicate"),
@@ -60,7 +61,10 @@ class Rule:
     request ends, so a rate lags by a request's duration. ``times`` names a family whose
     same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
     per call); the rule applies only when that family is present too, and the product is
-    ``derived``: rounding in the text lets it dip a little, which is not a restart."""
+    ``derived``: rounding in the text lets it dip a little, which is not a restart.
+    ``minus`` names another signal whose value (same model, GPU and reason) is taken off
+    this one: an engine whose prompt count includes cache hits, less its hits, gives the
+    prompt tokens it computed; that difference is ``derived`` too."""
 
     families: tuple[str, ...]
     suffix: str = ""
@@ -69,10 +73,11 @@ class Rule:
     reason: str = ""
     live: bool = True
     times: str = ""
+    minus: str = ""
 
     @property
     def derived(self) -> bool:
-        return bool(self.times)
+        return bool(self.times or self.minus)
 
 
 def r(
@@ -82,11 +87,13 @@ def r(
     reason: str = "",
     live: bool = True,
     times: str = "",
+    minus: str = "",
     **match: str | tuple[str, ...],
 ) -> Rule:
-    """Short constructor so tables read like tables."""
+    """Short constructor so tables read like tables; a ``match`` value "" allows the label
+    to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
-    return Rule(tuple(families), suffix, pairs, scale, reason, live, times)
+    return Rule(tuple(families), suffix, pairs, scale, reason, live, times, minus)
 
 
 def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
@@ -139,7 +146,16 @@ VLLM_V1 = EngineTable(
     requires=("vllm:",),
     model_labels=("model_name", "model"),
     signals=_alts(
-        prompt_tokens=r("vllm:prompt_tokens"),
+        # prompt_tokens counts every prompt token scheduled, cache hits included.
+        prompt_tokens=(
+            r("vllm:prompt_tokens_by_source", source="local_compute"),
+            r("vllm:prompt_tokens", minus="prompt_cached_tokens"),
+        ),
+        prompt_cached_tokens=(
+            r("vllm:prompt_tokens_by_source", source="local_cache_hit"),
+            r("vllm:prompt_tokens_cached"),
+            r("vllm:prefix_cache_hits"),
+        ),
         generation_tokens=r("vllm:generation_tokens"),
         requests_running=r("vllm:num_requests_running"),
         requests_waiting=r("vllm:num_requests_waiting"),
@@ -227,8 +243,13 @@ SGLANG = EngineTable(
     model_labels=("model_name", "name"),
     signals=_alts(
         prompt_tokens=(
-            r("sglang:realtime_tokens", mode=("prefill_compute", "prefill_cache")),
-            r("sglang:prompt_tokens", live=False),
+            r("sglang:realtime_tokens", mode="prefill_compute"),
+            # prompt_tokens_total includes cached tokens: less cached_tokens_total
+            r("sglang:prompt_tokens", live=False, minus="prompt_cached_tokens"),
+        ),
+        prompt_cached_tokens=(
+            r("sglang:realtime_tokens", mode="prefill_cache"),
+            r("sglang:cached_tokens", live=False, cache_source=("total", "")),
         ),
         generation_tokens=(
             r("sglang:realtime_tokens", mode="decode"),
@@ -371,7 +392,8 @@ LLAMACPP = EngineTable(
     requires=("llamacpp:",),
     model_labels=(),
     signals=_alts(
-        prompt_tokens=r("llamacpp:prompt_tokens"),
+        prompt_tokens=r("llamacpp:prompt_tokens"),  # evaluated tokens: reused cache excluded
+        prompt_cached_tokens=r("llamacpp:prompt_tokens_cached"),
         generation_tokens=(
             # Busy slots summed over decode calls: one token per generating slot per call,
             # counted as it happens. tokens_predicted moves only when a request ends.
