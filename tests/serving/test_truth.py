@@ -113,3 +113,40 @@ async def test_cached_prompt_tokens_are_their_own_kind(engine: tuple[Script, str
         await source.close()
     assert metric(vllm, TOKENS, gpu="0", kind="prompt", engine="vllm") == 444.0
     assert metric(vllm, TOKENS, gpu="0", kind="prompt_cached", engine="vllm") == 256.0
+
+
+async def test_restart_seen_by_start_time_keeps_the_old_process_counts(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        # vLLM (prometheus_client's process collector): the new process has already made
+        # more tokens by the next scrape than the old one had; a drop test would miss it.
+        for started, generation in ((1.7e9, 1000.0), (1.7e9, 1200.0), (1.7e9 + 60, 1500.0),
+                                    (1.7e9 + 60, 1600.0)):
+            script.body = vllm_text(generation) + (
+                "# TYPE process_start_time_seconds gauge\n"
+                f"process_start_time_seconds {started}\n"
+            )
+            result = await source.poll()
+            seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
+    finally:
+        await source.close()
+    assert seen == [1000.0, 1200.0, 2700.0, 2800.0]
+
+
+async def test_llamacpp_restart_seen_by_its_start_header(engine: tuple[Script, str]) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        for token, decodes in (("4711", "100"), ("4711", "150"), ("9012", "400")):
+            script.body = llamacpp(decodes, "1")
+            script.headers = {"Process-Start-Time-Unix": token}
+            result = await source.poll()
+            seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
+    finally:
+        await source.close()
+    assert seen == [100.0, 150.0, 550.0]

@@ -27,6 +27,9 @@ class Reading:
     model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
     derived: frozenset[str] = frozenset()
     """Signals computed from several families: may dip slightly without a restart."""
+    started: str = ""
+    """A token that changes when the engine process restarts ("" when unknown): its
+    ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -89,7 +92,15 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         live,
         _model_gpus(table, families),
         frozenset(derived),
+        _started(families),
     )
+
+
+def _started(families: Mapping[str, Family]) -> str:
+    """The exposition's ``process_start_time_seconds`` as a token ("" when absent)."""
+    family = families.get("process_start_time_seconds")
+    values = sorted(s.value for s in family.samples) if family is not None else []
+    return ",".join(f"{v:.3f}" for v in values)
 
 
 def _subtract(values: dict[SignalKey, float], signal: str, other: str) -> None:

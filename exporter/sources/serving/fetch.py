@@ -8,11 +8,22 @@ as the cap is passed.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 CHUNK = 64 * 1024
+START_HEADER = "Process-Start-Time-Unix"
+"""llama-server (and Go's promhttp) name the serving process's start in this header. Its
+value is an opaque token (llama.cpp's is not a Unix time): only a change means anything."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    text: str
+    started: str = ""
+    """The ``Process-Start-Time-Unix`` header, "" when absent."""
 
 
 class ScrapeError(Exception):
@@ -23,11 +34,17 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> str:
-    """The body of ``url`` as text, or :class:`ScrapeError`."""
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    accept: str = ACCEPT,
+) -> Fetched:
+    """The body of ``url`` as text with the start header, or :class:`ScrapeError`."""
     try:
         async with asyncio.timeout(timeout):
-            return await _fetch(session, url, max_bytes)
+            return await _fetch(session, url, max_bytes, accept)
     except TimeoutError as exc:
         raise ScrapeError("timeout", f"no complete answer within {timeout:g}s") from exc
     except aiohttp.InvalidURL as exc:
@@ -38,8 +55,10 @@ async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_by
         raise ScrapeError("http_error", f"{type(exc).__name__}: {exc}") from exc
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int) -> str:
-    async with session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, max_bytes: int, accept: str
+) -> Fetched:
+    async with session.get(url, headers={"Accept": accept}, allow_redirects=False) as resp:
         if resp.status != 200:
             raise ScrapeError(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
         declared = resp.content_length
@@ -52,8 +71,9 @@ async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int) -> st
             if size > max_bytes:
                 raise ScrapeError("body_too_large", f"body passed {max_bytes} bytes; stopped")
             chunks.append(chunk)
+        started = resp.headers.get(START_HEADER, "").strip()[:64]
     body = b"".join(chunks)
     try:
-        return body.decode("utf-8")
+        return Fetched(body.decode("utf-8"), started)
     except UnicodeDecodeError as exc:
         raise ScrapeError("bad_encoding", f"body is not UTF-8 at byte {exc.start}") from exc

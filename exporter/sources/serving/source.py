@@ -95,6 +95,7 @@ class ServingSource(Source):
         self._state: dict[str, tuple[str, str]] = {}
         self._attributed: dict[str, Attribution] = {}
         self._pids: dict[str, tuple[int | None, float]] = {}
+        self._started: dict[str, str] = {}
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
@@ -198,6 +199,7 @@ class ServingSource(Source):
         gauges: dict[ModelKey, dict[str, list[float]]],
     ) -> None:
         """Feed one reading's counters into the totals and its gauges into ``gauges``."""
+        self._restarted(target, reading)
         for key, value in reading.values.items():
             signal, model, _uuid, _reason = key
             spec = SIGNALS[signal]
@@ -221,6 +223,18 @@ class ServingSource(Source):
                 for gpu in gpus:
                     row = gauges.setdefault((gpu, model, reading.engine), {})
                     row.setdefault(signal, []).append(value)
+
+    def _restarted(self, target: Target, reading: Reading) -> None:
+        """A new process start token: the engine restarted, so every counter starts from
+        zero again, even one that has already passed its old value (a drop alone would
+        miss that and lose the old process's last counts)."""
+        before = self._started.get(target.url, "")
+        if reading.started:
+            self._started[target.url] = reading.started
+        if before and reading.started and before != reading.started:
+            url = target.url
+            self._tracker.forget_where(lambda key: key[0] == url)
+            log.info("serving_target_restarted", target=target.name, engine=reading.engine)
 
     def _served(
         self, gauges: dict[ModelKey, dict[str, list[float]]]
@@ -299,7 +313,7 @@ class ServingSource(Source):
 
     def _forget_removed(self, current: set[str]) -> None:
         """A target gone from discovery: drop its per-target state (totals stay)."""
-        for table in (self._identity, self._state, self._attributed, self._pids):
+        for table in (self._identity, self._state, self._attributed, self._pids, self._started):
             for url in [u for u in table if u not in current]:
                 del table[url]
         self._tracker.forget_where(lambda key: key[0] not in current)
