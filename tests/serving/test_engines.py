@@ -76,7 +76,6 @@ CASES = {
     "llamacpp.txt": ("llama.cpp", "b3000+", {
         ("prompt_tokens", "", "", ""): 420.0,
         ("generation_tokens", "", "", ""): 840.0,  # no busy-slots family: at request end
-        ("busy_seconds", "", "", ""): 22.0,
         ("requests_running", "", "", ""): 1.0,
     }, {"generation_tokens": False}),
     "llamacpp_live.txt": ("llama.cpp", "b3000+", {
@@ -95,6 +94,11 @@ CASES = {
         ("kv_cache_usage", "meta/llama", "", ""): 0.05,
     }, {}),
 }
+
+
+def test_llamacpp_slot_seconds_are_not_busy_seconds() -> None:
+    reading = interpret((FIXTURES / "llamacpp.txt").read_text())
+    assert not [key for key in reading.values if key[0] == "busy_seconds"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -403,7 +403,8 @@ LLAMACPP = EngineTable(
         requests_running=r("llamacpp:requests_processing"),
         requests_waiting=r("llamacpp:requests_deferred"),
         kv_cache_usage=r("llamacpp:kv_cache_usage_ratio"),
-        busy_seconds=r("llamacpp:prompt_seconds", "llamacpp:tokens_predicted_seconds"),
+        # No busy_seconds: prompt_seconds and tokens_predicted_seconds are summed per slot
+        # and added when a request ends, so with parallel slots they exceed wall time.
     ),
     markers=("llamacpp:n_decode", "llamacpp:n_busy_slots_per_decode"),
     notes="needs --metrics; no labels; generation live from n_decode x busy slots per decode",
