@@ -82,3 +82,12 @@ def test_prompt_tokens_are_computed_ones_and_cached_are_their_own(name: str) -> 
     found = {key[0]: value for key, value in reading.values.items()
              if key[0] in PROMPT_SPLIT[name]}
     assert found == PROMPT_SPLIT[name]
+
+
+def test_sglang_05_generation_and_retractions() -> None:
+    reading = interpret(_body("sglang-0.5.10-datadog-fixture-SUSPECT.txt"))
+    model = "facebook/opt-125m"
+    assert reading.values[("generation_tokens", model, "", "")] == 32.0
+    # 0.5 has only the num_retracted_reqs gauge: read as preemptions, counted by its rises
+    assert reading.values[("preemptions", model, "", "")] == 0.0
+    assert "preemptions" in reading.rises

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from exporter.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
-from tests.support.serving import TOKENS, make_source, metric, start, vllm_text
+from tests.support.serving import PREEMPTIONS, TOKENS, make_source, metric, start, vllm_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -150,3 +150,25 @@ async def test_llamacpp_restart_seen_by_its_start_header(engine: tuple[Script, s
     finally:
         await source.close()
     assert seen == [100.0, 150.0, 550.0]
+
+
+async def test_sglang_05_retractions_count_by_rises_of_the_gauge(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0", "1"])
+    seen = []
+    try:
+        for retracted in (0, 2, 2, 1, 3):
+            script.body = (
+                "# TYPE sglang:generation_tokens_total counter\n"
+                'sglang:generation_tokens_total{model_name="q",tp_rank="0"} 10\n'
+                "# TYPE sglang:num_retracted_reqs gauge\n"
+                f'sglang:num_retracted_reqs{{model_name="q",tp_rank="0"}} {retracted}\n'
+            )
+            result = await source.poll()
+            seen.append(metric(result, PREEMPTIONS, gpu="0", engine="sglang"))
+    finally:
+        await source.close()
+    # rises 0, +2, 0, (fall), +2; split over the engine's two GPUs
+    assert seen == [0.0, 1.0, 1.0, 1.0, 2.0]

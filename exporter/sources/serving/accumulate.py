@@ -33,6 +33,15 @@ class DeltaTracker:
             return max(value, 0.0)
         return value - last
 
+    def rise(self, key: Hashable, value: float) -> float:
+        """How much a gauge rose since the last call (its value on first sight); a fall
+        counts as nothing."""
+        last = self._last.get(key)
+        self._last[key] = value
+        if last is None:
+            return max(value, 0.0)
+        return max(value - last, 0.0)
+
     def forget_where(self, gone: Callable[[Any], bool]) -> None:
         """Drop series for which ``gone(key)`` holds (a target removed)."""
         for key in [k for k in self._last if gone(k)]:

@@ -27,6 +27,8 @@ class Reading:
     model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
     derived: frozenset[str] = frozenset()
     """Signals computed from several families: may dip slightly without a restart."""
+    rises: frozenset[str] = frozenset()
+    """Counter signals read from a gauge: only rises count (see ``Rule.rises``)."""
     started: str = ""
     """A token that changes when the engine process restarts ("" when unknown): its
     ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
@@ -65,6 +67,7 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     counts: dict[SignalKey, int] = {}
     live: dict[str, bool] = {}
     derived: set[str] = set()
+    rises: set[str] = set()
     for signal, rules in table.signals.items():
         rule = next((x for x in rules if _applies(x, families)), None)
         if rule is None:
@@ -72,6 +75,8 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         live[signal] = rule.live
         if rule.derived:
             derived.add(signal)
+        if rule.rises:
+            rises.add(signal)
         factors = _factors(families[rule.times]) if rule.times else None
         for family in rule.families:
             if family in families:
@@ -92,6 +97,7 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         live,
         _model_gpus(table, families),
         frozenset(derived),
+        frozenset(rises),
         _started(families),
     )
 

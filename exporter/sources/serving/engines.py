@@ -74,6 +74,9 @@ class Rule:
     live: bool = True
     times: str = ""
     minus: str = ""
+    rises: bool = False
+    """A gauge standing in for a counter: only its rises between scrapes count, and a fall
+    is not a restart (SGLang 0.5's ``num_retracted_reqs``)."""
 
     @property
     def derived(self) -> bool:
@@ -88,12 +91,13 @@ def r(
     live: bool = True,
     times: str = "",
     minus: str = "",
+    rises: bool = False,
     **match: str | tuple[str, ...],
 ) -> Rule:
     """Short constructor so tables read like tables; a ``match`` value "" allows the label
     to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
-    return Rule(tuple(families), suffix, pairs, scale, reason, live, times, minus)
+    return Rule(tuple(families), suffix, pairs, scale, reason, live, times, minus, rises)
 
 
 def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
@@ -252,13 +256,16 @@ SGLANG = EngineTable(
             r("sglang:cached_tokens", live=False, cache_source=("total", "")),
         ),
         generation_tokens=(
-            r("sglang:realtime_tokens", mode="decode"),
             r("sglang:generation_tokens", live=False),
+            r("sglang:realtime_tokens", mode="decode"),
         ),
         requests_running=(r("sglang:num_running_reqs"), r("sglang:num_requests_running")),
         requests_waiting=(r("sglang:num_queue_reqs"), r("sglang:num_requests_waiting")),
         kv_cache_usage=r("sglang:token_usage"),
-        preemptions=r("sglang:num_retracted_requests"),
+        preemptions=(
+            r("sglang:num_retracted_requests"),
+            r("sglang:num_retracted_reqs", rises=True),  # 0.5: a gauge only
+        ),
         requests_succeeded=r("sglang:num_requests", live=False),
         requests_failed=r("sglang:num_aborted_requests", live=False),
         busy_seconds=r("sglang:forward_execution_seconds"),
@@ -268,8 +275,8 @@ SGLANG = EngineTable(
         itl_old=hist("sglang:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=("sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:max_total_num_tokens"),
-    notes="realtime_tokens (new) is live; prompt/generation_tokens move at request end; "
-    "metrics need --enable-metrics",
+    notes="generation from generation_tokens (request end) when present, else realtime "
+    "decode; prompt from realtime prefill_compute (live); metrics need --enable-metrics",
 )
 
 TGI = EngineTable(

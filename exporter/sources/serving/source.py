@@ -208,8 +208,11 @@ class ServingSource(Source):
             if spec.kind == "counter":
                 # Track every counter, attributed or not, so attribution arriving later
                 # does not dump the engine's whole history onto a GPU in one step.
-                jitter = DERIVED_JITTER if signal in reading.derived else 0.0
-                delta = self._tracker.delta((target.url, key), value, jitter)
+                if signal in reading.rises:
+                    delta = self._tracker.rise((target.url, key), value)
+                else:
+                    jitter = DERIVED_JITTER if signal in reading.derived else 0.0
+                    delta = self._tracker.delta((target.url, key), value, jitter)
             gpus = _gpus_for(key, reading, attribution, inventory)
             if not gpus:
                 continue
