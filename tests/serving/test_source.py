@@ -166,16 +166,29 @@ async def test_tensor_parallel_engine_splits_tokens_and_shares_gauges(
     assert metric(result, TARGET_GPUS, target=f"{base}/ok", via="explicit") == 2.0
 
 
-async def test_no_attribution_still_reports_the_target(zoo: tuple[Zoo, str]) -> None:
-    _, base = zoo
+async def test_no_attribution_publishes_tokens_at_node_level(zoo: tuple[Zoo, str]) -> None:
+    """A URL-only target with no matching process: its tokens are kept as node-level rows
+    (no gpu label), and the reason is logged once."""
+    state, base = zoo
     source = make_source([ServingTarget(url=f"{base}/ok")])
     try:
-        result = await source.poll()
+        with capture_logs() as logs:
+            result = await source.poll()
+            state.generation = 150.0
+            later = await source.poll()
     finally:
         await source.close()
     assert metric(result, TARGET_UP, target=f"{base}/ok") == 1.0
     assert metric(result, TARGET_GPUS, target=f"{base}/ok", via="none") == 0.0
-    assert not series(result, TOKENS)
+    assert [labels.get("gpu") for labels in series(result, TOKENS)] == [None, None]
+    assert metric(result, TOKENS, kind="generation", model="m", engine="vllm") == 100.0
+    assert metric(later, TOKENS, kind="generation") == 150.0
+    assert metric(later, REQUESTS, state="running") == 3.0
+    assert result.serving is not None and set(result.serving.gpus) == {""}
+    lines = [e for e in logs if e["event"] == "serving_target_unattributed"]
+    assert len(lines) == 1
+    assert lines[0]["target"] == f"{base}/ok"
+    assert "no compute process" in lines[0]["reason"]
 
 
 async def test_badly_annotated_pod_is_reported_without_a_request() -> None:

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import structlog
@@ -62,6 +63,11 @@ COUNTERS: dict[str, str] = {
 
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
 
+T = TypeVar("T")
+
+NODE_LEVEL = ("",)
+"""The gpu key of signals no rule attributes: rendered without a gpu label."""
+
 ModelKey = tuple[str, str, str]
 """(gpu, model, engine)."""
 
@@ -96,6 +102,7 @@ class ServingSource(Source):
         self._attributed: dict[str, Attribution] = {}
         self._pids: dict[str, tuple[int | None, float]] = {}
         self._started: dict[str, str] = {}
+        self._unattributed: dict[str, str] = {}
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
@@ -162,11 +169,24 @@ class ServingSource(Source):
         pod_gpus: PodGpus = self._pods().pod_gpus() if target.pod else {}
         processes = tuple(self._processes())
         found = resolve(target, uuids, inventory, pod_gpus, processes, None, self._descends)
+        pid = None
         if found is NONE and processes:
             pid = await self._pid(target)
             if pid is not None:
                 found = resolve(target, uuids, inventory, pod_gpus, processes, pid, self._descends)
+        self._log_unattributed(target, "" if found.gpus else _why_none(target, pid, processes))
         return found
+
+    def _log_unattributed(self, target: Target, reason: str) -> None:
+        """One line when a target's work starts going to no GPU (or why changes)."""
+        if self._unattributed.get(target.url, "") != reason and reason:
+            log.warning(
+                "serving_target_unattributed",
+                target=target.name,
+                reason=reason,
+                effect="its signals are published without a gpu label (node level)",
+            )
+        self._unattributed[target.url] = reason
 
     def _descends(self, pid: int, ancestor: int) -> bool:
         return procfs.descends_from(pid, ancestor, self._proc)
@@ -213,9 +233,8 @@ class ServingSource(Source):
                 else:
                     jitter = DERIVED_JITTER if signal in reading.derived else 0.0
                     delta = self._tracker.delta((target.url, key), value, jitter)
-            gpus = _gpus_for(key, reading, attribution, inventory)
-            if not gpus:
-                continue
+            # Work no rule ties to a GPU is still work: it goes to gpu "" (node level).
+            gpus = _gpus_for(key, reading, attribution, inventory) or NODE_LEVEL
             model = model or target.model
             if counter is not None:
                 share = delta / len(gpus) if spec.split == "split" else delta
@@ -316,9 +335,12 @@ class ServingSource(Source):
 
     def _forget_removed(self, current: set[str]) -> None:
         """A target gone from discovery: drop its per-target state (totals stay)."""
-        for table in (self._identity, self._state, self._attributed, self._pids, self._started):
-            for url in [u for u in table if u not in current]:
-                del table[url]
+        _keep_only(self._identity, current)
+        _keep_only(self._state, current)
+        _keep_only(self._attributed, current)
+        _keep_only(self._pids, current)
+        _keep_only(self._started, current)
+        _keep_only(self._unattributed, current)
         self._tracker.forget_where(lambda key: key[0] not in current)
 
 
@@ -333,6 +355,32 @@ def _gpus_for(
         if model in reading.model_gpus:
             return to_gpu_labels(sorted(reading.model_gpus[model]), inventory)
     return attribution.gpus
+
+
+def _keep_only(table: dict[str, T], current: set[str]) -> None:
+    for url in [u for u in table if u not in current]:
+        del table[url]
+
+
+def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo]) -> str:
+    """Why no rule found a GPU for ``target``, for the log line."""
+    parts = []
+    if target.gpus:
+        parts.append(f"gpus {','.join(target.gpus)} are not in the NVML inventory")
+    if target.pod:
+        parts.append(f"the kubelet lists no GPU for pod {target.namespace}/{target.pod}")
+    if not processes:
+        parts.append("NVML lists no compute process")
+    elif pid is not None:
+        parts.append(f"no NVML compute process is pid {pid} or a descendant of it")
+    elif target.is_local:
+        parts.append(
+            f"no process found listening on port {target.port} (needs the host's PID "
+            "namespace and permission to read /proc/<pid>/fd)"
+        )
+    else:
+        parts.append("the engine is not on loopback and no pid is configured")
+    return "; ".join(parts)
 
 
 def _sum(values: list[float] | None) -> float | None:
