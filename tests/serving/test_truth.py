@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from exporter.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
@@ -172,3 +173,52 @@ async def test_sglang_05_retractions_count_by_rises_of_the_gauge(
         await source.close()
     # rises 0, +2, 0, (fall), +2; split over the engine's two GPUs
     assert seen == [0.0, 1.0, 1.0, 1.0, 2.0]
+
+
+async def test_llamacpp_model_name_from_v1_models_once_per_process(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    script.body = llamacpp("10", "1")
+    # llama-server's answer shape: OpenAI list, the id is the alias or the model path
+    script.models = (
+        '{"models":[{"name":"qwen2.5-7b","model":"qwen2.5-7b"}],"object":"list",'
+        '"data":[{"id":"qwen2.5-7b","object":"model","owned_by":"llamacpp",'
+        '"meta":{"n_params":7615616512}}]}'
+    )
+    script.headers = {"Process-Start-Time-Unix": "100"}
+    source = source_for(url, gpus=["0"])
+    try:
+        for _ in range(3):
+            result = await source.poll()
+        assert script.model_calls == 1
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="qwen2.5-7b") == 10.0
+        assert result.serving is not None
+        assert result.serving.targets[0].model == "qwen2.5-7b"
+        script.models = script.models.replace("qwen2.5-7b", "llama-3-8b")
+        script.headers = {"Process-Start-Time-Unix": "200"}  # restarted with another model
+        result = await source.poll()
+        await source.poll()
+        assert script.model_calls == 2
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 10.0
+    finally:
+        await source.close()
+
+
+async def test_llamacpp_without_v1_models_keeps_an_empty_model(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    script.body = llamacpp("10", "1")
+    script.headers = {"Process-Start-Time-Unix": "100"}
+    source = source_for(url, gpus=["0"])
+    try:
+        with capture_logs() as logs:
+            for _ in range(3):
+                result = await source.poll()
+    finally:
+        await source.close()
+    assert script.model_calls == 1  # a failure is not retried on every scrape
+    assert metric(result, TOKENS, gpu="0", kind="generation", model="") == 10.0
+    assert [e["error"] for e in logs if e["event"] == "serving_model_unknown"] == [
+        "/v1/models: http_404: HTTP 404 Not Found"]

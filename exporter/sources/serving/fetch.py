@@ -8,12 +8,16 @@ as the cap is passed.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 CHUNK = 64 * 1024
+MODELS_MAX_BYTES = 1024 * 1024
+MODEL_ID_MAX = 200
 START_HEADER = "Process-Start-Time-Unix"
 """llama-server (and Go's promhttp) name the serving process's start in this header. Its
 value is an opaque token (llama.cpp's is not a Unix time): only a change means anything."""
@@ -77,3 +81,23 @@ async def _fetch(
         return Fetched(body.decode("utf-8"), started)
     except UnicodeDecodeError as exc:
         raise ScrapeError("bad_encoding", f"body is not UTF-8 at byte {exc.start}") from exc
+
+
+async def models_id(
+    session: aiohttp.ClientSession, metrics_url: str, timeout: float, max_bytes: int
+) -> tuple[str, str]:
+    """(the first model id of the OpenAI-style ``/v1/models`` next to ``metrics_url``, "")
+    or ("", why not). Bounded like a scrape; never raises."""
+    parts = urlsplit(metrics_url)
+    url = urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", ""))
+    try:
+        fetched = await fetch(session, url, timeout, max_bytes, accept="application/json")
+        data = json.loads(fetched.text)
+        first = data["data"][0]["id"]
+    except ScrapeError as exc:
+        return "", f"/v1/models: {exc.reason}: {exc}"
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return "", f"/v1/models: no model id in the answer ({type(exc).__name__})"
+    if not isinstance(first, str) or not first.strip():
+        return "", "/v1/models: the model id is not a string"
+    return first.strip()[:MODEL_ID_MAX], ""

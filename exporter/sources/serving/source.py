@@ -41,6 +41,7 @@ from exporter.sources.serving.attribution import (
 )
 from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.engines import SIGNALS
+from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
 from exporter.sources.serving.targets import Target, TargetProvider
 
@@ -103,6 +104,8 @@ class ServingSource(Source):
         self._pids: dict[str, tuple[int | None, float]] = {}
         self._started: dict[str, str] = {}
         self._unattributed: dict[str, str] = {}
+        self._v1_models: dict[str, tuple[str, str, float]] = {}
+        """url -> (process start token, model id from /v1/models, when asked)."""
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
@@ -142,6 +145,7 @@ class ServingSource(Source):
         for outcome in outcomes:
             attribution = NONE
             if outcome.reading is not None:
+                await self._lookup_model(session, outcome.target, outcome.reading)
                 attribution = await self._attribution(outcome.target, outcome.reading, inventory)
                 self._account(outcome.target, outcome.reading, attribution, inventory, gauges)
             else:
@@ -159,6 +163,39 @@ class ServingSource(Source):
                 gpus=self._served(gauges), targets=tuple(statuses), discovery=discovery
             ),
         )
+
+    # model names ----------------------------------------------------------------------------
+
+    def _default_model(self, target: Target) -> str:
+        """The model of series that name none: config, else what /v1/models said."""
+        if target.model:
+            return target.model
+        cached = self._v1_models.get(target.url)
+        return cached[1] if cached else ""
+
+    async def _lookup_model(
+        self, session: aiohttp.ClientSession, target: Target, reading: Reading
+    ) -> None:
+        """llama-server's /metrics names no model: ask its /v1/models once per process
+        start (or once a minute while it sends no start token)."""
+        if reading.engine != "llama.cpp" or target.model or any(reading.models):
+            return
+        cached = self._v1_models.get(target.url)
+        now = time.monotonic()
+        if cached is not None and cached[0] == reading.started:
+            if reading.started and cached[1]:
+                return
+            if now - cached[2] < PID_REFRESH_SECONDS:
+                return
+        model, error = await models_id(
+            session,
+            target.url,
+            self._config.timeout,
+            min(self._config.max_body_bytes, MODELS_MAX_BYTES),
+        )
+        self._v1_models[target.url] = (reading.started, model, now)
+        if error and (cached is None or cached[1] or cached[0] != reading.started):
+            log.warning("serving_model_unknown", target=target.name, error=error)
 
     # attribution ----------------------------------------------------------------------------
 
@@ -235,7 +272,7 @@ class ServingSource(Source):
                     delta = self._tracker.delta((target.url, key), value, jitter)
             # Work no rule ties to a GPU is still work: it goes to gpu "" (node level).
             gpus = _gpus_for(key, reading, attribution, inventory) or NODE_LEVEL
-            model = model or target.model
+            model = model or self._default_model(target)
             if counter is not None:
                 share = delta / len(gpus) if spec.split == "split" else delta
                 for gpu in gpus:
@@ -293,7 +330,9 @@ class ServingSource(Source):
     def _status(self, outcome: Outcome, attribution: Attribution) -> TargetStatus:
         target = outcome.target
         if outcome.reading is not None:
-            models = ",".join(m for m in outcome.reading.models if m) or target.model
+            models = ",".join(m for m in outcome.reading.models if m) or self._default_model(
+                target
+            )
             self._identity[target.url] = (outcome.reading.engine, models)
             self._attributed[target.url] = attribution
         engine, model = self._identity.get(target.url, (target.engine, target.model))
@@ -341,6 +380,7 @@ class ServingSource(Source):
         _keep_only(self._pids, current)
         _keep_only(self._started, current)
         _keep_only(self._unattributed, current)
+        _keep_only(self._v1_models, current)
         self._tracker.forget_where(lambda key: key[0] not in current)
 
 
