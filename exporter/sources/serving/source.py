@@ -132,9 +132,12 @@ class ServingSource(Source):
 
         async def one(target: Target) -> Outcome:
             async with gate:
-                return await scrape(
+                outcome = await scrape(
                     session, target, self._config.timeout, self._config.max_body_bytes
                 )
+                if outcome.reading is not None:
+                    await self._lookup_model(session, target, outcome.reading)
+                return outcome
 
         outcomes = await asyncio.gather(*(one(t) for t in targets))
         self._forget_removed({t.url for t in targets})
@@ -145,7 +148,6 @@ class ServingSource(Source):
         for outcome in outcomes:
             attribution = NONE
             if outcome.reading is not None:
-                await self._lookup_model(session, outcome.target, outcome.reading)
                 attribution = await self._attribution(outcome.target, outcome.reading, inventory)
                 self._account(outcome.target, outcome.reading, attribution, inventory, gauges)
             else:
