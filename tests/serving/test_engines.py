@@ -107,7 +107,7 @@ def test_engine_fixture_reads_normalised_signals(name: str) -> None:
     reading = interpret((FIXTURES / name).read_text())
     assert (reading.engine, reading.version) == (engine, version)
     for key, value in expected.items():
-        assert reading.values.get(key) == pytest.approx(value), key
+        assert reading.net().get(key) == pytest.approx(value), key
     for signal, is_live in live.items():
         assert reading.live[signal] is is_live
 

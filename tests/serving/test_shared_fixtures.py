@@ -79,7 +79,7 @@ PROMPT_SPLIT = {
 @pytest.mark.parametrize("name", sorted(PROMPT_SPLIT))
 def test_prompt_tokens_are_computed_ones_and_cached_are_their_own(name: str) -> None:
     reading = interpret(_body(name))
-    found = {key[0]: value for key, value in reading.values.items()
+    found = {key[0]: value for key, value in reading.net().items()
              if key[0] in PROMPT_SPLIT[name]}
     assert found == PROMPT_SPLIT[name]
 

@@ -222,3 +222,25 @@ async def test_llamacpp_without_v1_models_keeps_an_empty_model(
     assert metric(result, TOKENS, gpu="0", kind="generation", model="") == 10.0
     assert [e["error"] for e in logs if e["event"] == "serving_model_unknown"] == [
         "/v1/models: http_404: HTTP 404 Not Found"]
+
+
+async def test_cache_hits_outgrowing_prompt_tokens_do_not_fake_a_restart(
+    engine: tuple[Script, str],
+) -> None:
+    """vLLM before #25787 counted preemption recompute as cache hits, so hits can grow
+    faster than prompt tokens for a while: that step computed nothing, it is no reset."""
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        for prompt, hits in ((1000.0, 200.0), (1100.0, 400.0), (1300.0, 400.0)):
+            script.body = vllm_text(generation=1.0, prompt=prompt) + (
+                "# TYPE vllm:prefix_cache_hits_total counter\n"
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n'
+            )
+            result = await source.poll()
+            seen.append((metric(result, TOKENS, gpu="0", kind="prompt"),
+                         metric(result, TOKENS, gpu="0", kind="prompt_cached")))
+    finally:
+        await source.close()
+    assert seen == [(800.0, 200.0), (800.0, 400.0), (1000.0, 400.0)]

@@ -27,11 +27,22 @@ class Reading:
     model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
     derived: frozenset[str] = frozenset()
     """Signals computed from several families: may dip slightly without a restart."""
+    minus: Mapping[str, str] = field(default_factory=dict)
+    """signal -> the signal whose growth is taken off its growth (see ``Rule.minus``)."""
     rises: frozenset[str] = frozenset()
     """Counter signals read from a gauge: only rises count (see ``Rule.rises``)."""
     started: str = ""
     """A token that changes when the engine process restarts ("" when unknown): its
     ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
+
+    def net(self) -> dict[SignalKey, float]:
+        """Values with each ``minus`` applied (what a first scrape attributes)."""
+        out = dict(self.values)
+        for key in self.values:
+            other = self.minus.get(key[0])
+            if other is not None:
+                out[key] = max(out[key] - self.values.get((other, *key[1:]), 0.0), 0.0)
+        return out
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -68,6 +79,7 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     live: dict[str, bool] = {}
     derived: set[str] = set()
     rises: set[str] = set()
+    minus: dict[str, str] = {}
     for signal, rules in table.signals.items():
         rule = next((x for x in rules if _applies(x, families)), None)
         if rule is None:
@@ -77,6 +89,8 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
             derived.add(signal)
         if rule.rises:
             rises.add(signal)
+        if rule.minus:
+            minus[signal] = rule.minus
         factors = _factors(families[rule.times]) if rule.times else None
         for family in rule.families:
             if family in families:
@@ -86,10 +100,6 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     for key, count in counts.items():
         if SIGNALS[key[0]].agg == "mean" and count > 1:
             values[key] /= count
-    for signal, rules in table.signals.items():
-        rule = next((x for x in rules if _applies(x, families)), None)
-        if rule is not None and rule.minus:
-            _subtract(values, signal, rule.minus)
     return Reading(
         table.engine,
         table.version,
@@ -97,6 +107,7 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         live,
         _model_gpus(table, families),
         frozenset(derived),
+        minus,
         frozenset(rises),
         _started(families),
     )
@@ -107,14 +118,6 @@ def _started(families: Mapping[str, Family]) -> str:
     family = families.get("process_start_time_seconds")
     values = sorted(s.value for s in family.samples) if family is not None else []
     return ",".join(f"{v:.3f}" for v in values)
-
-
-def _subtract(values: dict[SignalKey, float], signal: str, other: str) -> None:
-    """``signal`` less ``other`` of the same model, GPU and reason, never below zero."""
-    for key in [k for k in values if k[0] == signal]:
-        less = values.get((other, *key[1:]))
-        if less is not None:
-            values[key] = max(values[key] - less, 0.0)
 
 
 def _applies(rule: Rule, families: Mapping[str, Family]) -> bool:

@@ -62,9 +62,10 @@ class Rule:
     same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
     per call); the rule applies only when that family is present too, and the product is
     ``derived``: rounding in the text lets it dip a little, which is not a restart.
-    ``minus`` names another signal whose value (same model, GPU and reason) is taken off
-    this one: an engine whose prompt count includes cache hits, less its hits, gives the
-    prompt tokens it computed; that difference is ``derived`` too."""
+    ``minus`` names another signal whose growth (same model, GPU and reason) is taken off
+    this one's: an engine whose prompt count includes cache hits, less its hits, gives the
+    prompt tokens it computed. Growths are subtracted, not values, so each raw counter
+    keeps its own reset detection and the difference never fakes a restart."""
 
     families: tuple[str, ...]
     suffix: str = ""
@@ -80,7 +81,7 @@ class Rule:
 
     @property
     def derived(self) -> bool:
-        return bool(self.times or self.minus)
+        return bool(self.times)
 
 
 def r(

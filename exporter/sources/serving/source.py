@@ -259,19 +259,26 @@ class ServingSource(Source):
     ) -> None:
         """Feed one reading's counters into the totals and its gauges into ``gauges``."""
         self._restarted(target, reading)
+        deltas: dict[SignalKey, float] = {}
+        for key, value in reading.values.items():
+            signal = key[0]
+            if SIGNALS[signal].kind != "counter":
+                continue
+            # Track every counter, attributed or not, so attribution arriving later does
+            # not dump the engine's whole history onto a GPU in one step.
+            if signal in reading.rises:
+                deltas[key] = self._tracker.rise((target.url, key), value)
+            else:
+                jitter = DERIVED_JITTER if signal in reading.derived else 0.0
+                deltas[key] = self._tracker.delta((target.url, key), value, jitter)
         for key, value in reading.values.items():
             signal, model, _uuid, _reason = key
             spec = SIGNALS[signal]
             counter = COUNTERS.get(signal)
-            delta = 0.0
-            if spec.kind == "counter":
-                # Track every counter, attributed or not, so attribution arriving later
-                # does not dump the engine's whole history onto a GPU in one step.
-                if signal in reading.rises:
-                    delta = self._tracker.rise((target.url, key), value)
-                else:
-                    jitter = DERIVED_JITTER if signal in reading.derived else 0.0
-                    delta = self._tracker.delta((target.url, key), value, jitter)
+            delta = deltas.get(key, 0.0)
+            other = reading.minus.get(signal)
+            if other is not None:
+                delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
             # Work no rule ties to a GPU is still work: it goes to gpu "" (node level).
             gpus = _gpus_for(key, reading, attribution, inventory) or NODE_LEVEL
             model = model or self._default_model(target)
