@@ -118,7 +118,13 @@ def _serving_sources(ctx: Context) -> list[Source]:
         return []  # nothing to scrape: import none of the serving code
     from exporter.sources import serving
 
-    return serving.build_sources(ctx.settings, ctx.store)
+    store = ctx.store
+    return serving.build_sources(
+        ctx.settings,
+        processes=lambda: store.current.processes,
+        inventory=lambda: store.current.inventory,
+        pods=lambda: store.current.pods,
+    )
 
 
 def _serving_families(_: Settings) -> tuple[Group, ...]:

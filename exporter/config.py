@@ -70,7 +70,8 @@ class ServingConfig(Section):
     targets: list[ServingTarget] = Field(default_factory=list)
     extra_targets: list[str] = Field(default_factory=list)
     """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
-    interval: float = Field(5.0, gt=0)
+    interval: float = Field(1.0, gt=0)
+    """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)

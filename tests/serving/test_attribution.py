@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from exporter.snapshot import ProcessInfo, SourceResult
+from exporter.readings import ContainerGpus, PodAssignments, ProcessInfo
 from exporter.sources.serving import procfs
-from exporter.sources.serving.attribution import NONE, POD_DEVICES_KEY, resolve, to_gpu_labels
+from exporter.sources.serving.attribution import NONE, resolve, to_gpu_labels
 from exporter.sources.serving.targets import Target
-from tests.support.serving import gpu_store
+from tests.support.serving import inventory
 
 
 def never(pid: int, ancestor: int) -> bool:
@@ -17,36 +17,32 @@ def never(pid: int, ancestor: int) -> bool:
 
 
 def test_explicit_gpus_win_and_accept_indexes_and_uuids() -> None:
-    snap = gpu_store(4).current
-    found = resolve(Target("http://x", gpus=("GPU-2", "0")), {"GPU-3"}, snap, None, never)
+    found = resolve(Target("http://x", gpus=("GPU-2", "0")), {"GPU-3"}, inventory(4), {}, (),
+                    None, never)
     assert (found.gpus, found.via) == (("2", "0"), "explicit")
 
 
 def test_unknown_uuid_is_dropped_and_next_rule_applies() -> None:
-    snap = gpu_store(2).current
-    found = resolve(Target("http://x", gpus=("GPU-nope",)), {"GPU-1"}, snap, None, never)
+    found = resolve(Target("http://x", gpus=("GPU-nope",)), {"GPU-1"}, inventory(2), {}, (),
+                    None, never)
     assert (found.gpus, found.via) == (("1",), "engine_label")
 
 
 def test_without_inventory_indexes_pass_through() -> None:
-    from exporter.snapshot import SnapshotStore
-
-    snap = SnapshotStore("n").current
-    assert to_gpu_labels(["0", "GPU-x"], snap) == ("0",)
+    assert to_gpu_labels(["0", "GPU-x"], ()) == ("0",)
 
 
 def test_pod_devices_from_the_kubernetes_source() -> None:
-    store = gpu_store(4)
-    store.publish(SourceResult(source="kubernetes",
-                               extra={POD_DEVICES_KEY: {("ml", "vllm-0"): ("3", "1")}}))
+    pods = PodAssignments((
+        ContainerGpus("ml", "vllm-0", "engine", "nvidia.com/gpu", ("GPU-3", "GPU-1"), ("3", "1")),
+    ))
     target = Target("http://10.0.0.9:8000/metrics", namespace="ml", pod="vllm-0")
-    found = resolve(target, set(), store.current, None, never)
+    found = resolve(target, set(), inventory(4), pods.pod_gpus(), (), None, never)
     assert (found.gpus, found.via) == (("1", "3"), "pod")
 
 
 def test_processes_of_the_engine_and_its_children() -> None:
-    store = gpu_store(4, processes=[ProcessInfo("1", 200), ProcessInfo("2", 300),
-                                    ProcessInfo("3", 999)])
+    procs = (ProcessInfo("1", 200), ProcessInfo("2", 300), ProcessInfo("3", 999))
     family = {200: 100, 300: 200, 999: 1}  # child -> parent; 100 is the API server
 
     def descends(pid: int, ancestor: int) -> bool:
@@ -56,9 +52,10 @@ def test_processes_of_the_engine_and_its_children() -> None:
             pid = family[pid]
         return False
 
-    found = resolve(Target("http://127.0.0.1:8000/metrics"), set(), store.current, 100, descends)
+    gpus = inventory(4)
+    found = resolve(Target("http://127.0.0.1:8000/metrics"), set(), gpus, {}, procs, 100, descends)
     assert (found.gpus, found.via) == (("1", "2"), "process")
-    assert resolve(Target("http://h"), set(), store.current, None, descends) is NONE
+    assert resolve(Target("http://h"), set(), gpus, {}, procs, None, descends) is NONE
 
 
 def _fake_proc(root: Path, port: int) -> None:
@@ -92,10 +89,7 @@ async def test_source_attributes_a_local_engine_through_proc(tmp_path: Path) -> 
     from aiohttp import web
 
     from exporter.config import ServingConfig, ServingTarget
-    from exporter.sources.serving.metrics import TARGET_GPUS, TOKENS
-    from exporter.sources.serving.source import ServingSource
-    from exporter.sources.serving.targets import TargetSet, static_targets
-    from tests.support.serving import device_value, node_value, start, vllm_text
+    from tests.support.serving import TARGET_GPUS, TOKENS, make_source, metric, start, vllm_text
 
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text=vllm_text(90.0))
@@ -105,29 +99,25 @@ async def test_source_attributes_a_local_engine_through_proc(tmp_path: Path) -> 
     runner, base = await start(app)
     port = int(base.rsplit(":", 1)[1])
     _fake_proc(tmp_path, port)
-    store = gpu_store(4, processes=[ProcessInfo("1", 60), ProcessInfo("2", 60),
-                                    ProcessInfo("3", 61)])
+    procs = [ProcessInfo("1", 60), ProcessInfo("2", 60), ProcessInfo("3", 61)]
     config = ServingConfig(targets=[ServingTarget(url=f"{base}/metrics")], timeout=1)
-    source = ServingSource(config, store, TargetSet(static_targets(config)), proc_root=tmp_path)
+    source = make_source(config, processes=procs, proc_root=tmp_path)
     try:
         result = await source.poll()
     finally:
         await source.close()
         await runner.cleanup()
-    assert node_value(result, TARGET_GPUS, via="process") == 2.0
-    assert device_value(result, "1", TOKENS, kind="generation") == 45.0
-    assert device_value(result, "2", TOKENS, kind="generation") == 45.0
-    assert "3" not in result.devices
+    assert metric(result, TARGET_GPUS, via="process") == 2.0
+    assert metric(result, TOKENS, gpu="1", kind="generation") == 45.0
+    assert metric(result, TOKENS, gpu="2", kind="generation") == 45.0
+    assert result.serving is not None and "3" not in result.serving.gpus
 
 
 async def test_triton_series_go_to_the_gpu_they_name(tmp_path: Path) -> None:
     from aiohttp import web
 
     from exporter.config import ServingConfig, ServingTarget
-    from exporter.sources.serving.metrics import BUSY, TOKENS
-    from exporter.sources.serving.source import ServingSource
-    from exporter.sources.serving.targets import TargetSet, static_targets
-    from tests.support.serving import device_value, start
+    from tests.support.serving import BUSY, TOKENS, make_source, metric, start
 
     text = (Path(__file__).parent / "fixtures" / "triton_trtllm.txt").read_text()
     text = text.replace("GPU-aaaa", "GPU-0").replace("GPU-bbbb", "GPU-1")
@@ -139,14 +129,14 @@ async def test_triton_series_go_to_the_gpu_they_name(tmp_path: Path) -> None:
     app.router.add_get("/metrics", metrics)
     runner, base = await start(app)
     config = ServingConfig(targets=[ServingTarget(url=f"{base}/metrics")], timeout=1)
-    source = ServingSource(config, gpu_store(4), TargetSet(static_targets(config)))
+    source = make_source(config)
     try:
         result = await source.poll()
     finally:
         await source.close()
         await runner.cleanup()
     # Tokens carry no gpu_uuid: split over the model's GPUs; busy time is labelled GPU-0.
-    assert device_value(result, "0", TOKENS, kind="generation", engine="triton") == 1000.0
-    assert device_value(result, "1", TOKENS, kind="generation") == 1000.0
-    assert device_value(result, "0", BUSY) == 3.0
-    assert device_value(result, "1", BUSY) is None
+    assert metric(result, TOKENS, gpu="0", kind="generation", engine="triton") == 1000.0
+    assert metric(result, TOKENS, gpu="1", kind="generation") == 1000.0
+    assert metric(result, BUSY, gpu="0") == 3.0
+    assert metric(result, BUSY, gpu="1") is None

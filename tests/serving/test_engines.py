@@ -38,14 +38,15 @@ CASES = {
         ("kv_cache_usage", "rm", "", ""): 0.7,
     }, {}),
     "sglang_new.txt": ("sglang", "0.3+", {
-        ("prompt_tokens", "qwen", "", ""): 400.0,
-        ("generation_tokens", "qwen", "", ""): 250.0,
+        ("prompt_tokens", "qwen", "", ""): 300.0,  # prefill_compute only
+        ("prompt_cached_tokens", "qwen", "", ""): 100.0,  # prefill_cache
+        ("generation_tokens", "qwen", "", ""): 200.0,  # generation_tokens, not realtime
         ("requests_running", "qwen", "", ""): 4.0,
         ("requests_waiting", "qwen", "", ""): 1.0,
         ("kv_cache_usage", "qwen", "", ""): 0.6,
         ("busy_seconds", "qwen", "", ""): 12.5,
         ("preemptions", "qwen", "", ""): 3.0,
-    }, {"generation_tokens": True}),
+    }, {"generation_tokens": False, "prompt_tokens": True}),
     "sglang_old.txt": ("sglang", "0.3+", {
         ("prompt_tokens", "/models/llama", "", ""): 64.0,
         ("generation_tokens", "/models/llama", "", ""): 32.0,
@@ -74,10 +75,15 @@ CASES = {
     }, {}),
     "llamacpp.txt": ("llama.cpp", "b3000+", {
         ("prompt_tokens", "", "", ""): 420.0,
-        ("generation_tokens", "", "", ""): 840.0,
-        ("busy_seconds", "", "", ""): 22.0,
+        ("generation_tokens", "", "", ""): 840.0,  # no busy-slots family: at request end
         ("requests_running", "", "", ""): 1.0,
-    }, {}),
+    }, {"generation_tokens": False}),
+    "llamacpp_live.txt": ("llama.cpp", "b3000+", {
+        ("prompt_tokens", "", "", ""): 4096.0,
+        # n_decode_total x n_busy_slots_per_decode, not tokens_predicted_total (512)
+        ("generation_tokens", "", "", ""): 1.20003e6 * 2.54167,
+        ("requests_running", "", "", ""): 3.0,
+    }, {"generation_tokens": True}),
     "lmdeploy.txt": ("lmdeploy", "0.9+", {
         ("generation_tokens", "internlm", "", ""): 33.0,
         ("kv_cache_usage", "internlm", "", ""): 0.1,
@@ -90,13 +96,18 @@ CASES = {
 }
 
 
+def test_llamacpp_slot_seconds_are_not_busy_seconds() -> None:
+    reading = interpret((FIXTURES / "llamacpp.txt").read_text())
+    assert not [key for key in reading.values if key[0] == "busy_seconds"]
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_engine_fixture_reads_normalised_signals(name: str) -> None:
     engine, version, expected, live = CASES[name]
     reading = interpret((FIXTURES / name).read_text())
     assert (reading.engine, reading.version) == (engine, version)
     for key, value in expected.items():
-        assert reading.values.get(key) == pytest.approx(value), key
+        assert reading.net().get(key) == pytest.approx(value), key
     for signal, is_live in live.items():
         assert reading.live[signal] is is_live
 

@@ -63,3 +63,31 @@ def test_capture_is_recognised_and_read(name: str) -> None:
 def test_broken_capture_is_a_clean_parse_error(name: str) -> None:
     with pytest.raises(ExpositionError, match="not Prometheus text"):
         interpret(_body(name))
+
+
+# file -> {signal: value} for prompt tokens computed and served from the prefix cache
+PROMPT_SPLIT = {
+    # prompt_tokens_total (5) includes cached_tokens_total (1)
+    "sglang-0.5.10-datadog-fixture-SUSPECT.txt": {"prompt_tokens": 4.0,
+                                                  "prompt_cached_tokens": 1.0},
+    # prompt_tokens_by_source{source=local_compute|local_cache_hit}
+    "vllm-0.4.x-v0-datadog-fixture-plus-appended-v1-families.txt": {
+        "prompt_tokens": 53.0, "prompt_cached_tokens": 64.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROMPT_SPLIT))
+def test_prompt_tokens_are_computed_ones_and_cached_are_their_own(name: str) -> None:
+    reading = interpret(_body(name))
+    found = {key[0]: value for key, value in reading.net().items()
+             if key[0] in PROMPT_SPLIT[name]}
+    assert found == PROMPT_SPLIT[name]
+
+
+def test_sglang_05_generation_and_retractions() -> None:
+    reading = interpret(_body("sglang-0.5.10-datadog-fixture-SUSPECT.txt"))
+    model = "facebook/opt-125m"
+    assert reading.values[("generation_tokens", model, "", "")] == 32.0
+    # 0.5 has only the num_retracted_reqs gauge: read as preemptions, counted by its rises
+    assert reading.values[("preemptions", model, "", "")] == 0.0
+    assert "preemptions" in reading.rises

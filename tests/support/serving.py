@@ -6,10 +6,19 @@ import asyncio
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.snapshot import Device, ProcessInfo, Sample, SnapshotStore, SourceResult
+from exporter.config import ServingConfig
+from exporter.metrics.encode import Encoder
+from exporter.metrics.families import erase
+from exporter.readings import Device, PodAssignments, ProcessInfo
+from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.sources.serving.families import GPU, NODE
+from exporter.sources.serving.source import ServingSource
+from exporter.sources.serving.targets import Target, TargetSet, static_targets
 
 HUGE_BYTES = 50 * 1024 * 1024
 
@@ -97,30 +106,63 @@ async def start(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://{host}:{port}"
 
 
-def gpu_store(gpus: int = 4, processes: Iterable[ProcessInfo] = ()) -> SnapshotStore:
-    """A store holding an NVML-like inventory of ``gpus`` devices (gpu i, uuid GPU-i)."""
+def inventory(gpus: int = 4) -> tuple[Device, ...]:
+    """An NVML-like inventory of ``gpus`` devices (gpu i, uuid GPU-i)."""
+    return tuple(Device(str(i), f"GPU-{i}") for i in range(gpus))
+
+
+def make_source(
+    config: ServingConfig,
+    *,
+    targets: Iterable[Target] | None = None,
+    gpus: int = 4,
+    processes: Iterable[ProcessInfo] = (),
+    pods: PodAssignments | None = None,
+    proc_root: Path = Path("/proc"),
+) -> ServingSource:
+    """A serving source over fixed views, as collectors.py wires it over the store."""
+    devices, procs = inventory(gpus), tuple(processes)
+    found = TargetSet(static_targets(config) if targets is None else targets)
+    return ServingSource(
+        config, found, inventory=lambda: devices, processes=lambda: procs,
+        pods=lambda: pods or PodAssignments(), proc_root=proc_root,
+    )
+
+
+TOKENS = "goodput_gpu_tokens_total"
+REQUESTS = "goodput_gpu_serving_requests"
+KV_CACHE = "goodput_gpu_kv_cache_usage_ratio"
+FLOPS = "goodput_gpu_serving_flops_total"
+PREEMPTIONS = "goodput_gpu_serving_preemptions_total"
+BUSY = "goodput_gpu_serving_busy_seconds_total"
+TARGET_UP = "goodput_serving_target_up"
+SCRAPE_DURATION = "goodput_serving_scrape_duration_seconds"
+TARGET_ERROR = "goodput_serving_target_error_info"
+TARGET_GPUS = "goodput_serving_target_gpus"
+DISCOVERY_UP = "goodput_serving_discovery_up"
+
+Series = list[tuple[str, dict[str, str], float]]
+
+
+def exposition(result: SourceResult) -> Series:
+    """What /metrics shows for ``result``: its readings rendered by the serving families."""
     store = SnapshotStore("test-node")
-    store.publish(SourceResult(
-        source="nvml",
-        inventory=tuple(Device(str(i), f"GPU-{i}") for i in range(gpus)),
-        processes=tuple(processes),
-    ))
-    return store
+    store.publish(result)
+    body = Encoder([erase(GPU), erase(NODE)]).encode(store.current).decode()
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    ]
 
 
-def node_value(result: SourceResult, name: str, **match: str) -> float | None:
-    for sample in result.node:
-        if sample.name == name and set(match.items()) <= set(sample.labels):
-            return sample.value
-    return None
+def metric(result: SourceResult, name: str, **match: str) -> float | None:
+    """The value of the one series of ``name`` whose labels include ``match``."""
+    found = [v for n, labels, v in exposition(result)
+             if n == name and set(match.items()) <= set(labels.items())]
+    assert len(found) <= 1, f"{len(found)} series of {name} match {match}"
+    return found[0] if found else None
 
 
-def node_samples(result: SourceResult, name: str) -> list[Sample]:
-    return [s for s in result.node if s.name == name]
-
-
-def device_value(result: SourceResult, gpu: str, name: str, **match: str) -> float | None:
-    for sample in result.devices.get(gpu, ()):
-        if sample.name == name and set(match.items()) <= set(sample.labels):
-            return sample.value
-    return None
+def series(result: SourceResult, name: str) -> list[dict[str, str]]:
+    return [labels for n, labels, _ in exposition(result) if n == name]

@@ -6,13 +6,14 @@ attribution.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from exporter.config import Settings
-from exporter.snapshot import SnapshotStore
+from exporter.readings import Device, PodAssignments, ProcessInfo
 from exporter.sources.base import Source
 
 log = structlog.get_logger("serving")
@@ -20,14 +21,18 @@ log = structlog.get_logger("serving")
 
 def build_sources(
     settings: Settings,
-    store: SnapshotStore,
+    *,
+    processes: Callable[[], Sequence[ProcessInfo]] = tuple,
+    inventory: Callable[[], Sequence[Device]] = tuple,
+    pods: Callable[[], PodAssignments] = PodAssignments,
     kube_api: Any = None,
 ) -> list[Source]:
     """The serving source, if any target is configured or pod discovery is on.
 
     Targets come from ``settings.serving.targets`` and ``.extra_targets`` (the
-    ``--serving-target`` URLs); ``kube_api`` (a ``CoreV1Api``) overrides the
-    in-cluster/kubeconfig client, for tests.
+    ``--serving-target`` URLs). ``processes``, ``inventory`` and ``pods`` are views of what
+    the NVML and Kubernetes sources last read, for GPU attribution; ``kube_api`` (a
+    ``CoreV1Api``) overrides the in-cluster/kubeconfig client, for tests.
     """
     from exporter.sources.serving.discovery import PodWatcher
     from exporter.sources.serving.source import ServingSource
@@ -46,7 +51,17 @@ def build_sources(
         return []
     # The host's /proc (where NVML's PIDs live) is shared with the Kubernetes sources.
     proc_root = Path(settings.kubernetes.proc_root)
-    return [ServingSource(config, store, targets, proc_root=proc_root, discovery=watcher)]
+    return [
+        ServingSource(
+            config,
+            targets,
+            inventory=inventory,
+            processes=processes,
+            pods=pods,
+            proc_root=proc_root,
+            discovery=watcher,
+        )
+    ]
 
 
 def _kube_api() -> Any:
@@ -62,10 +77,10 @@ def _kube_api() -> Any:
         )
         return None
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         try:
-            config.load_kube_config()
+            config.load_kube_config()  # type: ignore[no-untyped-call]
         except Exception as exc:
             log.error("serving_discovery_unavailable", error=f"no Kubernetes config: {exc}")
             return None

@@ -18,13 +18,29 @@ class DeltaTracker:
     def __init__(self) -> None:
         self._last: dict[Hashable, float] = {}
 
-    def delta(self, key: Hashable, value: float) -> float:
-        """Growth since the last call; the whole value on first sight or after a reset."""
+    def delta(self, key: Hashable, value: float, jitter: float = 0.0) -> float:
+        """Growth since the last call; the whole value on first sight or after a reset.
+
+        A dip of at most ``jitter`` (a share of the last value) is rounding in a derived
+        counter, not a reset: it counts as no growth, and the higher value is kept so the
+        same tokens are not counted twice when it climbs back.
+        """
         last = self._last.get(key)
+        if last is not None and last - jitter * abs(last) <= value < last:
+            return 0.0
         self._last[key] = value
         if last is None or value < last:
             return max(value, 0.0)
         return value - last
+
+    def rise(self, key: Hashable, value: float) -> float:
+        """How much a gauge rose since the last call (its value on first sight); a fall
+        counts as nothing."""
+        last = self._last.get(key)
+        self._last[key] = value
+        if last is None:
+            return max(value, 0.0)
+        return max(value - last, 0.0)
 
     def forget_where(self, gone: Callable[[Any], bool]) -> None:
         """Drop series for which ``gone(key)`` holds (a target removed)."""

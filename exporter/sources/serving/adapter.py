@@ -25,6 +25,24 @@ class Reading:
     values: Mapping[SignalKey, float]
     live: Mapping[str, bool] = field(default_factory=dict)
     model_gpus: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    derived: frozenset[str] = frozenset()
+    """Signals computed from several families: may dip slightly without a restart."""
+    minus: Mapping[str, str] = field(default_factory=dict)
+    """signal -> the signal whose growth is taken off its growth (see ``Rule.minus``)."""
+    rises: frozenset[str] = frozenset()
+    """Counter signals read from a gauge: only rises count (see ``Rule.rises``)."""
+    started: str = ""
+    """A token that changes when the engine process restarts ("" when unknown): its
+    ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
+
+    def net(self) -> dict[SignalKey, float]:
+        """Values with each ``minus`` applied (what a first scrape attributes)."""
+        out = dict(self.values)
+        for key in self.values:
+            other = self.minus.get(key[0])
+            if other is not None:
+                out[key] = max(out[key] - self.values.get((other, *key[1:]), 0.0), 0.0)
+        return out
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -59,18 +77,57 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     values: dict[SignalKey, float] = {}
     counts: dict[SignalKey, int] = {}
     live: dict[str, bool] = {}
+    derived: set[str] = set()
+    rises: set[str] = set()
+    minus: dict[str, str] = {}
     for signal, rules in table.signals.items():
-        rule = next((x for x in rules if any(f in families for f in x.families)), None)
+        rule = next((x for x in rules if _applies(x, families)), None)
         if rule is None:
             continue
         live[signal] = rule.live
+        if rule.derived:
+            derived.add(signal)
+        if rule.rises:
+            rises.add(signal)
+        if rule.minus:
+            minus[signal] = rule.minus
+        factors = _factors(families[rule.times]) if rule.times else None
         for family in rule.families:
             if family in families:
-                _read_rule(table, rule, signal, families[family], default_model, values, counts)
+                _read_rule(
+                    table, rule, signal, families[family], default_model, values, counts, factors
+                )
     for key, count in counts.items():
         if SIGNALS[key[0]].agg == "mean" and count > 1:
             values[key] /= count
-    return Reading(table.engine, table.version, values, live, _model_gpus(table, families))
+    return Reading(
+        table.engine,
+        table.version,
+        values,
+        live,
+        _model_gpus(table, families),
+        frozenset(derived),
+        minus,
+        frozenset(rises),
+        _started(families),
+    )
+
+
+def _started(families: Mapping[str, Family]) -> str:
+    """The exposition's ``process_start_time_seconds`` as a token ("" when absent)."""
+    family = families.get("process_start_time_seconds")
+    values = sorted(s.value for s in family.samples) if family is not None else []
+    return ",".join(f"{v:.3f}" for v in values)
+
+
+def _applies(rule: Rule, families: Mapping[str, Family]) -> bool:
+    present = any(f in families for f in rule.families)
+    return present and (not rule.times or rule.times in families)
+
+
+def _factors(family: Family) -> dict[frozenset[tuple[str, str]], float]:
+    """A multiplier family's values by label set."""
+    return {frozenset(s.labels.items()): s.value for s in family.samples}
 
 
 def _read_rule(
@@ -81,19 +138,26 @@ def _read_rule(
     default_model: str,
     values: dict[SignalKey, float],
     counts: dict[SignalKey, int],
+    factors: Mapping[frozenset[tuple[str, str]], float] | None = None,
 ) -> None:
     wanted = family.name + _suffix(family, rule)
     agg = SIGNALS[signal].agg
     for sample in family.samples:
         if sample.name != wanted or not _matches(sample.labels, rule):
             continue
+        factor = 1.0
+        if factors is not None:
+            found = factors.get(frozenset(sample.labels.items()))
+            if found is None:
+                continue
+            factor = found
         key = (
             signal,
             _model(table, sample.labels, default_model),
             sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
             sample.labels.get(rule.reason, "") if rule.reason else "",
         )
-        value = sample.value * rule.scale
+        value = sample.value * rule.scale * factor
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:
@@ -108,7 +172,7 @@ def _suffix(family: Family, rule: Rule) -> str:
 
 
 def _matches(sample_labels: Mapping[str, str], rule: Rule) -> bool:
-    return all(sample_labels.get(k) in allowed for k, allowed in rule.match)
+    return all(sample_labels.get(k, "") in allowed for k, allowed in rule.match)
 
 
 def _model(table: EngineTable, sample_labels: Mapping[str, str], default: str) -> str:

@@ -12,19 +12,20 @@ An engine on several GPUs (tensor or pipeline parallel) has its counters of engi
 work (tokens, requests finished, preemptions) divided evenly among them; gauges every rank
 shares (running, waiting, KV usage) and per-GPU or wall-time counters (estimated FLOPs per
 GPU, busy seconds) are given whole to each.
+
+The rules read typed views (inventory, pod assignments, NVML processes), never the store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from exporter.snapshot import Snapshot
+from exporter.readings import Device, ProcessInfo
 from exporter.sources.serving.targets import Target
 
-POD_DEVICES_KEY = "pod_devices"
-"""Key in a SourceResult's ``extra``: mapping (namespace, pod) -> tuple of gpu labels."""
+PodGpus = Mapping[tuple[str, str], tuple[str, ...]]
+"""(namespace, pod) -> the gpu labels its containers hold."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,8 @@ class Attribution:
 NONE = Attribution((), "none")
 
 
-def to_gpu_labels(refs: Iterable[str], snapshot: Snapshot) -> tuple[str, ...]:
+def to_gpu_labels(refs: Iterable[str], inventory: Sequence[Device]) -> tuple[str, ...]:
     """Map indexes/UUIDs to ``gpu`` labels. Without an inventory, indexes pass through."""
-    inventory = snapshot.inventory
     by_uuid = {d.uuid: d.gpu for d in inventory}
     known = {d.gpu for d in inventory}
     out: list[str] = []
@@ -52,36 +52,29 @@ def to_gpu_labels(refs: Iterable[str], snapshot: Snapshot) -> tuple[str, ...]:
     return tuple(out)
 
 
-def pod_devices(snapshot: Snapshot) -> dict[tuple[str, str], tuple[str, ...]]:
-    merged: dict[tuple[str, str], tuple[str, ...]] = {}
-    for result in snapshot.results.values():
-        found: Any = result.extra.get(POD_DEVICES_KEY)
-        if isinstance(found, Mapping):
-            merged.update(found)
-    return merged
-
-
 def resolve(
     target: Target,
     engine_uuids: Iterable[str],
-    snapshot: Snapshot,
+    inventory: Sequence[Device],
+    pod_gpus: PodGpus,
+    processes: Sequence[ProcessInfo],
     pid: int | None,
     descends_from: Callable[[int, int], bool],
 ) -> Attribution:
     """GPUs of ``target`` by the rules above; ``descends_from(pid, ancestor)`` is procfs's."""
     if target.gpus:
-        gpus = to_gpu_labels(target.gpus, snapshot)
+        gpus = to_gpu_labels(target.gpus, inventory)
         if gpus:
             return Attribution(gpus, "explicit")
-    gpus = to_gpu_labels(sorted(engine_uuids), snapshot)
+    gpus = to_gpu_labels(sorted(engine_uuids), inventory)
     if gpus:
         return Attribution(gpus, "engine_label")
     if target.pod:
-        found = pod_devices(snapshot).get((target.namespace, target.pod))
+        found = pod_gpus.get((target.namespace, target.pod))
         if found:
             return Attribution(tuple(sorted(found)), "pod")
     if pid is not None:
-        matched = sorted({p.gpu for p in snapshot.processes if descends_from(p.pid, pid)})
+        matched = sorted({p.gpu for p in processes if descends_from(p.pid, pid)})
         if matched:
             return Attribution(tuple(matched), "process")
     return NONE

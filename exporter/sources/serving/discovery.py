@@ -123,7 +123,7 @@ class PodWatcher:
                     self._apply("ADDED", pod)
                 self._changed()
                 self._set_state(("ok", ""))
-                self._watch = watch.Watch()
+                self._watch = watch.Watch()  # type: ignore[no-untyped-call]
                 for event in self._watch.stream(
                     self._api.list_pod_for_all_namespaces,
                     field_selector=selector,

@@ -35,6 +35,7 @@ class SignalSpec:
 
 SIGNALS: dict[str, SignalSpec] = {
     "prompt_tokens": SignalSpec("counter", "split"),
+    "prompt_cached_tokens": SignalSpec("counter", "split"),
     "generation_tokens": SignalSpec("counter", "split"),
     "requests_running": SignalSpec("gauge", "replicate"),
     "requests_waiting": SignalSpec("gauge", "replicate"),
@@ -57,7 +58,14 @@ class Rule:
     samples named family + ``suffix`` whose labels include ``match`` (a label may allow
     several values), times ``scale``. ``reason`` names a label carried as the signal's
     sub-key (a finish reason). ``live`` is false for counters that move only when a
-    request ends, so a rate lags by a request's duration."""
+    request ends, so a rate lags by a request's duration. ``times`` names a family whose
+    same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
+    per call); the rule applies only when that family is present too, and the product is
+    ``derived``: rounding in the text lets it dip a little, which is not a restart.
+    ``minus`` names another signal whose growth (same model, GPU and reason) is taken off
+    this one's: an engine whose prompt count includes cache hits, less its hits, gives the
+    prompt tokens it computed. Growths are subtracted, not values, so each raw counter
+    keeps its own reset detection and the difference never fakes a restart."""
 
     families: tuple[str, ...]
     suffix: str = ""
@@ -65,6 +73,15 @@ class Rule:
     scale: float = 1.0
     reason: str = ""
     live: bool = True
+    times: str = ""
+    minus: str = ""
+    rises: bool = False
+    """A gauge standing in for a counter: only its rises between scrapes count, and a fall
+    is not a restart (SGLang 0.5's ``num_retracted_reqs``)."""
+
+    @property
+    def derived(self) -> bool:
+        return bool(self.times)
 
 
 def r(
@@ -73,11 +90,15 @@ def r(
     scale: float = 1.0,
     reason: str = "",
     live: bool = True,
+    times: str = "",
+    minus: str = "",
+    rises: bool = False,
     **match: str | tuple[str, ...],
 ) -> Rule:
-    """Short constructor so tables read like tables."""
+    """Short constructor so tables read like tables; a ``match`` value "" allows the label
+    to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
-    return Rule(tuple(families), suffix, pairs, scale, reason, live)
+    return Rule(tuple(families), suffix, pairs, scale, reason, live, times, minus, rises)
 
 
 def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
@@ -130,7 +151,16 @@ VLLM_V1 = EngineTable(
     requires=("vllm:",),
     model_labels=("model_name", "model"),
     signals=_alts(
-        prompt_tokens=r("vllm:prompt_tokens"),
+        # prompt_tokens counts every prompt token scheduled, cache hits included.
+        prompt_tokens=(
+            r("vllm:prompt_tokens_by_source", source="local_compute"),
+            r("vllm:prompt_tokens", minus="prompt_cached_tokens"),
+        ),
+        prompt_cached_tokens=(
+            r("vllm:prompt_tokens_by_source", source="local_cache_hit"),
+            r("vllm:prompt_tokens_cached"),
+            r("vllm:prefix_cache_hits"),
+        ),
         generation_tokens=r("vllm:generation_tokens"),
         requests_running=r("vllm:num_requests_running"),
         requests_waiting=r("vllm:num_requests_waiting"),
@@ -218,17 +248,25 @@ SGLANG = EngineTable(
     model_labels=("model_name", "name"),
     signals=_alts(
         prompt_tokens=(
-            r("sglang:realtime_tokens", mode=("prefill_compute", "prefill_cache")),
-            r("sglang:prompt_tokens", live=False),
+            r("sglang:realtime_tokens", mode="prefill_compute"),
+            # prompt_tokens_total includes cached tokens: less cached_tokens_total
+            r("sglang:prompt_tokens", live=False, minus="prompt_cached_tokens"),
+        ),
+        prompt_cached_tokens=(
+            r("sglang:realtime_tokens", mode="prefill_cache"),
+            r("sglang:cached_tokens", live=False, cache_source=("total", "")),
         ),
         generation_tokens=(
-            r("sglang:realtime_tokens", mode="decode"),
             r("sglang:generation_tokens", live=False),
+            r("sglang:realtime_tokens", mode="decode"),
         ),
         requests_running=(r("sglang:num_running_reqs"), r("sglang:num_requests_running")),
         requests_waiting=(r("sglang:num_queue_reqs"), r("sglang:num_requests_waiting")),
         kv_cache_usage=r("sglang:token_usage"),
-        preemptions=r("sglang:num_retracted_requests"),
+        preemptions=(
+            r("sglang:num_retracted_requests"),
+            r("sglang:num_retracted_reqs", rises=True),  # 0.5: a gauge only
+        ),
         requests_succeeded=r("sglang:num_requests", live=False),
         requests_failed=r("sglang:num_aborted_requests", live=False),
         busy_seconds=r("sglang:forward_execution_seconds"),
@@ -238,8 +276,8 @@ SGLANG = EngineTable(
         itl_old=hist("sglang:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=("sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:max_total_num_tokens"),
-    notes="realtime_tokens (new) is live; prompt/generation_tokens move at request end; "
-    "metrics need --enable-metrics",
+    notes="generation from generation_tokens (request end) when present, else realtime "
+    "decode; prompt from realtime prefill_compute (live); metrics need --enable-metrics",
 )
 
 TGI = EngineTable(
@@ -362,15 +400,22 @@ LLAMACPP = EngineTable(
     requires=("llamacpp:",),
     model_labels=(),
     signals=_alts(
-        prompt_tokens=r("llamacpp:prompt_tokens"),
-        generation_tokens=r("llamacpp:tokens_predicted"),
+        prompt_tokens=r("llamacpp:prompt_tokens"),  # evaluated tokens: reused cache excluded
+        prompt_cached_tokens=r("llamacpp:prompt_tokens_cached"),
+        generation_tokens=(
+            # Busy slots summed over decode calls: one token per generating slot per call,
+            # counted as it happens. tokens_predicted moves only when a request ends.
+            r("llamacpp:n_decode", times="llamacpp:n_busy_slots_per_decode"),
+            r("llamacpp:tokens_predicted", live=False),
+        ),
         requests_running=r("llamacpp:requests_processing"),
         requests_waiting=r("llamacpp:requests_deferred"),
         kv_cache_usage=r("llamacpp:kv_cache_usage_ratio"),
-        busy_seconds=r("llamacpp:prompt_seconds", "llamacpp:tokens_predicted_seconds"),
+        # No busy_seconds: prompt_seconds and tokens_predicted_seconds are summed per slot
+        # and added when a request ends, so with parallel slots they exceed wall time.
     ),
-    markers=("llamacpp:n_decode",),
-    notes="needs --metrics; no labels",
+    markers=("llamacpp:n_decode", "llamacpp:n_busy_slots_per_decode"),
+    notes="needs --metrics; no labels; generation live from n_decode x busy slots per decode",
 )
 
 LMDEPLOY = EngineTable(

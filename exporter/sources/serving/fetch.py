@@ -8,11 +8,26 @@ as the cap is passed.
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 CHUNK = 64 * 1024
+MODELS_MAX_BYTES = 1024 * 1024
+MODEL_ID_MAX = 200
+START_HEADER = "Process-Start-Time-Unix"
+"""llama-server (and Go's promhttp) name the serving process's start in this header. Its
+value is an opaque token (llama.cpp's is not a Unix time): only a change means anything."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    text: str
+    started: str = ""
+    """The ``Process-Start-Time-Unix`` header, "" when absent."""
 
 
 class ScrapeError(Exception):
@@ -23,11 +38,17 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> str:
-    """The body of ``url`` as text, or :class:`ScrapeError`."""
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    accept: str = ACCEPT,
+) -> Fetched:
+    """The body of ``url`` as text with the start header, or :class:`ScrapeError`."""
     try:
         async with asyncio.timeout(timeout):
-            return await _fetch(session, url, max_bytes)
+            return await _fetch(session, url, max_bytes, accept)
     except TimeoutError as exc:
         raise ScrapeError("timeout", f"no complete answer within {timeout:g}s") from exc
     except aiohttp.InvalidURL as exc:
@@ -38,8 +59,10 @@ async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_by
         raise ScrapeError("http_error", f"{type(exc).__name__}: {exc}") from exc
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int) -> str:
-    async with session.get(url, headers={"Accept": ACCEPT}, allow_redirects=False) as resp:
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, max_bytes: int, accept: str
+) -> Fetched:
+    async with session.get(url, headers={"Accept": accept}, allow_redirects=False) as resp:
         if resp.status != 200:
             raise ScrapeError(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
         declared = resp.content_length
@@ -52,8 +75,29 @@ async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int) -> st
             if size > max_bytes:
                 raise ScrapeError("body_too_large", f"body passed {max_bytes} bytes; stopped")
             chunks.append(chunk)
+        started = resp.headers.get(START_HEADER, "").strip()[:64]
     body = b"".join(chunks)
     try:
-        return body.decode("utf-8")
+        return Fetched(body.decode("utf-8"), started)
     except UnicodeDecodeError as exc:
         raise ScrapeError("bad_encoding", f"body is not UTF-8 at byte {exc.start}") from exc
+
+
+async def models_id(
+    session: aiohttp.ClientSession, metrics_url: str, timeout: float, max_bytes: int
+) -> tuple[str, str]:
+    """(the first model id of the OpenAI-style ``/v1/models`` next to ``metrics_url``, "")
+    or ("", why not). Bounded like a scrape; never raises."""
+    parts = urlsplit(metrics_url)
+    url = urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", ""))
+    try:
+        fetched = await fetch(session, url, timeout, max_bytes, accept="application/json")
+        data = json.loads(fetched.text)
+        first = data["data"][0]["id"]
+    except ScrapeError as exc:
+        return "", f"/v1/models: {exc.reason}: {exc}"
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return "", f"/v1/models: no model id in the answer ({type(exc).__name__})"
+    if not isinstance(first, str) or not first.strip():
+        return "", "/v1/models: the model id is not a string"
+    return first.strip()[:MODEL_ID_MAX], ""

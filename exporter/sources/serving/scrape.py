@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -43,8 +43,10 @@ async def scrape(
     if target.invalid:
         return _failed(target, started, "bad_annotation", target.invalid)
     try:
-        text = await fetch(session, target.url, timeout, max_bytes)
-        reading = await asyncio.to_thread(interpret, text, target.engine, target.model)
+        fetched = await fetch(session, target.url, timeout, max_bytes)
+        reading = await asyncio.to_thread(interpret, fetched.text, target.engine, target.model)
+        if not reading.started and fetched.started:
+            reading = replace(reading, started="header:" + fetched.started)
     except ScrapeError as exc:
         return _failed(target, started, exc.reason, str(exc))
     except ExpositionError as exc:

@@ -38,6 +38,20 @@ class Target:
             return None
 
     @property
+    def name(self) -> str:
+        """The ``target`` label: ``namespace/pod:port`` for a discovered pod (pod IPs churn
+        and say nothing), else the URL without credentials, query or fragment."""
+        parts = urlsplit(self.url)
+        if self.pod:
+            try:
+                port = str(parts.port or "")
+            except ValueError:  # a bad port annotation: the name still says which pod
+                port = ""
+            return f"{self.namespace}/{self.pod}:{port}"
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return f"{parts.scheme}://{host}{parts.path}"
+
+    @property
     def is_local(self) -> bool:
         """Whether the engine listens on this host, so /proc can find its process."""
         return (urlsplit(self.url).hostname or "") in LOOPBACK_HOSTS
