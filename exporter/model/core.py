@@ -45,7 +45,8 @@ class ModelRates:
 
     model: str
     tokens_per_second: float
-    """All token kinds (prompt + generation): every one costs a forward pass."""
+    """Computed token kinds (prompt + generation; cached prompt tokens excluded): every one
+    costs a forward pass."""
     efficiency_tokens_per_second: float
     """Only ``ModelConfig.efficiency_token_kinds`` (generation by default)."""
     flops_per_second: float | None = None

@@ -18,6 +18,8 @@ from exporter.readings import Device, GpuState, ProfilingStatus, ProfilingWindow
 from exporter.snapshot import Snapshot
 
 FP_PIPES = ("fp64", "fp32", "fp16")
+NO_FORWARD_PASS = frozenset({"prompt_cached"})
+"""Token kinds served from the prefix cache: no GPU work, so not output for busy_no_output."""
 
 
 @dataclass
@@ -169,7 +171,8 @@ class WindowBuilder:
             rate = self._rate((gpu, m.model, m.engine, f"tokens/{kind}"), total, stamp)
             if rate is None:
                 return None
-            tokens += rate
+            if kind not in NO_FORWARD_PASS:
+                tokens += rate
             if kind in kinds:
                 eff += rate
         flops = None
