@@ -6,18 +6,34 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.readings import ProcessInfo
 from exporter.sim.fake_nvml import FakeMig
 from exporter.snapshot import SnapshotStore, SourceResult
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml import FAMILIES, IDENTITY, NvmlSource
 from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from tests.conftest import ManualClock, make_node
 
 
 def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == name and set(match.items()) <= set(s.labels):
-            return s.value
+    """What /metrics would show for ``gpu``: the typed reading through the declared family
+    (optional families included)."""
+    readings = {
+        id(FAMILIES): (result.gpus or {}).get(gpu),
+        id(IDENTITY): {d.gpu: d for d in result.inventory or ()}.get(gpu),
+    }
+    for group in (FAMILIES, IDENTITY):
+        reading = readings[id(group)]
+        for fam in group.families:
+            if fam.name != name or reading is None:
+                continue
+            for labels, v in fam.rows(reading):  # type: ignore[arg-type]
+                if set(match.items()) <= set(zip(fam.labels, labels, strict=True)):
+                    return v
     return None
+
+
+def processes(result: SourceResult) -> list[ProcessInfo]:
+    return [p for state in (result.gpus or {}).values() for p in state.processes]
 
 
 def poll(nvml, clock: ManualClock, steps: int = 2, dt: float = 1.0) -> SourceResult:
@@ -46,7 +62,7 @@ def test_healthy_node_reports_every_gpu(sim, clock):
         > value(result, "0", "goodput_gpu_power_watts") + 300
     )
     assert value(result, "1", "goodput_gpu_processes") == 1.0
-    assert {p.pid for p in result.processes} >= {4101, 4102}
+    assert {p.pid for p in processes(result)} >= {4101, 4102}
 
 
 def test_energy_counter_integrates_power(sim, clock):
@@ -131,10 +147,10 @@ def test_transient_process_list_error_skips_one_poll_not_forever(sim, clock):
         del sim.gpus[1].fail["nvmlDeviceGetComputeRunningProcesses"]
         clock.advance(1.0)
         back = source.collect()
-    assert value(failed, "1", "goodput_gpu_processes") == 0.0
+    assert value(failed, "1", "goodput_gpu_processes") is None  # not read: no series, not 0
     assert value(failed, "1", "goodput_gpu_up") == 1.0
     assert value(back, "1", "goodput_gpu_processes") == 1.0  # attribution comes back
-    assert any(p.gpu == "1" for p in back.processes)
+    assert any(p.gpu == "1" for p in processes(back))
     said = [(e["event"], e.get("reason")) for e in logs if e.get("gpu") == "1"]
     assert said == [("nvml_processes_failed", "timeout"), ("nvml_processes_ok", None)]
 

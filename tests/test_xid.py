@@ -19,23 +19,15 @@ def test_xid_events_are_counted(sim, clock):
         while time.monotonic() < deadline:
             result = source.collect()
             counts = {
-                (g, s.labels, s.value)
-                for g, ss in result.devices.items()
-                for s in ss
-                if s.name == "goodput_gpu_xid_errors_total"
+                (g, code, n) for g, state in (result.xid or {}).items() for code, n in state.counts
             }
             if len(counts) == 2:
                 break
             time.sleep(0.02)
-        assert ("3", (("xid", "48"),), 2.0) in counts
-        assert ("1", (("xid", "13"),), 1.0) in counts
-        last = {
-            g: s.value
-            for g, ss in result.devices.items()
-            for s in ss
-            if s.name == "goodput_gpu_last_xid"
-        }
-        assert last["3"] == 48.0 and last["0"] == 0.0
+        assert ("3", 48, 2) in counts
+        assert ("1", 13, 1) in counts
+        last = {g: state.last for g, state in (result.xid or {}).items()}
+        assert last["3"] == 48 and last["0"] == 0
     finally:
         source.shutdown()
 
@@ -49,10 +41,9 @@ def test_lost_gpu_raises_xid_79(sim, clock):
         seen = None
         while time.monotonic() < deadline and not seen:
             result = source.collect()
-            seen = [
-                s for s in result.devices.get("7", ()) if s.name == "goodput_gpu_xid_errors_total"
-            ]
+            state = (result.xid or {}).get("7")
+            seen = state.counts if state else None
             time.sleep(0.05)
-        assert seen and seen[0].labels == (("xid", "79"),)
+        assert seen and seen[0][0] == 79
     finally:
         source.shutdown()
