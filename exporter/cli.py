@@ -15,6 +15,7 @@ from exporter import __version__, webconfig
 from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
 from exporter.logging import configure
 from exporter.sources.nvml_session import NvmlUnavailable
+from exporter.sources.profiling.modes import MODES
 
 EXIT_USAGE = 2
 
@@ -78,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--profiling",
         dest="profiling__mode",
-        choices=["auto", "gpm", "dcgm", "dcgm-exporter", "off"],
+        choices=MODES,
         help="where profiling counters come from: auto picks GPM on Hopper and newer, "
         "else DCGM if a host engine answers, else dcgm-exporter if configured (default auto)",
     )

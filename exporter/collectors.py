@@ -71,7 +71,10 @@ def _xid_families(_: Settings) -> tuple[Group, ...]:
 def _profiling_sources(ctx: Context) -> list[Source]:
     from exporter.sources.profiling.build import build_profiling_sources
 
-    return build_profiling_sources(ctx.settings, ctx.session)
+    store = ctx.store
+    return build_profiling_sources(
+        ctx.settings, ctx.session, inventory=lambda: store.current.inventory
+    )
 
 
 def _profiling_families(_: Settings) -> tuple[Group, ...]:

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from exporter.sources.profiling.modes import Mode
+
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 """Environment forms of the file-locating flags: read by the CLI, not settings keys."""
@@ -141,7 +143,7 @@ class ProfilingConfig(Section):
     See docs/profiling.md.
     """
 
-    mode: Literal["auto", "gpm", "dcgm", "dcgm-exporter", "off"] = "auto"
+    mode: Mode = "auto"
     dcgm_host_engine: str = "localhost:5555"
     """``HOST:PORT``, ``unix:///path/to/socket`` or ``embedded`` (start one in-process; never
     chosen by ``auto`` since a second engine fights the node's one for the profiler)."""

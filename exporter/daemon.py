@@ -114,9 +114,9 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     node = settings.node_name
     chosen = collectors.enabled(settings)
     names = {c.name for c in chosen}
-    from exporter.sources.profiling.build import PREFERENCE
+    from exporter.sources.profiling.modes import BACKENDS
 
-    store = SnapshotStore(node, ready_sources=["nvml"], profiling_order=PREFERENCE)
+    store = SnapshotStore(node, ready_sources=["nvml"], profiling_order=BACKENDS)
     ctx = collectors.Context(settings, session, store)
     sources = [source for c in chosen for source in c.sources(ctx)]
     registry = CollectorRegistry(auto_describe=False)

@@ -101,9 +101,11 @@ WINDOW_FAMILIES: tuple[Family[ProfilingStatus], ...] = (
     ),
     gauge(
         "goodput_gpu_sm_occupancy_ratio",
-        "Resident warps as a share of the SMs' maximum, averaged over the last window.",
+        "Resident warps as a share of the SMs' maximum, averaged over the last window "
+        "(the default set has goodput_gpu_sm_occupancy_seconds_total: rate() of it).",
         lambda s: _w("sm_occupancy", s),
         unit="ratio",
+        default=False,
     ),
     gauge(
         "goodput_gpu_tensor_active_ratio",
@@ -133,6 +135,7 @@ WINDOW_FAMILIES: tuple[Family[ProfilingStatus], ...] = (
         "pipe",
         lambda s: () if _window(s) is None else _window(s).pipes,  # type: ignore[union-attr]
         unit="ratio",
+        default=False,
     ),
     by_label(
         "goodput_gpu_pcie_bytes_per_second",

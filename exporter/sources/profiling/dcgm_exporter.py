@@ -9,9 +9,8 @@ profiling samples as GPM and DCGM.
 Both vocabularies are accepted: dcgm-exporter <= 4.8 (``DCGM_FI_PROF_SM_ACTIVE``,
 ``DCGM_FI_DEV_GPU_UTIL`` in %, memory in MiB, clocks in MHz, energy in mJ) and >= 4.9
 (DCGM 4.6+ names such as ``DCGM_FI_PROF_SM_UTIL_RATIO``, unit-suffixed DEV names in base
-units). DEV values are normalised to base units and handed to later stages in
-``SourceResult.extra["dcgm_exporter_device"]``; they are not published, since the NVML source
-already owns those metric families.
+units). DEV rows only tell a GPU dcgm-exporter watches without profiling (``not_exported``)
+from one it does not know (``not_found``); the NVML source owns those metric families.
 
 dcgm-exporter samples profiling every collection interval (30 s by default) and prints no
 timestamps, so each value is integrated over the time since our previous scrape: exact for
@@ -28,11 +27,12 @@ import aiohttp
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.snapshot import Device, Sample, SnapshotStore, SourceResult
+from exporter.readings import Device, ProfilingStatus
+from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
-from exporter.sources.dcp_fields import NAMES, RATIO_FIELDS, build_window, normalise_uuid
-from exporter.sources.profiling_metrics import ProfilingIntegrator, unavailable
-from exporter.sources.profiling_select import ProfilingSelector
+from exporter.sources.profiling.fields import NAMES, RATIO_FIELDS, build_window, normalise_uuid
+from exporter.sources.profiling.integrator import ProfilingIntegrator
+from exporter.sources.profiling.select import ProfilingSelector
 
 log = structlog.get_logger("dcgm_exporter")
 
@@ -138,7 +138,7 @@ class DcgmExporterSource(Source):
 
     def __init__(
         self,
-        store: SnapshotStore,
+        inventory: Callable[[], tuple[Device, ...]],
         url: str,
         *,
         interval: float = 5.0,
@@ -149,7 +149,7 @@ class DcgmExporterSource(Source):
         integrator: ProfilingIntegrator | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
+        self.inventory = inventory
         self.url = url
         self.interval = interval
         self.timeout = timeout
@@ -192,38 +192,28 @@ class DcgmExporterSource(Source):
         gap = now - self._last_scrape_at if self._last_scrape_at else self.interval
         self._last_scrape_at = now
         seconds = min(gap, MAX_WINDOW)
-        out: dict[str, tuple[Sample, ...]] = {}
+        out: dict[str, ProfilingStatus] = {}
         errors: dict[str, int] = {}
-        dev_values: dict[str, dict[str, float]] = {}
         for device in devices:
             key = device_key(device)
-            if key in scrape.device:
-                dev_values[device.gpu] = scrape.device[key]
             values = scrape.profiling.get(key)
             if values:
-                rows = self._integrator.samples(device.gpu, build_window(seconds, values), SOURCE)
+                window = build_window(seconds, values)
+                status = self._integrator.window(device.gpu, SOURCE, window)
                 reason = ""
             else:
                 reason = "not_exported" if key in scrape.device else "not_found"
-                rows = [unavailable(SOURCE, reason), *self._integrator.totals_only(device.gpu)]
+                status = self._integrator.unavailable(device.gpu, SOURCE, reason)
                 errors[reason] = errors.get(reason, 0) + 1
             self._gpu_state(device, reason)
             if self._publish(device.gpu, reason):
-                out[device.gpu] = tuple(rows)
-        return SourceResult(
-            source=SOURCE,
-            devices=out,
-            errors=errors,
-            extra={
-                "dcgm_exporter_device": dev_values,
-                "dcgm_exporter_vocabulary": scrape.vocabulary,
-            },
-        )
+                out[device.gpu] = status
+        return SourceResult(source=SOURCE, profiling=out, errors=errors)
 
     def _wanted(self) -> list[Device]:
         return [
             d
-            for d in self.store.current.inventory
+            for d in self.inventory()
             if d.uuid and (self.selector is None or self.selector.should_poll(SOURCE, d.gpu))
         ]
 
@@ -250,20 +240,17 @@ class DcgmExporterSource(Source):
     def _failed(self, devices: Iterable[Device], exc: _ScrapeError) -> SourceResult:
         self._scrape_state(exc.reason, str(exc))
         self._last_scrape_at = 0.0  # the next window starts afresh
-        out: dict[str, tuple[Sample, ...]] = {}
+        out: dict[str, ProfilingStatus] = {}
         for device in devices:
             if self.selector is not None:
                 self.selector.report(SOURCE, device.gpu, False, exc.reason)
             if self._publish(device.gpu, exc.reason):
-                out[device.gpu] = (
-                    unavailable(SOURCE, exc.reason),
-                    *self._integrator.totals_only(device.gpu),
-                )
+                out[device.gpu] = self._integrator.unavailable(device.gpu, SOURCE, exc.reason)
         if self.required:
             return SourceResult(
-                source=SOURCE, ok=False, reason=exc.reason, error=str(exc), devices=out
+                source=SOURCE, ok=False, reason=exc.reason, error=str(exc), profiling=out
             )
-        return SourceResult(source=SOURCE, devices=out, errors={exc.reason: 1})
+        return SourceResult(source=SOURCE, profiling=out, errors={exc.reason: 1})
 
     def _publish(self, gpu: str, reason: str) -> bool:
         if self.selector is None:

@@ -1,5 +1,6 @@
-"""DCGM profiling (DCP) fields: numeric ids, both vocabularies of names, and their mapping onto
-:class:`ProfilingWindow`, shared by the DCGM and dcgm-exporter sources.
+"""Profiling field tables: DCGM (DCP) field ids with both vocabularies of names (shared by the
+DCGM and dcgm-exporter backends), and NVML GPM metric ids; each maps onto a field of
+:class:`~exporter.readings.ProfilingWindow`.
 
 DCGM 4.6 renamed the Python/C names (``DCGM_FI_PROF_SM_ACTIVE`` became
 ``DCGM_FI_PROF_SM_UTIL_RATIO``) but kept the numbers, so code addresses fields by number and
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.sources.profiling_metrics import ProfilingWindow
+from exporter.readings import ProfilingWindow
 
 # field id -> (ProfilingWindow attribute, pipe/direction label); ratios are 0-1 in DCGM.
 RATIO_FIELDS: dict[int, tuple[str, str]] = {
@@ -119,3 +120,33 @@ def normalise_uuid(uuid: str) -> str:
     exporters and older DCGM versions have dropped the prefix)."""
     text = uuid.strip().lower()
     return text.removeprefix("gpu-")
+
+
+# NVML GPM metric ids (NVML_GPM_METRIC_*), stable across bindings versions; addressed by
+# number so older nvidia-ml-py releases that lack a constant still work. Each maps to the
+# ProfilingWindow field it fills (and the pipe or direction label within it).
+MIB = 1024.0 * 1024.0
+PERCENT_IDS: dict[int, tuple[str, str]] = {
+    1: ("graphics_active", ""),
+    2: ("sm_active", ""),
+    3: ("sm_occupancy", ""),
+    4: ("pipes", "integer"),
+    5: ("tensor_active", ""),
+    6: ("tensor_pipes", "dfma"),
+    7: ("tensor_pipes", "hmma"),
+    8: ("tensor_pipes", "dmma"),
+    9: ("tensor_pipes", "imma"),
+    10: ("dram_active", ""),
+    11: ("pipes", "fp64"),
+    12: ("pipes", "fp32"),
+    13: ("pipes", "fp16"),
+}
+"""GPM ids reported in percent."""
+BANDWIDTH_IDS: dict[int, tuple[str, str]] = {
+    20: ("pcie_bytes_per_second", "tx"),
+    21: ("pcie_bytes_per_second", "rx"),
+    60: ("nvlink_bytes_per_second", "rx"),
+    61: ("nvlink_bytes_per_second", "tx"),
+}
+"""GPM ids reported in MiB/s."""
+WANTED_IDS = (*PERCENT_IDS, *BANDWIDTH_IDS)

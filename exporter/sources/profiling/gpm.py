@@ -17,44 +17,16 @@ from typing import Any
 
 import structlog
 
-from exporter.snapshot import Sample, SourceResult
+from exporter.readings import ProfilingStatus, ProfilingWindow
+from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
-from exporter.sources.profiling_metrics import (
-    ProfilingIntegrator,
-    ProfilingWindow,
-    unavailable,
-)
-from exporter.sources.profiling_select import ProfilingSelector
+from exporter.sources.profiling.fields import BANDWIDTH_IDS, MIB, PERCENT_IDS, WANTED_IDS
+from exporter.sources.profiling.integrator import ProfilingIntegrator
+from exporter.sources.profiling.select import ProfilingSelector
 
 log = structlog.get_logger("gpm")
 
 SOURCE = "gpm"
-MIB = 1024.0 * 1024.0
-
-# GPM metric ids (NVML_GPM_METRIC_*), stable across bindings versions; addressed by number so
-# older nvidia-ml-py releases that lack a constant still work.
-PERCENT_IDS: dict[int, tuple[str, str]] = {
-    1: ("graphics_active", ""),
-    2: ("sm_active", ""),
-    3: ("sm_occupancy", ""),
-    4: ("pipes", "integer"),
-    5: ("tensor_active", ""),
-    6: ("tensor_pipes", "dfma"),
-    7: ("tensor_pipes", "hmma"),
-    8: ("tensor_pipes", "dmma"),
-    9: ("tensor_pipes", "imma"),
-    10: ("dram_active", ""),
-    11: ("pipes", "fp64"),
-    12: ("pipes", "fp32"),
-    13: ("pipes", "fp16"),
-}
-BANDWIDTH_IDS: dict[int, tuple[str, str]] = {
-    20: ("pcie_bytes_per_second", "tx"),
-    21: ("pcie_bytes_per_second", "rx"),
-    60: ("nvlink_bytes_per_second", "rx"),
-    61: ("nvlink_bytes_per_second", "tx"),
-}
-WANTED_IDS = (*PERCENT_IDS, *BANDWIDTH_IDS)
 
 
 @dataclass
@@ -85,8 +57,12 @@ class GpmSource(SessionSource):
         self.clock = clock
         self._states: dict[str, _DeviceState] = {}
         self._integrator = ProfilingIntegrator()
-        self._last: dict[str, list[Sample]] = {}
+        self._last: dict[str, ProfilingStatus] = {}
         self.selector = selector  # auto mode: hands GPUs without GPM to DCGM/dcgm-exporter
+
+    def use_integrator(self, integrator: ProfilingIntegrator) -> None:
+        """Share counters with the other backends (auto mode hands GPUs between them)."""
+        self._integrator = integrator
 
     def shutdown(self) -> None:
         for state in self._states.values():
@@ -95,19 +71,35 @@ class GpmSource(SessionSource):
         super().shutdown()
 
     def read(self) -> SourceResult:
-        devices: dict[str, tuple[Sample, ...]] = {}
+        statuses: dict[str, ProfilingStatus] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:
             if dh.handle is None:
                 continue
-            samples, reason = self._poll_device(dh)
-            devices[dh.device.gpu] = tuple(samples)
+            status, reason = self._poll_device(dh)
+            if status is not None:
+                statuses[dh.device.gpu] = status
             if reason:
                 errors[reason] = errors.get(reason, 0) + 1
-        return SourceResult(source=SOURCE, devices=devices, errors=errors)
+        return SourceResult(source=SOURCE, profiling=statuses, errors=errors)
 
     # per device -----------------------------------------------------------------------------
-    def _poll_device(self, dh: DeviceHandle) -> tuple[list[Sample], str]:
+    def _poll_device(self, dh: DeviceHandle) -> tuple[ProfilingStatus | None, str]:
+        """This GPU's status (None: another backend speaks for it) and an error reason.
+
+        Any exception from one call costs this GPU's window, never the poll of the others:
+        an NVML error keeps its reason, anything else (an older binding) is binding_error.
+        """
+        try:
+            return self._poll_device_calls(dh)
+        except Exception as exc:
+            gpu = dh.device.gpu
+            state = self._states.setdefault(gpu, _DeviceState())
+            self._failed(gpu, state, "binding_error", exc)
+            self._reset(state)
+            return self._integrator.unavailable(gpu, SOURCE, "error"), "binding_error"
+
+    def _poll_device_calls(self, dh: DeviceHandle) -> tuple[ProfilingStatus | None, str]:
         nvml = self.session.nvml
         gpu = dh.device.gpu
         state = self._states.setdefault(gpu, _DeviceState())
@@ -118,8 +110,8 @@ class GpmSource(SessionSource):
                 self.selector.report(SOURCE, gpu, state.supported, state.reason)
         if not state.supported:
             if self.selector is not None and not self.selector.should_publish(SOURCE, gpu):
-                return [], ""  # another source serves this GPU
-            return [unavailable(SOURCE, state.reason)], ""
+                return None, ""  # another source serves this GPU
+            return self._integrator.unavailable(gpu, SOURCE, state.reason), ""
         try:
             new = nvml.nvmlGpmSampleAlloc()
             self._take(dh, new)
@@ -127,38 +119,32 @@ class GpmSource(SessionSource):
             reason = error_reason(nvml, exc)
             self._failed(gpu, state, reason, exc)
             self._reset(state)
-            return [
-                unavailable(SOURCE, _profiling_reason(reason)),
-                *self._integrator.totals_only(gpu),
-            ], reason
+            return self._integrator.unavailable(gpu, SOURCE, _profiling_reason(reason)), reason
         now = self.clock()
         old, old_at = state.sample, state.taken_at
         window = now - old_at
         if old is not None and window < self.min_window:
             nvml.nvmlGpmSampleFree(new)  # keep the older baseline; the window grows
-            return self._last_or_totals(gpu), ""
+            return self._last_or_pending(gpu), ""
         state.sample, state.taken_at = new, now
         if old is None or window > self.max_window:
             if old is not None:
                 nvml.nvmlGpmSampleFree(old)
-            return self._last_or_totals(gpu), ""
+            return self._last_or_pending(gpu), ""
         try:
             values = self._metrics(gpu, state, old, new)
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
             self._failed(gpu, state, reason, exc)
-            return [
-                unavailable(SOURCE, _profiling_reason(reason)),
-                *self._integrator.totals_only(gpu),
-            ], reason
+            return self._integrator.unavailable(gpu, SOURCE, _profiling_reason(reason)), reason
         finally:
             nvml.nvmlGpmSampleFree(old)
         if state.failed:
             log.info("gpm_sampling_ok", gpu=gpu)
             state.failed = ""
-        out = self._integrator.samples(gpu, _window(window, values), SOURCE)
-        self._last[gpu] = out
-        return out, ""
+        status = self._integrator.window(gpu, SOURCE, _window(window, values))
+        self._last[gpu] = status
+        return status, ""
 
     @staticmethod
     def _failed(gpu: str, state: _DeviceState, reason: str, exc: Exception) -> None:
@@ -167,10 +153,10 @@ class GpmSource(SessionSource):
             log.warning("gpm_sampling_failed", gpu=gpu, reason=reason, error=str(exc))
             state.failed = reason
 
-    def _last_or_totals(self, gpu: str) -> list[Sample]:
-        """Between windows, repeat the last window's values so series do not flap."""
+    def _last_or_pending(self, gpu: str) -> ProfilingStatus:
+        """Between windows, repeat the last window (same sequence) so series do not flap."""
         last = self._last.get(gpu)
-        return list(last) if last else self._integrator.totals_only(gpu)
+        return last if last is not None else self._integrator.pending(gpu, SOURCE)
 
     def _probe(self, dh: DeviceHandle) -> tuple[bool, str]:
         nvml = self.session.nvml
@@ -250,6 +236,7 @@ def _window(seconds: float, values: dict[int, float]) -> ProfilingWindow:
 
 def _profiling_reason(nvml_reason: str) -> str:
     return {
+        "gpu_lost": "gpu_lost",
         "not_supported": "unsupported",
         "function_not_found": "unsupported",
         "version_mismatch": "unsupported",

@@ -25,9 +25,10 @@ from typing import Any
 
 import structlog
 
-from exporter.snapshot import Device, Sample, SnapshotStore, SourceResult
+from exporter.readings import Device, ProfilingStatus, ProfilingWindow
+from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
-from exporter.sources.dcgm_bindings import (
+from exporter.sources.profiling.dcgm_bindings import (
     CONNECTION_CODES,
     SHRINK_CODES,
     BindingsNotFound,
@@ -38,7 +39,7 @@ from exporter.sources.dcgm_bindings import (
     load_bindings,
     reason_for,
 )
-from exporter.sources.dcp_fields import (
+from exporter.sources.profiling.fields import (
     CUMULATIVE_FIELDS,
     MMA_CYCLES_ACTIVE_TOTAL,
     PCIE_RX_BYTES_TOTAL,
@@ -51,8 +52,8 @@ from exporter.sources.dcp_fields import (
     build_window,
     normalise_uuid,
 )
-from exporter.sources.profiling_metrics import ProfilingIntegrator, ProfilingWindow, unavailable
-from exporter.sources.profiling_select import ProfilingSelector
+from exporter.sources.profiling.integrator import ProfilingIntegrator
+from exporter.sources.profiling.select import ProfilingSelector
 
 log = structlog.get_logger("dcgm")
 
@@ -122,7 +123,7 @@ class _GpuState:
     polls_since_watch: int = 0
     last_ts: int = 0
     last_cumulative: dict[int, float] = field(default_factory=dict)
-    last: list[Sample] = field(default_factory=list)
+    last: ProfilingStatus | None = None
 
 
 @dataclass
@@ -137,7 +138,7 @@ class DcgmSource(BlockingSource):
 
     def __init__(
         self,
-        store: SnapshotStore,
+        inventory: Callable[[], tuple[Device, ...]],
         host_engine: str = "localhost:5555",
         *,
         interval: float = 1.0,
@@ -152,7 +153,7 @@ class DcgmSource(BlockingSource):
     ) -> None:
         self.interval = interval
         super().__init__()
-        self.store = store
+        self.inventory = inventory
         self.address = HostEngineAddress.parse(host_engine)
         self.connect_timeout = connect_timeout
         self.bindings_path = bindings_path
@@ -200,7 +201,7 @@ class DcgmSource(BlockingSource):
 
     def _wanted(self) -> list[Device]:
         out = []
-        for device in self.store.current.inventory:
+        for device in self.inventory():
             if not device.uuid:
                 continue
             if self.selector is not None and not self.selector.should_poll(SOURCE, device.gpu):
@@ -293,20 +294,21 @@ class DcgmSource(BlockingSource):
         self._retry_at = now + self._backoff
 
     def _down_result(self, devices: Iterable[Device]) -> SourceResult:
-        out: dict[str, tuple[Sample, ...]] = {}
+        out: dict[str, ProfilingStatus] = {}
         for device in devices:
             if self.selector is not None:
                 self.selector.report(SOURCE, device.gpu, False, self._down_reason)
                 if not self.selector.should_publish(SOURCE, device.gpu):
                     continue
-            out[device.gpu] = (
-                unavailable(SOURCE, self._down_reason),
-                *self._integrator.totals_only(device.gpu),
-            )
+            out[device.gpu] = self._integrator.unavailable(device.gpu, SOURCE, self._down_reason)
         if not self.required:
-            return SourceResult(source=SOURCE, devices=out, errors={self._down_reason: 1})
+            return SourceResult(source=SOURCE, profiling=out, errors={self._down_reason: 1})
         return SourceResult(
-            source=SOURCE, ok=False, reason=self._down_reason, error=self._down_error, devices=out
+            source=SOURCE,
+            ok=False,
+            reason=self._down_reason,
+            error=self._down_error,
+            profiling=out,
         )
 
     # polling -----------------------------------------------------------------------------------
@@ -319,15 +321,16 @@ class DcgmSource(BlockingSource):
             (d.gpu, self._states[d.gpu]) for d in devices if self._states[d.gpu].group is not None
         ]
         values = self._read(watched, now)
-        out: dict[str, tuple[Sample, ...]] = {}
+        out: dict[str, ProfilingStatus] = {}
         errors: dict[str, int] = {}
         for device in devices:
             state = self._states[device.gpu]
+            status: ProfilingStatus | None
             if state.group is not None and state.dcgm_id is not None:
-                rows = self._evaluate(device.gpu, state, values.get(state.dcgm_id, {}), now)
+                status = self._evaluate(device.gpu, state, values.get(state.dcgm_id, {}), now)
             else:
-                rows = self._unavailable_rows(device.gpu, state.reason)
-            if state.reason == "pending":
+                status = self._integrator.unavailable(device.gpu, SOURCE, state.reason)
+            if state.reason == "pending" or status is None:
                 continue
             if state.reason:
                 errors[state.reason] = errors.get(state.reason, 0) + 1
@@ -335,8 +338,8 @@ class DcgmSource(BlockingSource):
                 self.selector.report(SOURCE, device.gpu, not state.reason, state.reason)
                 if not self.selector.should_publish(SOURCE, device.gpu):
                     continue
-            out[device.gpu] = tuple(rows)
-        return SourceResult(source=SOURCE, devices=out, errors=errors)
+            out[device.gpu] = status
+        return SourceResult(source=SOURCE, profiling=out, errors=errors)
 
     def _watch(self, device: Device, state: _GpuState, now: float) -> None:
         b = self._bindings()
@@ -490,7 +493,7 @@ class DcgmSource(BlockingSource):
 
     def _evaluate(
         self, gpu: str, state: _GpuState, values: Mapping[int, _Value], now: float
-    ) -> list[Sample]:
+    ) -> ProfilingStatus | None:
         state.polls_since_watch += 1
         gauges = {f: values[f] for f in state.fields if f in values}
         good = {f: v for f, v in gauges.items() if v.value is not None}
@@ -502,7 +505,7 @@ class DcgmSource(BlockingSource):
                 and state.polls_since_watch <= GRACE_POLLS
                 and state.reason == "pending"
             ):
-                return []
+                return None
             detail = (
                 "no values from DCGM: profiling paused (dcgmProfPause, e.g. for Nsight), "
                 "another profiler, or the module still starting"
@@ -516,10 +519,10 @@ class DcgmSource(BlockingSource):
             elif now >= state.retry_at:  # re-watch: the profiler may be free again
                 self._drop_watch(state)
                 state.retry_at = now + self._next_backoff(state)
-            return self._unavailable_rows(gpu, reason)
+            return self._integrator.unavailable(gpu, SOURCE, reason)
         primary = SM_ACTIVE_FIELD if SM_ACTIVE_FIELD in good else min(good)
         ts = good[primary].ts
-        if ts == state.last_ts and state.last:
+        if ts == state.last_ts and state.last is not None:
             self._set(gpu, state, "", "")
             return state.last  # DCGM has not sampled again since the last poll
         gap = (ts - state.last_ts) / 1e6 if state.last_ts and ts > state.last_ts else 0.0
@@ -528,10 +531,10 @@ class DcgmSource(BlockingSource):
         window = self._apply_cumulative(state, values, gap, window)
         state.last_ts = ts
         state.backoff = 0.0
-        rows = self._integrator.samples(gpu, window, SOURCE)
-        state.last = rows
+        status = self._integrator.window(gpu, SOURCE, window)
+        state.last = status
         self._set(gpu, state, "", "")
-        return rows
+        return status
 
     def _apply_cumulative(
         self, state: _GpuState, values: Mapping[int, _Value], gap: float, window: ProfilingWindow
@@ -592,9 +595,6 @@ class DcgmSource(BlockingSource):
     def _next_backoff(self, state: _GpuState) -> float:
         state.backoff = min(max(state.backoff * 2, 1.0), MAX_BACKOFF)
         return state.backoff
-
-    def _unavailable_rows(self, gpu: str, reason: str) -> list[Sample]:
-        return [unavailable(SOURCE, reason), *self._integrator.totals_only(gpu)]
 
     def _drop_watch(self, state: _GpuState) -> None:
         group, state.group = state.group, None

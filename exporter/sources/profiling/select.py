@@ -14,9 +14,6 @@ from collections.abc import Sequence
 
 import structlog
 
-from exporter.snapshot import Sample
-from exporter.sources.profiling_metrics import ProfilingIntegrator, ProfilingWindow
-
 log = structlog.get_logger("profiling")
 
 
@@ -74,24 +71,3 @@ class ProfilingSelector:
         """The source serving ``gpu``; "" while undecided or when none can."""
         with self._lock:
             return self._owner.get(gpu, "")
-
-
-class SharedIntegrator(ProfilingIntegrator):
-    """One set of ``*_total`` counters for sources that take GPUs over from each other.
-
-    The counters carry no ``source`` label, so when DCGM hands a GPU to dcgm-exporter (or back)
-    the series must continue from where the previous source left it, not jump to the other
-    source's own count. Sources call it from their own threads, hence the lock.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def samples(self, gpu: str, window: ProfilingWindow, source: str) -> list[Sample]:
-        with self._lock:
-            return super().samples(gpu, window, source)
-
-    def totals_only(self, gpu: str) -> list[Sample]:
-        with self._lock:
-            return super().totals_only(gpu)
