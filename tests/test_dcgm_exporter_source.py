@@ -11,9 +11,9 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from exporter.snapshot import Device, SnapshotStore, SourceResult
-from exporter.sources.dcgm_exporter import DcgmExporterSource, parse
-from exporter.sources.profiling_select import ProfilingSelector
-from tests.support.samples import profiling_available, sample_value
+from exporter.sources.profiling.dcgm_exporter import DcgmExporterSource, parse
+from exporter.sources.profiling.select import ProfilingSelector
+from tests.support.profiling import profiling_available, sample_value
 
 UUID0 = "GPU-0f0e0d0c-aaaa-bbbb-cccc-000000000000"
 UUID1 = "GPU-1f1e1d1c-aaaa-bbbb-cccc-111111111111"
@@ -152,7 +152,7 @@ def available(result: SourceResult, gpu: str) -> tuple[float, str] | None:
 
 async def source(store: SnapshotStore, url: str, **kw: Any) -> DcgmExporterSource:
     kw.setdefault("clock", Clock())
-    src = DcgmExporterSource(store, url, interval=5.0, timeout=1.0, **kw)
+    src = DcgmExporterSource(lambda: store.current.inventory, url, interval=5.0, timeout=1.0, **kw)
     await src.start()
     return src
 
@@ -175,12 +175,14 @@ async def test_vocabulary_48(server, store) -> None:
     assert value(result, "0", "goodput_gpu_sm_active_seconds_total") == pytest.approx(0.4)
     assert available(result, "1") == (1.0, "")
     assert available(result, "1-2") == (0.0, "not_found")  # 4.8 page has no MIG rows
-    dev = result.extra["dcgm_exporter_device"]
-    assert dev["0"]["gpu_utilization_ratio"] == pytest.approx(0.97)
-    assert dev["0"]["memory_used_bytes"] == 1024 * 1024 * 1024
-    assert dev["0"]["sm_clock_hertz"] == pytest.approx(1.41e9)
-    assert dev["0"]["energy_joules"] == pytest.approx(5000.0)
-    assert result.extra["dcgm_exporter_vocabulary"] == "4.8"
+    # DEV rows are parsed into base units (they tell not_exported from not_found)
+    scrape = parse(V48)
+    dev = next(v for k, v in scrape.device.items() if k.startswith("0f0e"))
+    assert dev["gpu_utilization_ratio"] == pytest.approx(0.97)
+    assert dev["memory_used_bytes"] == 1024 * 1024 * 1024
+    assert dev["sm_clock_hertz"] == pytest.approx(1.41e9)
+    assert dev["energy_joules"] == pytest.approx(5000.0)
+    assert scrape.vocabulary == "4.8"
 
 
 async def test_vocabulary_49_and_mig_rows(server, store) -> None:
@@ -195,11 +197,12 @@ async def test_vocabulary_49_and_mig_rows(server, store) -> None:
                  pipe="hmma") == pytest.approx(0.005)
     assert value(result, "1-2", "goodput_gpu_sm_active_ratio") == pytest.approx(0.6)
     assert available(result, "1") == (0.0, "not_found")
-    dev = result.extra["dcgm_exporter_device"]
-    assert dev["0"]["gpu_util_ratio"] == pytest.approx(0.97)
-    assert dev["0"]["fb_used_bytes"] == 1073741824
-    assert dev["0"]["sm_clock_hertz"] == 1.41e9
-    assert result.extra["dcgm_exporter_vocabulary"] == "4.9"
+    scrape = parse(V49)
+    dev = next(v for k, v in scrape.device.items() if k.startswith("0f0e"))
+    assert dev["gpu_util_ratio"] == pytest.approx(0.97)
+    assert dev["fb_used_bytes"] == 1073741824
+    assert dev["sm_clock_hertz"] == 1.41e9
+    assert scrape.vocabulary == "4.9"
 
 
 def test_both_vocabularies_give_the_same_profiling_values() -> None:
@@ -265,13 +268,13 @@ async def test_auto_mode_only_gpus_nobody_else_serves(server, store) -> None:
     selector = ProfilingSelector(("gpm", "dcgm", "dcgm-exporter"))
     src = await source(store, server.url, selector=selector)
     try:
-        assert (await src.poll()).devices == {}
+        assert not (await src.poll()).profiling
         for gpu in ("0", "1", "1-2"):
             selector.report("gpm", gpu, gpu == "0", "" if gpu == "0" else "unsupported")
             selector.report("dcgm", gpu, False, "not_installed")
         result = await src.poll()
     finally:
         await src.close()
-    assert set(result.devices) == {"1", "1-2"}
+    assert set(result.profiling or {}) == {"1", "1-2"}
     assert selector.owner("1") == "dcgm-exporter"
     assert selector.owner("1-2") == ""

@@ -9,10 +9,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from exporter.snapshot import Device, SnapshotStore, SourceResult
-from exporter.sources.dcgm import DcgmSource, HostEngineAddress
-from exporter.sources.dcgm_bindings import load_bindings
-from exporter.sources.profiling_select import ProfilingSelector
-from tests.support.samples import profiling_available, sample_value
+from exporter.sources.profiling.dcgm import DcgmSource, HostEngineAddress
+from exporter.sources.profiling.dcgm_bindings import load_bindings
+from exporter.sources.profiling.select import ProfilingSelector
+from tests.support.profiling import profiling_available, sample_value
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())  # puts the fake modules on sys.path
@@ -57,7 +57,7 @@ def clock() -> Clock:
 
 def make(store: SnapshotStore, clock: Clock, host: str = "localhost:5555", **kw: Any) -> DcgmSource:
     kw.setdefault("required", True)
-    return DcgmSource(store, host, bindings_path=FAKE_DIR, clock=clock,
+    return DcgmSource(lambda: store.current.inventory, host, bindings_path=FAKE_DIR, clock=clock,
                       loader=lambda p: load_bindings(p, search_paths=()), **kw)
 
 
@@ -113,8 +113,8 @@ def test_no_new_dcgm_sample_repeats_without_integrating(engine, store, clock) ->
 
 @pytest.mark.parametrize("required", [True, False])
 def test_bindings_not_installed(tmp_path, engine, store, clock, required) -> None:
-    src = DcgmSource(store, bindings_path=str(tmp_path), clock=clock, required=required,
-                     loader=lambda p: load_bindings(p, search_paths=(str(tmp_path / "x"),)))
+    src = DcgmSource(lambda: store.current.inventory, bindings_path=str(tmp_path), clock=clock,
+                     required=required, loader=lambda p: load_bindings(p, search_paths=(str(tmp_path / "x"),)))
     with capture_logs() as logs:
         results = [step(src, engine, clock) for _ in range(3)]
     for r in results:
@@ -276,12 +276,12 @@ def test_connect_v2_unix_socket_and_embedded(engine, store, clock, monkeypatch) 
 def test_auto_mode_polls_only_gpus_gpm_declined(engine, store, clock) -> None:
     selector = ProfilingSelector(("gpm", "dcgm"))
     src = make(store, clock, selector=selector, required=False)
-    assert step(src, engine, clock).devices == {}  # GPM has not probed yet: wait
+    assert not step(src, engine, clock).profiling  # GPM has not probed yet: wait
     assert not any(c[0].startswith("dcgmConnect") for c in engine.calls)
     selector.report("gpm", "0", True)
     selector.report("gpm", "1", False, "unsupported")
     result = step(src, engine, clock)
-    assert set(result.devices) == {"1"}
+    assert set(result.profiling or {}) == {"1"}
     assert selector.owner("1") == "dcgm" and selector.owner("0") == "gpm"
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 import subprocess
 
+from exporter.metrics.catalog import load_all
+from exporter.metrics.render import SnapshotCollector
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.metrics.catalog import load_all
-from exporter.metrics.render import SnapshotCollector
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.snapshot import SnapshotStore
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.xid import XidSource
 from tests.support.prometheus import require
 

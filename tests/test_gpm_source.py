@@ -8,16 +8,14 @@ from structlog.testing import capture_logs
 
 from exporter.sim import fake_nvml
 from exporter.snapshot import SourceResult
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.gpm import GpmSource
 from tests.conftest import make_node
+from tests.support.profiling import sample_value
 
 
 def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | None:
-    for s in result.devices.get(gpu, ()):
-        if s.name == name and set(match.items()) <= set(s.labels):
-            return s.value
-    return None
+    return sample_value(result, gpu, name, **match)
 
 
 def run(nvml, clock, windows: int, dt: float = 1.0) -> tuple[GpmSource, SourceResult]:
@@ -111,7 +109,7 @@ def test_lost_gpu_keeps_counters_and_other_gpus(sim, clock):
     total = value(before, "7", "goodput_gpu_sm_active_seconds_total")
     clock.advance(90.0)
     result = source.collect()
-    assert value(result, "7", "goodput_gpu_profiling_available", reason="error") == 0.0
+    assert value(result, "7", "goodput_gpu_profiling_available", reason="gpu_lost") == 0.0
     assert value(result, "7", "goodput_gpu_sm_active_seconds_total") == total
     assert value(result, "2", "goodput_gpu_sm_active_ratio") > 0.9
 

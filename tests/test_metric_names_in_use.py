@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from exporter.metrics.catalog import load_all
+
 from tests.conftest import REPO
 
 NAME = re.compile(r"\bgoodput_[a-z0-9_]+")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 
-from exporter.config import ModelConfig
 from exporter.model.source import ModelSource
+
+from exporter.config import ModelConfig
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import LOST_AFTER_SECONDS
 from exporter.snapshot import SnapshotStore, SourceResult
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.gpm import GpmSource
 
 # What an expert names each simulated workload (notes/names.md).
 EXPECTED = {

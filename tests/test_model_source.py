@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from exporter.metrics.catalog import load_all
+from exporter.metrics.render import SnapshotCollector
+from exporter.model.source import ModelSource, build_sources
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import ModelConfig, Settings
-from exporter.metrics.catalog import load_all
-from exporter.metrics.render import SnapshotCollector
 from exporter.model.core import REGIMES
-from exporter.model.source import ModelSource, build_sources
 from exporter.snapshot import Device, Sample, SnapshotStore, SourceResult, labels
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -10,13 +10,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from exporter import config
-from exporter.snapshot import Device, SnapshotStore, SourceResult
-from exporter.sources.dcgm import DcgmSource
-from exporter.sources.dcgm_bindings import load_bindings
-from exporter.sources.gpm import GpmSource
+from exporter.readings import Device
+from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle
-from exporter.sources.profiling_select import ProfilingSelector
-from exporter.sources.profiling_sources import ProfilingOffSource, build_profiling_sources
+from exporter.sources.profiling.build import ProfilingOffSource, build_profiling_sources
+from exporter.sources.profiling.dcgm import DcgmSource
+from exporter.sources.profiling.dcgm_bindings import load_bindings
+from exporter.sources.profiling.families import AVAILABILITY
+from exporter.sources.profiling.gpm import GpmSource
+from exporter.sources.profiling.select import ProfilingSelector
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())
@@ -53,15 +55,21 @@ def _session() -> SimpleNamespace:
     )
 
 
-def _store() -> SnapshotStore:
-    store = SnapshotStore("n1")
-    store.publish(SourceResult(source="nvml", inventory=(Device("0", H100), Device("1", A100))))
-    return store
+INVENTORY = (Device("0", H100), Device("1", A100))
+
+
+def _inventory() -> tuple[Device, ...]:
+    return INVENTORY
 
 
 def _rows(result: SourceResult, gpu: str) -> list[tuple[str, float, dict[str, str]]]:
-    return [(s.name, s.value, dict(s.labels)) for s in result.devices.get(gpu, ())
-            if s.name == "goodput_gpu_profiling_available"]
+    """goodput_gpu_profiling_available as /metrics shows it for this backend's status."""
+    status = (result.profiling or {}).get(gpu)
+    if status is None:
+        return []
+    fam = AVAILABILITY.families[0]
+    return [(fam.name, v, dict(zip(fam.labels, labels, strict=True)))
+            for labels, v in fam.rows((status,))]
 
 
 @pytest.mark.parametrize(("mode", "extra", "names"), [
@@ -75,7 +83,7 @@ def _rows(result: SourceResult, gpu: str) -> list[tuple[str, float, dict[str, st
 ])
 def test_modes_build_their_sources(mode: str, extra: dict[str, Any], names: list[str]) -> None:
     settings = config.build({"profiling": {"mode": mode, **extra}}, environ={})
-    sources = build_profiling_sources(settings, _session(), _store())
+    sources = build_profiling_sources(settings, _session(), _inventory)
     assert [s.name for s in sources] == names
     dcgm = [s for s in sources if isinstance(s, DcgmSource)]
     if dcgm:
@@ -85,13 +93,13 @@ def test_modes_build_their_sources(mode: str, extra: dict[str, Any], names: list
 def test_auto_fallbacks_share_their_counters() -> None:
     settings = config.build({"profiling": {"dcgm_exporter_url": "http://localhost:9400/m"}},
                             environ={})
-    _, dcgm, exporter = build_profiling_sources(settings, _session(), _store())
+    _, dcgm, exporter = build_profiling_sources(settings, _session(), _inventory)
     assert dcgm._integrator is exporter._integrator  # type: ignore[attr-defined]
 
 
 def test_auto_never_starts_an_embedded_engine() -> None:
     settings = config.build({"profiling": {"dcgm_host_engine": "embedded"}}, environ={})
-    dcgm = next(s for s in build_profiling_sources(settings, _session(), _store())
+    dcgm = next(s for s in build_profiling_sources(settings, _session(), _inventory)
                 if isinstance(s, DcgmSource))
     assert dcgm.address.kind == "tcp"
 
@@ -107,16 +115,16 @@ def test_config_from_environment() -> None:
 
 
 async def test_off_says_so_per_gpu() -> None:
-    result = await ProfilingOffSource(_store()).poll()
+    result = await ProfilingOffSource(_inventory).poll()
     assert _rows(result, "1") == [("goodput_gpu_profiling_available", 0.0,
                                    {"source": "none", "reason": "off"})]
 
 
 def test_mixed_node_gpm_on_hopper_dcgm_on_ampere() -> None:
     fake_dcgm_engine.ENGINE = FakeHostEngine(gpus=[FakeGpu(0, A100, {1002: 0.7})])
-    store, selector = _store(), ProfilingSelector(("gpm", "dcgm"))
+    selector = ProfilingSelector(("gpm", "dcgm"))
     gpm = GpmSource(_session(), selector=selector)  # type: ignore[arg-type]
-    dcgm = DcgmSource(store, bindings_path=FAKE_DIR, selector=selector,
+    dcgm = DcgmSource(_inventory, bindings_path=FAKE_DIR, selector=selector,
                       loader=lambda p: load_bindings(p, search_paths=()))
     with capture_logs() as logs:
         g1 = gpm.collect()
@@ -126,10 +134,10 @@ def test_mixed_node_gpm_on_hopper_dcgm_on_ampere() -> None:
         d2 = dcgm.collect()
     assert _rows(g1, "1") == [("goodput_gpu_profiling_available", 0.0,
                                {"source": "gpm", "reason": "unsupported"})]
-    assert set(d1.devices) == {"1"}  # DCGM never touches the H100
+    assert set(d1.profiling or {}) == {"1"}  # DCGM never touches the H100
     assert _rows(d2, "1") == [("goodput_gpu_profiling_available", 1.0,
                                {"source": "dcgm", "reason": ""})]
-    assert g2.devices["1"] == ()  # GPM steps aside once DCGM serves GPU 1
+    assert "1" not in (g2.profiling or {})  # GPM steps aside once DCGM serves GPU 1
     assert selector.owner("0") == "gpm" and selector.owner("1") == "dcgm"
     chosen = [e for e in logs if e["event"] == "profiling_source_selected"]
     assert [(e["gpu"], e["source"]) for e in chosen] == [("0", "gpm"), ("1", "dcgm")]

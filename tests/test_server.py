@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp.test_utils import TestClient, TestServer
+from exporter.metrics.render import ExpositionCache
 from prometheus_client import CollectorRegistry
 
 from exporter.config import build as build_settings
 from exporter.daemon import build
-from exporter.metrics.render import ExpositionCache
 from exporter.server import build_app
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.nvml_session import NvmlSession

@@ -15,15 +15,16 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from exporter.config import ModelConfig
 from exporter.metrics.catalog import CATALOG, load_all
 from exporter.metrics.render import SnapshotCollector
 from exporter.model.source import ModelSource
+
+from exporter.config import ModelConfig
 from exporter.sim.fake_nvml import simulated_node
 from exporter.snapshot import SnapshotStore
-from exporter.sources.gpm import GpmSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.gpm import GpmSource
 
 Key = tuple[tuple[str, str], ...]
 
