@@ -114,7 +114,8 @@ def test_no_new_dcgm_sample_repeats_without_integrating(engine, store, clock) ->
 @pytest.mark.parametrize("required", [True, False])
 def test_bindings_not_installed(tmp_path, engine, store, clock, required) -> None:
     src = DcgmSource(lambda: store.current.inventory, bindings_path=str(tmp_path), clock=clock,
-                     required=required, loader=lambda p: load_bindings(p, search_paths=(str(tmp_path / "x"),)))
+                     required=required,
+                     loader=lambda p: load_bindings(p, search_paths=(str(tmp_path / "x"),)))
     with capture_logs() as logs:
         results = [step(src, engine, clock) for _ in range(3)]
     for r in results:
