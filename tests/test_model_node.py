@@ -1,0 +1,266 @@
+"""The node model on hand-built typed snapshots: what it concludes, how it degrades, and the
+verdicts that depend on several GPUs at once (a job's straggler and its waiting peers)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.config import ModelConfig
+from exporter.metrics.encode import Encoder
+from exporter.metrics.families import erase
+from exporter.model import families as model_families
+from exporter.model.node import NodeModel
+from exporter.readings import (
+    ContainerGpus,
+    Device,
+    GpuState,
+    GpuVerdict,
+    NodeVerdicts,
+    PodAssignments,
+    ProfilingStatus,
+    ProfilingWindow,
+    ServedModel,
+    ServingState,
+)
+from exporter.snapshot import SnapshotStore, SourceResult
+
+H100 = "NVIDIA H100 80GB HBM3"
+CFG = ModelConfig(model_parameters={"llama-8b": 8e9})
+
+GEMM = ProfilingWindow(1.0, graphics_active=1.0, sm_active=0.97, sm_occupancy=0.42,
+                       tensor_active=0.86, dram_active=0.38)
+TINY = ProfilingWindow(1.0, graphics_active=0.99, sm_active=0.04, sm_occupancy=0.01,
+                       tensor_active=0.0, dram_active=0.02)
+ZEROS = ProfilingWindow(1.0, graphics_active=0.0, sm_active=0.0, sm_occupancy=0.0,
+                        tensor_active=0.0, dram_active=0.0)
+# A 2-GPU all-reduce with one rank given 3x the compute (measured on an H200 pair).
+WAITING = ProfilingWindow(1.0, graphics_active=0.98, sm_active=0.28, sm_occupancy=0.06,
+                          tensor_active=0.13, dram_active=0.05,
+                          nvlink_bytes_per_second=(("rx", 8e9), ("tx", 8e9)))
+STRAGGLER = ProfilingWindow(1.0, graphics_active=0.98, sm_active=0.92, sm_occupancy=0.4,
+                            tensor_active=0.89, dram_active=0.2,
+                            nvlink_bytes_per_second=(("rx", 8e9), ("tx", 8e9)))
+BALANCED = ProfilingWindow(1.0, graphics_active=0.99, sm_active=0.78, sm_occupancy=0.35,
+                           tensor_active=0.7, dram_active=0.2,
+                           nvlink_bytes_per_second=(("rx", 35e9), ("tx", 35e9)))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Node:
+    """Publishes typed NVML, profiling and serving results the way the real sources do."""
+
+    gpus: tuple[str, ...] = ("0",)
+    devices: tuple[Device, ...] = ()
+    pods: PodAssignments | None = None
+    store: SnapshotStore = field(default_factory=lambda: SnapshotStore("node-a"))
+    clock: Clock = field(default_factory=Clock)
+    model: NodeModel = field(init=False)
+    t: float = 0.0
+    sequence: int = 0
+    energy: float = 0.0
+    tokens: float = 0.0
+    flops: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.model = NodeModel(CFG, clock=self.clock)
+        if not self.devices:
+            self.devices = tuple(Device(g, f"GPU-{g}", H100) for g in self.gpus)
+        if self.pods is not None:
+            self.store.publish(SourceResult(source="kubelet", pods=self.pods))
+
+    def step(
+        self,
+        windows: Mapping[str, ProfilingWindow | None] | ProfilingWindow | None = GEMM,
+        *,
+        util: float = 1.0,
+        power: float = 500.0,
+        move: bool = True,
+        tokens_per_second: float | None = None,
+        flops_per_second: float | None = None,
+        waiting: float = 0.0,
+    ) -> NodeVerdicts:
+        self.t += 1.0
+        self.energy += power
+        if not isinstance(windows, Mapping):
+            windows = dict.fromkeys((d.gpu for d in self.devices), windows)
+        state = GpuState(utilization=util, power_watts=power, power_limit_watts=700.0,
+                         energy_joules=self.energy, memory_used_bytes=70e9,
+                         memory_total_bytes=80e9, process_count=1)
+        self.store.publish(SourceResult(source="nvml", timestamp=self.t,
+                                        inventory=self.devices,
+                                        gpus={d.gpu: state for d in self.devices}))
+        if move:
+            self.sequence += 1
+        profiling = {
+            gpu: ProfilingStatus("gpm", w is not None, "" if w else "unsupported", window=w,
+                                 sequence=self.sequence)
+            for gpu, w in windows.items()
+        }
+        self.store.publish(SourceResult(source="gpm", timestamp=self.t, profiling=profiling))
+        if tokens_per_second is not None:
+            self.tokens += tokens_per_second
+            if flops_per_second is not None:
+                self.flops += flops_per_second
+            served = ServedModel(
+                "llama-8b", "vllm",
+                tokens=(("prompt", self.tokens * 0.25), ("generation", self.tokens * 0.75)),
+                requests_running=8.0, requests_waiting=waiting,
+                flops=self.flops if flops_per_second is not None else None,
+            )
+            self.store.publish(SourceResult(
+                source="serving", timestamp=self.t,
+                serving=ServingState(gpus={d.gpu: (served,) for d in self.devices})))
+        self.clock.now += 1.0
+        verdicts = self.model.step(self.store.current, 1.0)
+        self.store.publish_verdicts(verdicts)
+        return verdicts
+
+    def run(self, n: int, *args: object, **kw: object) -> NodeVerdicts:
+        for _ in range(n):
+            out = self.step(*args, **kw)  # type: ignore[arg-type]
+        return out
+
+
+def one(v: NodeVerdicts, gpu: str = "0") -> GpuVerdict:
+    return v.gpus[gpu]
+
+
+def test_compute_bound_and_no_serving_gauges_without_serving() -> None:
+    v = one(Node().run(4, GEMM))
+    assert v.regime == "compute_bound" and not v.busy_unproductive
+    assert not v.profiling_stale and (v.efficiency_score or 0) > 0.7
+    assert v.mfu is None and v.joules_per_token is None and v.tokens_per_sm_second is None
+
+
+def test_hollow_gpu_flagged_and_seconds_counted() -> None:
+    node = Node()
+    v = one(node.run(3, TINY))
+    assert v.hollow_busy and v.regime == "launch_bound"
+    assert v.hollow_utilization == pytest.approx(0.95)
+    first = v.busy_unproductive_seconds
+    assert one(node.run(2, TINY)).busy_unproductive_seconds == first + 2.0
+
+
+def test_serving_rates_from_counters() -> None:
+    v = one(Node().run(4, GEMM, power=600.0, tokens_per_second=2000.0))
+    # 1500 generated tokens/s (kind=generation), 2000 tokens/s in all
+    assert v.joules_per_token == pytest.approx(600.0 / 1500.0)
+    assert v.tokens_per_sm_second == pytest.approx(1500.0 / 0.97)
+    assert v.mfu == pytest.approx(2000.0 * 16e9 / 989.4e12)
+
+
+def test_engine_flops_counter_preferred() -> None:
+    v = one(Node().run(4, GEMM, tokens_per_second=2000.0, flops_per_second=98.94e12))
+    assert v.mfu == pytest.approx(0.1)
+
+
+def test_busy_no_output_and_no_joules_per_token_without_tokens() -> None:
+    v = one(Node().run(5, GEMM, tokens_per_second=0.0))
+    assert v.busy_no_output
+    assert v.joules_per_token is None  # never infinite, never a stale value
+
+
+def test_joules_per_token_does_not_outlive_the_load() -> None:
+    node = Node()
+    assert one(node.run(4, GEMM, tokens_per_second=2000.0)).joules_per_token is not None
+    after = one(node.step(ZEROS, util=0.0, power=120.0, tokens_per_second=0.0))
+    assert after.joules_per_token is None and after.tokens_per_sm_second is None
+
+
+def test_silent_zeros_reported_as_stale_not_hollow() -> None:
+    v = one(Node().run(5, ZEROS, util=0.98, power=520.0))
+    assert v.profiling_stale and v.regime == "unknown"
+    assert not v.busy_unproductive and v.hollow_utilization is None
+
+
+def test_counters_that_stop_moving_go_stale() -> None:
+    node = Node()
+    node.run(4, TINY)
+    assert not one(node.run(20, TINY, move=False)).profiling_stale  # 20 s < 30 s
+    v = one(node.run(15, TINY, move=False))
+    assert v.profiling_stale and v.regime == "unknown" and not v.hollow_busy
+
+
+def test_profiling_unavailable_is_unknown() -> None:
+    v = one(Node().run(4, None))
+    assert v.regime == "unknown" and not v.profiling_stale and v.efficiency_score is None
+
+
+def test_non_finite_input_is_an_error_not_a_nan() -> None:
+    node = Node()
+    node.run(3, GEMM)
+    bad = GpuState(utilization=math.nan, power_watts=500.0)
+    node.store.publish(SourceResult(source="nvml", inventory=node.devices, gpus={"0": bad}))
+    verdicts = node.model.step(node.store.current, 1.0)
+    assert verdicts.errors["non_finite_input"] == 1
+    v = one(verdicts)
+    for number in (v.efficiency_score, v.hollow_utilization, v.mfu, v.joules_per_token):
+        assert number is None or math.isfinite(number)
+
+
+def test_exposition_renders_without_nan() -> None:
+    node = Node()
+    node.run(4, TINY, tokens_per_second=50.0)
+    encoder = Encoder([erase(model_families.GPU), erase(model_families.NODE)],
+                      CollectorRegistry(auto_describe=False))
+    text = encoder.encode(node.store.current).decode()
+    assert 'goodput_gpu_regime{gpu="0",node="node-a",regime="launch_bound"} 1' in text
+    assert "goodput_gpu_busy_unproductive_seconds_total{" in text
+    assert "NaN" not in text and "Inf" not in text
+
+
+# verdicts that need the whole node -------------------------------------------------------------
+def job(*gpus: str, pod: str = "train-0") -> PodAssignments:
+    return PodAssignments((ContainerGpus("ml", pod, "main", "nvidia.com/gpu",
+                                         tuple(f"GPU-{g}" for g in gpus), gpus),))
+
+
+def test_waiting_rank_is_comm_wait_and_its_peer_the_straggler() -> None:
+    """A verdict that depends on two GPUs' readings: the same window on GPU 0 means
+    'waiting on GPU 1' only because GPU 1 of the same pod works hard."""
+    node = Node(gpus=("0", "1"), pods=job("0", "1"))
+    verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
+    assert verdicts.gpus["0"].regime == "comm_wait"
+    assert verdicts.gpus["1"].regime == "compute_bound"
+    assert not verdicts.gpus["0"].busy_unproductive  # waiting is not hollow work
+    assert verdicts.gpus["0"].peers == ("1",) and verdicts.gpus["1"].peers == ("0",)
+    (j,) = verdicts.jobs
+    assert (j.namespace, j.job, j.gpus, j.straggler) == ("ml", "train-0", ("0", "1"), "1")
+
+
+def test_balanced_all_reduce_has_no_straggler_and_no_flag() -> None:
+    node = Node(gpus=("0", "1"), pods=job("0", "1"))
+    verdicts = node.run(6, {"0": BALANCED, "1": BALANCED})
+    assert [j.straggler for j in verdicts.jobs] == [""]
+    assert not any(v.busy_unproductive for v in verdicts.gpus.values())
+    assert {v.regime for v in verdicts.gpus.values()} == {"compute_bound"}
+
+
+def test_gpus_of_different_pods_are_not_one_job() -> None:
+    pods = PodAssignments(job("0", pod="a").containers + job("1", pod="b").containers)
+    verdicts = Node(gpus=("0", "1"), pods=pods).run(4, {"0": TINY, "1": STRAGGLER})
+    assert verdicts.jobs == ()
+    assert verdicts.gpus["0"].regime == "launch_bound" and verdicts.gpus["0"].hollow_busy
+
+
+def test_mig_slice_uses_its_own_peak() -> None:
+    whole = Device("0", "GPU-0", H100)
+    mig = Device("0-1", "MIG-1", f"{H100} MIG 1g.10gb", parent_uuid="GPU-0",
+                 gpu_instance_id="1", compute_instance_id="0", mig_profile="1g.10gb")
+    full = one(Node(devices=(whole,)).run(4, GEMM, tokens_per_second=2000.0)).mfu
+    slice_ = one(Node(devices=(mig,)).run(4, GEMM, tokens_per_second=2000.0), "0-1").mfu
+    assert full is not None and slice_ is not None
+    assert slice_ == pytest.approx(full * 7)  # a 1g slice has 1/7 of the GPU's SMs
