@@ -82,7 +82,7 @@ def build(ctx: Ctx) -> dash.Dashboard:
     )
     board.with_row(dash.Row("Clocks and throttling"))
     board.with_panel(series(
-        ctx, "SM clock", "hertz",
+        ctx, "SM clock (needs --extended-metrics)", "hertz",
         (f'goodput_gpu_clock_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}}"),
         (f'goodput_gpu_clock_max_hertz{{{GPU}, domain="sm"}}', "gpu {{gpu}} max")))
     board.with_panel(series(
