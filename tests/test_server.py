@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 from aiohttp.test_utils import TestClient, TestServer
-from exporter.metrics.render import ExpositionCache
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import collectors
+from exporter.config import Settings
 from exporter.config import build as build_settings
 from exporter.daemon import build
+from exporter.metrics.cache import ExpositionCache
+from exporter.metrics.encode import Encoder
+from exporter.readings import Device, GpuState
 from exporter.server import build_app
-from exporter.snapshot import Device, SnapshotStore, SourceResult
+from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml_session import NvmlSession
 
 
@@ -26,7 +32,7 @@ async def client_for(nvml, **flags) -> tuple[TestClient, object]:
 
 
 async def wait_ready(client: TestClient) -> None:
-    for _ in range(100):
+    for _ in range(200):
         if (await client.get("/readyz")).status == 200:
             return
         await asyncio.sleep(0.05)
@@ -47,16 +53,51 @@ async def test_endpoints(sim):
         assert om.headers["Content-Type"].startswith("application/openmetrics-text")
         assert (await om.text()).rstrip().endswith("# EOF")
         state = await (await client.get("/debug/state")).json()
-        assert len(state["inventory"]) == 8 and "nvml" in state["sources"]
+        assert state["node"] == "node-a" and "nvml" in state["sources"]
+        assert len(state["sources"]["nvml"]["inventory"]) == 8
         landing = await (await client.get("/")).text()
         assert 'href="metrics"' in landing
     finally:
         await client.close()
 
 
+async def test_gzip_is_honoured_and_the_same_exposition(sim):
+    client, _ = await client_for(sim)
+    try:
+        await wait_ready(client)
+        zipped = await client.get("/metrics", headers={"Accept-Encoding": "gzip"},
+                                  auto_decompress=False)
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert "Accept-Encoding" in zipped.headers["Vary"]
+        body = gzip.decompress(await zipped.read()).decode()
+        assert 'goodput_gpu_up{gpu="0",node="node-a"' in body
+        plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert "Content-Encoding" not in plain.headers
+    finally:
+        await client.close()
+
+
+async def test_debug_state_can_be_switched_off(sim):
+    client, _ = await client_for(sim, debug_state=False)
+    try:
+        assert (await client.get("/debug/state")).status == 404
+        assert (await client.get("/healthz")).status == 200
+    finally:
+        await client.close()
+
+
+def _bare(store: SnapshotStore) -> ExpositionCache:
+    settings = Settings(simulate=True)
+    encoder = Encoder(collectors.families(collectors.REGISTRY, settings),
+                      CollectorRegistry(auto_describe=False))
+    cache = ExpositionCache(encoder, lambda: store.current)
+    store.subscribe(cache.published)
+    return cache
+
+
 async def test_not_ready_with_reason_until_a_gpu_poll_succeeds():
     store = SnapshotStore("node-a", ready_sources=["nvml"])
-    app = build_app(store, ExpositionCache(CollectorRegistry(), store), "simulated")
+    app = build_app(store, _bare(store), "simulated")
     client = TestClient(TestServer(app))
     await client.start_server()
     try:
@@ -73,3 +114,46 @@ async def test_not_ready_with_reason_until_a_gpu_poll_succeeds():
         assert (await client.get("/readyz")).status == 200
     finally:
         await client.close()
+
+
+async def test_concurrent_scrapes_during_publishes_are_always_complete():
+    """Scrapes racing a publisher that swaps snapshots as fast as it can: every body parses
+    and holds one consistent snapshot (all GPUs of one poll, never a torn mix)."""
+    store = SnapshotStore("node-a", ready_sources=["nvml"])
+    cache = _bare(store)
+    cache.start()
+    devices = tuple(Device(str(i), f"GPU-{i}") for i in range(8))
+    stop = asyncio.Event()
+
+    async def publisher() -> int:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            state = GpuState(utilization=(n % 100) / 100, power_watts=float(n))
+            store.publish(SourceResult(source="nvml", inventory=devices,
+                                       gpus={d.gpu: state for d in devices}))
+            await asyncio.sleep(0)
+        return n
+
+    client = TestClient(TestServer(build_app(store, cache, "simulated")))
+    await client.start_server()
+    try:
+        task = asyncio.create_task(publisher())
+
+        async def scrape() -> None:
+            for _ in range(10):
+                text = await (await client.get("/metrics")).text()
+                powers = {
+                    s.value
+                    for f in text_string_to_metric_families(text)
+                    for s in f.samples
+                    if s.name == "goodput_gpu_power_watts"
+                }
+                assert len(powers) <= 1, powers  # one snapshot per body
+
+        await asyncio.gather(*(scrape() for _ in range(20)))
+        stop.set()
+        assert await task > 0
+    finally:
+        await client.close()
+        cache.stop()
