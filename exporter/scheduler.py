@@ -23,6 +23,9 @@ log = structlog.get_logger("scheduler")
 
 FIRST_POLL_WAIT = 5.0
 """Seconds the other sources wait for the inventory sources' first poll at start."""
+CLOSE_TIMEOUT = 2.0
+"""Seconds one source may take to close at shutdown: a wedged library call (its thread is
+stuck in NVML or DCGM) must not keep the process from exiting."""
 
 AfterPublish = Callable[[SourceResult], None]
 """Called on the event loop after each publish (the daemon runs the model from it)."""
@@ -74,7 +77,9 @@ class Scheduler:
                 await task
         for source in self.sources:
             try:
-                await source.close()
+                await asyncio.wait_for(source.close(), CLOSE_TIMEOUT)
+            except TimeoutError:
+                log.warning("source_close_timed_out", source=source.name, seconds=CLOSE_TIMEOUT)
             except Exception as exc:  # a broken close must not block shutdown
                 log.warning("source_close_failed", source=source.name, error=str(exc))
 

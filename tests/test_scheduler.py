@@ -1,23 +1,34 @@
-"""One failing source never stops the others; failures are counted and logged once."""
+"""The scheduler: one failing or wedged source never stops the others; failures are counted
+and logged once; stop() is bounded and nothing is published after it. No test sleeps and
+hopes: each waits on a condition with a deadline."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Callable
 
+import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from exporter import scheduler as scheduler_module
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.scheduler import Scheduler
 from exporter.snapshot import SnapshotStore, SourceResult
-from exporter.sources.base import Source
+from exporter.sources.base import BlockingSource, Source
 
 
-class Good(Source):
-    name = "good"
+class Counting(Source):
     interval = 0.01
 
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.polls = 0
+
     async def poll(self) -> SourceResult:
+        self.polls += 1
         return SourceResult(source=self.name)
 
 
@@ -29,25 +40,121 @@ class Broken(Source):
         raise RuntimeError("boom")
 
 
-async def test_broken_source_is_isolated():
+class Wedged(BlockingSource):
+    """A library call that never returns (a hung driver call) on its own thread."""
+
+    name = "wedged"
+    interval = 0.01
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def collect(self) -> SourceResult:
+        self.entered.set()
+        self.release.wait(30)
+        return SourceResult(source=self.name)
+
+
+class FailsToStart(Counting):
+    async def start(self) -> None:
+        raise OSError("no such device")
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(0.005)
+
+
+def make(*sources: Source) -> tuple[Scheduler, SnapshotStore, CollectorRegistry]:
     store = SnapshotStore("n")
     registry = CollectorRegistry()
-    scheduler = Scheduler([Broken(), Good()], store, SelfMetrics(registry, "n"))
+    return Scheduler(list(sources), store, SelfMetrics(registry, "n")), store, registry
+
+
+async def test_broken_source_is_isolated_counted_and_logged_once() -> None:
+    good = Counting("good")
+    scheduler, store, registry = make(Broken(), good)
     with capture_logs() as logs:
         await scheduler.start()
-        await asyncio.sleep(0.2)
+
+        def errors() -> float:
+            return registry.get_sample_value(
+                "goodput_exporter_source_errors_total",
+                {"node": "n", "source": "broken", "reason": "exception"},
+            ) or 0.0
+
+        await until(lambda: errors() >= 3 and good.polls >= 3)
         await scheduler.stop()
     snap = store.current
     assert snap.results["good"].ok
     assert not snap.results["broken"].ok
     assert snap.results["broken"].error == "RuntimeError: boom"
-    errors = registry.get_sample_value(
-        "goodput_exporter_source_errors_total",
-        {"node": "n", "source": "broken", "reason": "exception"},
-    )
-    assert errors and errors >= 3
     assert len([e for e in logs if e["event"] == "source_failed"]) == 1
-    assert (
-        registry.get_sample_value("goodput_exporter_source_up", {"node": "n", "source": "good"})
-        == 1
+    up = registry.get_sample_value("goodput_exporter_source_up", {"node": "n", "source": "good"})
+    assert up == 1
+
+
+async def test_wedged_source_stalls_only_itself_and_stop_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler_module, "CLOSE_TIMEOUT", 0.2)
+    wedged, good = Wedged(), Counting("good")
+    scheduler, store, _ = make(wedged, good)
+    await scheduler.start()
+    await until(wedged.entered.is_set)
+    before = good.polls
+    await until(lambda: good.polls >= before + 20)  # keeps polling while the other hangs
+    assert "wedged" not in store.current.results
+    started = time.monotonic()
+    with capture_logs() as logs:
+        await scheduler.stop()
+    assert time.monotonic() - started < 2.0
+    assert any(e["event"] == "source_close_timed_out" for e in logs)
+    wedged.release.set()
+
+
+async def test_nothing_is_published_after_stop() -> None:
+    good = Counting("good")
+    scheduler, store, _ = make(good)
+    await scheduler.start()
+    await until(lambda: good.polls >= 2)
+    await scheduler.stop()
+    version, polls = store.current.version, good.polls
+    await asyncio.sleep(0.05)  # several intervals: a leaked task would have polled
+    assert (store.current.version, good.polls) == (version, polls)
+
+
+async def test_failed_start_is_counted_and_the_source_still_polls() -> None:
+    source = FailsToStart("flaky")
+    scheduler, _, registry = make(source)
+    await scheduler.start()
+    await until(lambda: source.polls >= 2)
+    await scheduler.stop()
+    failed = registry.get_sample_value(
+        "goodput_exporter_source_errors_total",
+        {"node": "n", "source": "flaky", "reason": "start_failed"},
     )
+    assert failed == 1
+
+
+async def test_after_publish_failure_does_not_stop_polling() -> None:
+    good = Counting("good")
+    store = SnapshotStore("n")
+    registry = CollectorRegistry()
+
+    def explode(_: SourceResult) -> None:
+        raise ValueError("model bug")
+
+    scheduler = Scheduler([good], store, SelfMetrics(registry, "n"), after_publish=explode)
+    await scheduler.start()
+    await until(lambda: good.polls >= 3)
+    await scheduler.stop()
+    model_errors = registry.get_sample_value(
+        "goodput_exporter_source_errors_total",
+        {"node": "n", "source": "model", "reason": "exception"},
+    )
+    assert model_errors and model_errors >= 3
