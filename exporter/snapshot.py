@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+import structlog
+
 from exporter.readings import (
     Availability,
     Device,
@@ -176,6 +178,7 @@ def _plain(value: Any) -> Any:
 
 
 Listener = Callable[[Snapshot], None]
+_log = structlog.get_logger("snapshot")
 
 
 class SnapshotStore:
@@ -233,5 +236,10 @@ class SnapshotStore:
         return new
 
     def _notify(self, snapshot: Snapshot) -> None:
+        """Tell every listener; one that raises is logged and skipped, never the publisher's
+        problem (a poll task that died here would stop its source for good)."""
         for listener in self._listeners:
-            listener(snapshot)
+            try:
+                listener(snapshot)
+            except Exception as exc:
+                _log.error("snapshot_listener_failed", error=f"{type(exc).__name__}: {exc}")
