@@ -1,0 +1,75 @@
+"""The collector registry: every collector can be switched off by flag, environment or file,
+and then neither its sources run nor its families are served; --help names each."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter import cli, collectors
+from exporter.config import build
+from exporter.daemon import build as build_daemon
+from exporter.sim.fake_nvml import simulated_node
+from exporter.sources.nvml_session import NvmlSession
+from tests.conftest import REPO
+
+ON_FOR = {  # settings that switch a default-off collector on
+    "kubelet": {"kubernetes": {"enabled": True}},
+    "cgroup": {"kubernetes": {"enabled": True, "processes": True}},
+    "serving": {"serving": {"targets": [{"url": "http://127.0.0.1:9/metrics"}]}},
+}
+
+
+def settings_tree(name: str, **extra: object) -> dict[str, object]:
+    return {"simulate": True, "simulate_gpus": 2, **ON_FOR.get(name, {}), **extra}
+
+
+def daemon_for(tree: dict[str, object]):  # type: ignore[no-untyped-def]
+    settings = build(tree, environ={})
+    session = NvmlSession(simulated_node(gpus=2), "simulated")
+    return settings, build_daemon(settings, session)
+
+
+@pytest.mark.parametrize("name", collectors.NAMES)
+def test_no_collector_flag_removes_its_sources_and_families(name: str) -> None:
+    args = cli.parser().parse_args([f"--no-collector.{name}"])
+    flags = cli.flags_to_tree(args)
+    assert flags["collectors"] == {name: False}
+    on_settings, on = daemon_for(settings_tree(name))
+    off_settings, off = daemon_for(settings_tree(name, collectors={name: False}))
+    entry = next(c for c in collectors.REGISTRY if c.name == name)
+    assert collectors.is_enabled(entry, on_settings)
+    assert not collectors.is_enabled(entry, off_settings)
+    on_families = {f.name for _, f in on.exposition._encoder.families()}  # noqa: SLF001
+    off_families = {f.name for _, f in off.exposition._encoder.families()}  # noqa: SLF001
+    mine = {f.name for group in entry.families(on_settings) for f in group.families}
+    assert not (mine & off_families)
+    assert mine & on_families or not mine
+    assert len(off.sources) <= len(on.sources)
+
+
+def test_collector_switch_from_environment_and_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = build({}, environ={"GOODPUT_COLLECTORS": "{xid: false}"})
+    assert env.collectors == {"xid": False}
+    path = tmp_path / "c.yaml"
+    path.write_text("collectors:\n  model: false\n")
+    assert build({}, environ={}, config_file=str(path)).collectors == {"model": False}
+
+
+def test_unknown_collector_is_a_config_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate"],
+        cwd=REPO, capture_output=True, text=True, timeout=30, check=False,
+        env={"GOODPUT_COLLECTORS": "{gpu_magic: true}", "PATH": "/usr/bin:/bin",
+             "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 2
+    assert "gpu_magic" in proc.stderr
+
+
+def test_help_names_every_collector() -> None:
+    text = cli.parser().format_help()
+    for name in collectors.NAMES:
+        assert f"--collector.{name}" in text and f"--no-collector.{name}" in text
