@@ -15,11 +15,13 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from exporter.metrics.catalog import CATALOG, load_all
-from exporter.metrics.render import SnapshotCollector
-from exporter.model.source import ModelSource
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import ModelConfig
+from exporter import collectors
+from exporter.config import ModelConfig, Settings
+from exporter.metrics.encode import Encoder
+from exporter.model.node import NodeModel
 from exporter.sim.fake_nvml import simulated_node
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource
@@ -38,6 +40,9 @@ TENANTS: dict[str, tuple[str, str, str, str, float]] = {
     "6": ("inference", "llama-70b-1", "llama-3-70b", "vllm", 850.0),
     "7": ("inference", "llama-8b-2", "llama-3-8b", "vllm", 1500.0),
 }
+# Pods that are ranks of one job (job_name from the pod's job label): GPU 2 works while
+# GPU 5's kernels barely fill the SMs, the shape of a straggler and a rank waiting on it.
+JOBS: dict[str, str] = {"2": "llama-train", "5": "llama-train"}
 # A second pod on gpu 1: a shared GPU has one goodput_gpu_pod_info series per pod.
 SHARED: dict[str, tuple[str, str]] = {"1": ("research", "notebook-1")}
 # What Prometheus adds on scrape; the mixin's default selector is job="gpu-goodput-exporter".
@@ -83,16 +88,19 @@ def _num(value: float) -> str:
 def record(end: float, duration: float = 1800.0, step: float = 15.0,
            node: str = "sim-node") -> str:
     """OpenMetrics text of ``duration`` seconds of the simulated node, ending at ``end``."""
-    load_all()
     t0 = 1000.0
     now = [t0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
-    session = NvmlSession(simulated_node(clock=clock), "simulated")
+    session = NvmlSession(simulated_node(clock=clock, gpus=8), "simulated")
     session.open()
     sources = [NvmlSource(session, clock=clock), GpmSource(session, clock=clock)]
-    store = SnapshotStore(node)
-    model = ModelSource(store, ModelConfig(), interval=step, clock=clock)
-    collector = SnapshotCollector(lambda: store.current)
+    store = SnapshotStore(node, profiling_order=("gpm",))
+    model = NodeModel(ModelConfig(), clock=clock)
+    encoder = Encoder(
+        collectors.families(collectors.REGISTRY, Settings(simulate=True)),
+        CollectorRegistry(auto_describe=False),
+        include_optional=True,  # panels that say "needs --extended-metrics" have data too
+    )
     rec = Recorder()
     synth = _Synthetic(rec, node)
     steps = int(duration // step)
@@ -104,26 +112,24 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
         ts = end - duration + i * step
         for source in sources:
             store.publish(source.collect())
-        store.publish(model.evaluate())
+        store.publish_verdicts(model.step(store.current, step))
         gpu_values: dict[str, dict[str, float]] = defaultdict(dict)
         uuids: dict[str, str] = {}
-        for family in collector.collect():
-            spec = CATALOG[family.name if family.name in CATALOG else family.name + "_total"]
-            fam_name = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+        text = encoder.encode(store.current).decode()
+        for family in text_string_to_metric_families(text):
+            name = family.name + "_total" if family.type == "counter" else family.name
             for sample in family.samples:
                 labels = dict(sample.labels)
                 gpu = labels.get("gpu")
                 if gpu is not None:
                     # Data series carry node, gpu and their own labels; the identity (uuid,
                     # name) lives on goodput_gpu_info, pods on goodput_gpu_pod_info.
-                    uuid = labels.pop("uuid", None) if spec.name != "goodput_gpu_info" else (
-                        labels.get("uuid"))
-                    if uuid:
-                        uuids[gpu] = uuid
+                    if name == "goodput_gpu_info":
+                        uuids[gpu] = labels["uuid"]
                     plain = not sample.labels.get("reason") and not sample.labels.get("domain")
-                    if plain or spec.name == "goodput_gpu_up":
-                        gpu_values[gpu].setdefault(spec.name, sample.value)
-                rec.add(fam_name, spec.type, sample.name, labels, ts, sample.value)
+                    if plain or name == "goodput_gpu_up":
+                        gpu_values[gpu].setdefault(name, sample.value)
+                rec.add(family.name, family.type, sample.name, labels, ts, sample.value)
         synth.step(ts, step, gpu_values, uuids)
     return rec.openmetrics()
 
@@ -173,7 +179,8 @@ class _Synthetic:
             base = {"gpu": gpu, "node": self.node}
             for namespace, pod in _pods(gpu):
                 self._gauge("goodput_gpu_pod_info", {**base, "namespace": namespace, "pod": pod,
-                                                     "container": "main"},
+                                                     "container": "main",
+                                                     "job_name": JOBS.get(gpu, "")},
                             ts, 1.0)
             self._device(ts, dt, base, v)
         self._targets(ts)
