@@ -82,14 +82,18 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
         return rule
 
     busy = th["GPUBusyButUnproductive"]
+    moving = q.s("goodput:gpu_regime:ratio_rate5m", 'regime=~"transfer_bound|comm_wait"')
     no_out = th["GPUBusyNoOutput"]
     idle = th["GPUAllocatedIdle"]
     host = th["GPUHostBound"]
     fleet = th["GPULowGoodputVsFleet"]
     efficiency = [
+        # Copies (transfer_bound) and ranks waiting in collectives (comm_wait) also show kernel
+        # time without SM work, but they are the job's transfers, not hollow kernels.
         alert("GPUBusyButUnproductive", q.with_pods(
             f"{util} >= {busy['min_utilization']:g}\n  and on ({gk})\n"
-            f"  {sm} < {busy['max_sm_share']:g} * {util}"),
+            f"  {sm} < {busy['max_sm_share']:g} * {util}\n  unless on ({gk})\n"
+            f"  ({moving} > 0.5)"),
             "GPU {{ $labels.gpu }} on {{ $labels.node }} looks busy but its SMs are nearly idle",
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} had a kernel running "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate}, but its SMs were "
