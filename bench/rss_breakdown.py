@@ -75,9 +75,9 @@ def main() -> int:
         sys.argv = [args.module, *rest]
         runpy.run_module(args.module, run_name="__main__")
         return 0
-    from exporter.cli import main as exporter_main
-
     import socket
+
+    from exporter.cli import main as exporter_main
 
     with socket.socket() as sock:  # a free port for the daemon's listener
         sock.bind(("127.0.0.1", 0))
