@@ -12,6 +12,7 @@ from the repository root and as ``harness`` from a script in ``bench/``.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -200,7 +201,8 @@ class DaemonProcess:
         return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
-        cmd = [self.python, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}", *self.args]
+        cmd = [*shlex.split(self.python), "-m", "exporter", "--listen", f"127.0.0.1:{self.port}",
+               *self.args]
         if self._config_path:
             cmd += ["--config", self._config_path]
         return cmd

@@ -241,7 +241,8 @@ class SideBySide:
     def start(self) -> None:
         args = self.args
         extra = ["--simulate"] if args.simulate else []
-        self.daemon = DaemonProcess("--interval", str(args.interval), *extra, log=self.log)
+        self.daemon = DaemonProcess("--interval", str(args.interval), *extra, log=self.log,
+                                    python=args.python)
         try:
             self.daemon.start(timeout=60, ready_path="/readyz")
             self.ours.pid, self.ours.port = self.daemon.pid, self.daemon.port
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--phases", default="1:90,15:90",
                    help="PERIOD:SECONDS,... scrape period and length of each phase")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before the first phase")
+    p.add_argument("--python", default=shlex.quote(sys.executable),
+                   help='interpreter command for this exporter, e.g. "python3 -S" to leave out '
+                   "site-packages the image would not have (give nvitop the same)")
     p.add_argument("--nvitop-cmd", default=f"{shlex.quote(sys.executable)} -m nvitop_exporter",
                    help="how to start nvitop-exporter (its flags are appended)")
     p.add_argument("--load", default="none",

@@ -27,6 +27,10 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 WARM_SECONDS = 600.0
 """A variant is kept encoded for this long after it was last asked for."""
 GZIP_LEVEL = 6
+SETTLE_SECONDS = 0.1
+"""After a publish, wait this long for the others of the same poll round (NVML, GPM, XID
+and the model publish within milliseconds of each other) so they cost one encode, not five.
+Until then a scrape gets the previous round's bytes: at most this much older."""
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,9 @@ class ExpositionCache:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._dirty.wait()
-            self._dirty.clear()
-            if self._stop.is_set():
+            if self._stop.wait(SETTLE_SECONDS):  # let the round's other publishes land
                 return
+            self._dirty.clear()
             try:
                 self.refresh()
             except Exception as exc:  # a bad reading must not kill the encoder for good
@@ -134,6 +138,8 @@ class ExpositionCache:
         if self._wanted.get(variant, 0.0) != float("inf"):
             self._wanted[variant] = self._clock()
         hit = self._bodies.get(variant)
-        if hit is None or hit[0] != self._snapshot().version:
+        if hit is None:
             return None
+        if hit[0] != self._snapshot().version and not self._dirty.is_set():
+            return None  # not a round in progress: this variant is simply not encoded yet
         return hit[1]
