@@ -226,3 +226,23 @@ def test_device_count_failure_is_nvml_unavailable(clock):
     with pytest.raises(NvmlUnavailable, match="device discovery failed"):
         NvmlSession(nvml).open()
     assert nvml.initialized == 0
+
+
+def test_binding_without_a_call_costs_that_reading_only(sim, clock, monkeypatch):
+    """An older nvidia-ml-py lacking a function raises AttributeError, not NVMLError: that
+    reading is dropped (once, with a reason) and every other reading of every GPU stays."""
+
+    def missing(*_args, **_kwargs):
+        raise AttributeError("module 'pynvml' has no attribute 'nvmlDeviceGetTotalEnergy...'")
+
+    monkeypatch.setattr(sim, "nvmlDeviceGetTotalEnergyConsumption", missing)
+    with capture_logs() as logs:
+        result = poll(sim, clock, steps=3)
+    assert result.ok
+    for gpu in map(str, range(8)):
+        assert value(result, gpu, "goodput_gpu_up") == 1.0
+        assert value(result, gpu, "goodput_gpu_energy_joules_total") is None
+        assert value(result, gpu, "goodput_gpu_power_watts") is not None
+    dropped = [e for e in logs if e["event"] == "nvml_metric_unsupported"]
+    expected = {(str(g), "binding_error") for g in range(8)}
+    assert {(e["gpu"], e["reason"]) for e in dropped} == expected
