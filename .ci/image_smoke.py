@@ -101,7 +101,8 @@ def check_metrics(base: str) -> int:
     assert status == 200, status
     series = [x for x in text.splitlines() if x.startswith("goodput_")]
     up = [x for x in series if x.startswith("goodput_gpu_up{")]
-    assert len(up) == 8 and all(x.endswith(" 1.0") for x in up), up
+    # every GPU of the simulated node (11 by default), each up
+    assert len(up) == 11 and all(float(x.rsplit(" ", 1)[1]) == 1.0 for x in up), up
     assert get(base + "/healthz")[0] == 200
     return len(series)
 
