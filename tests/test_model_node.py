@@ -28,6 +28,7 @@ from exporter.readings import (
     ServingState,
 )
 from exporter.snapshot import SnapshotStore, SourceResult
+from tests.support import typed
 
 H100 = "NVIDIA H100 80GB HBM3"
 CFG = ModelConfig(model_parameters={"llama-8b": 8e9})
@@ -264,3 +265,59 @@ def test_mig_slice_uses_its_own_peak() -> None:
     slice_ = one(Node(devices=(mig,)).run(4, GEMM, tokens_per_second=2000.0), "0-1").mfu
     assert full is not None and slice_ is not None
     assert slice_ == pytest.approx(full * 7)  # a 1g slice has 1/7 of the GPU's SMs
+
+
+# the same checks on snapshots built with the typed builders -----------------------------------
+def drive(
+    model: NodeModel, clock: Clock, windows: Mapping[str, ProfilingWindow], pods: PodAssignments
+) -> NodeVerdicts:
+    """One poll of every source (typed results) and one model step, a second later."""
+    clock.now += 1.0
+    devices = [typed.device(g) for g in windows]
+    seq = int(clock.now)
+    published = typed.results(
+        devices,
+        windows={g: typed.profiling(w, sequence=seq) for g, w in windows.items()},
+        pods=pods,
+        timestamp=clock.now,
+    )
+    return model.step(typed.snapshot_with(*published), 1.0)
+
+
+HOLLOW = typed.window(0.04, graphics=0.99, occupancy=0.01)  # no NVLink traffic of its own
+BUSY = typed.window(0.92, graphics=0.98, occupancy=0.4, tensor=0.89)
+
+
+def test_a_hollow_rank_is_waiting_only_because_its_peer_works() -> None:
+    """GPU 0's window alone says launch_bound and hollow_busy; the same window next to a
+    hard-working GPU of the same pod means it waits on that peer (the straggler)."""
+    clock = Clock()
+    alone = NodeModel(CFG, clock=clock)
+    two_pods = PodAssignments(job("0", pod="a").containers + job("1", pod="b").containers)
+    for _ in range(4):
+        v = drive(alone, clock, {"0": HOLLOW, "1": BUSY}, two_pods)
+    assert v.gpus["0"].regime == "launch_bound" and v.gpus["0"].hollow_busy
+    assert v.jobs == ()
+
+    clock = Clock()
+    together = NodeModel(CFG, clock=clock)
+    for _ in range(4):
+        v = drive(together, clock, {"0": HOLLOW, "1": BUSY}, job("0", "1"))
+    assert v.gpus["0"].regime == "comm_wait" and not v.gpus["0"].busy_unproductive
+    assert v.gpus["1"].regime == "compute_bound"
+    assert [(j.gpus, j.straggler) for j in v.jobs] == [(("0", "1"), "1")]
+
+
+def test_regime_seconds_count_every_windows_undebounced_class() -> None:
+    """Two launch-bound windows inside a compute-bound run do not move the debounced regime
+    (enter_windows is 3) but are counted, second for second, in regime_seconds."""
+    clock = Clock()
+    model = NodeModel(CFG, clock=clock)
+    pods = PodAssignments()
+    for w in (BUSY, BUSY, BUSY, HOLLOW, HOLLOW, BUSY):
+        v = drive(model, clock, {"0": w}, pods)
+    verdict = v.gpus["0"]
+    assert verdict.regime == "compute_bound" and verdict.window_regime == "compute_bound"
+    seconds = dict(verdict.regime_seconds)
+    assert seconds == {"compute_bound": 4.0, "launch_bound": 2.0}
+    assert sum(seconds.values()) == 6.0
