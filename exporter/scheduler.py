@@ -44,6 +44,7 @@ class Scheduler:
         self.metrics = metrics
         self.after_publish = after_publish
         self._tasks: list[asyncio.Task[None]] = []
+        self._task_sources: list[Source] = []
         self._last_state: dict[str, tuple[bool, str]] = {}
 
     async def start(self) -> None:
@@ -68,13 +69,23 @@ class Scheduler:
         self._tasks.append(
             asyncio.create_task(self._run(source, first_poll), name=f"poll-{source.name}")
         )
+        self._task_sources.append(source)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        """Cancel every source's loop, wait at most ``CLOSE_TIMEOUT`` for them to end, then
+        close the sources. A poll that swallows its cancellation is left behind with one log
+        line instead of holding shutdown (and a ``wait_for`` around ``stop()``) forever."""
+        tasks = {task: source for task, source in zip(self._tasks, self._task_sources, strict=True)}
+        self._tasks, self._task_sources = [], []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT)
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: an ended loop must not warn at exit
+            for task in pending:
+                log.warning("source_stop_timed_out", source=tasks[task].name, seconds=CLOSE_TIMEOUT)
         for source in self.sources:
             try:
                 await asyncio.wait_for(source.close(), CLOSE_TIMEOUT)

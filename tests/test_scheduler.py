@@ -158,3 +158,73 @@ async def test_after_publish_failure_does_not_stop_polling() -> None:
         {"node": "n", "source": "model", "reason": "exception"},
     )
     assert model_errors and model_errors >= 3
+
+
+class Hanging(Source):
+    """An async poll that waits forever (a request with no timeout); records what it saw."""
+
+    name = "hanging"
+    interval = 0.01
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.cancelled = False
+        self.closed = False
+
+    async def poll(self) -> SourceResult:
+        self.entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class Stubborn(Hanging):
+    """A poll that swallows cancellation and keeps waiting: stop() must still return."""
+
+    name = "stubborn"
+    stubborn = True
+
+    async def poll(self) -> SourceResult:
+        self.entered.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                if not self.stubborn:  # the test is over: let the loop's teardown end it
+                    raise
+
+
+async def test_stop_cancels_a_poll_in_flight_then_closes_the_source() -> None:
+    hanging, good = Hanging(), Counting("good")
+    scheduler, store, _ = make(hanging, good)
+    await scheduler.start()
+    await asyncio.wait_for(hanging.entered.wait(), 5)
+    await until(lambda: good.polls >= 3)
+    await asyncio.wait_for(scheduler.stop(), 5)
+    assert hanging.cancelled and hanging.closed
+    assert "hanging" not in store.current.results  # a cancelled poll publishes nothing
+    assert store.current.results["good"].ok
+
+
+async def test_stop_is_bounded_when_a_poll_swallows_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler_module, "CLOSE_TIMEOUT", 0.2)
+    stubborn = Stubborn()
+    scheduler, _, _ = make(stubborn, Counting("good"))
+    await scheduler.start()
+    await asyncio.wait_for(stubborn.entered.wait(), 5)
+    started = time.monotonic()
+    with capture_logs() as logs:
+        await asyncio.wait_for(scheduler.stop(), 5)
+    assert time.monotonic() - started < 2.0
+    assert stubborn.cancelled and stubborn.closed
+    assert [e["source"] for e in logs if e["event"] == "source_stop_timed_out"] == ["stubborn"]
+    stubborn.stubborn = False
