@@ -157,3 +157,66 @@ async def test_concurrent_scrapes_during_publishes_are_always_complete():
     finally:
         await client.close()
         cache.stop()
+
+
+VARIANTS = [
+    ({"Accept-Encoding": "identity"}, False, False),
+    ({"Accept-Encoding": "gzip"}, False, True),
+    ({"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "identity"},
+     True, False),
+    ({"Accept": "application/openmetrics-text", "Accept-Encoding": "gzip, deflate"}, True, True),
+]
+
+
+async def test_every_variant_is_complete_and_parseable_while_publishing():
+    """All four variants (text or OpenMetrics, plain or gzip) scraped at once while snapshots
+    are swapped: each body decodes, parses with prometheus-client's parser for its format,
+    ends where its format says and holds the power of one poll only."""
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
+
+    store = SnapshotStore("node-a", ready_sources=["nvml"])
+    cache = _bare(store)
+    cache.start()
+    devices = tuple(Device(str(i), f"GPU-{i}") for i in range(4))
+    stop = asyncio.Event()
+
+    async def publisher() -> int:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            state = GpuState(power_watts=float(n), energy_joules=float(n * 10))
+            store.publish(SourceResult(source="nvml", inventory=devices,
+                                       gpus={d.gpu: state for d in devices}))
+            await asyncio.sleep(0)
+        return n
+
+    client = TestClient(TestServer(build_app(store, cache, "simulated")))
+    await client.start_server()
+    task = asyncio.create_task(publisher())
+    try:
+        async def scrape(headers: dict[str, str], openmetrics: bool, gzipped: bool) -> None:
+            for _ in range(8):
+                resp = await client.get("/metrics", headers=headers, auto_decompress=False)
+                assert resp.status == 200
+                raw = await resp.read()
+                assert (resp.headers.get("Content-Encoding") == "gzip") is gzipped
+                text = (gzip.decompress(raw) if gzipped else raw).decode()
+                kind = resp.headers["Content-Type"]
+                assert kind.startswith("application/openmetrics-text" if openmetrics
+                                       else "text/plain")
+                parse = openmetrics_families if openmetrics else text_string_to_metric_families
+                fams = list(parse(text))
+                powers = {s.value for f in fams for s in f.samples
+                          if s.name == "goodput_gpu_power_watts"}
+                assert len(powers) == 1, powers
+                if openmetrics:
+                    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+
+        await asyncio.gather(*(scrape(*v) for v in VARIANTS for _ in range(3)))
+    finally:
+        stop.set()
+        assert await task > 0
+        await client.close()
+        cache.stop()
