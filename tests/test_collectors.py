@@ -47,7 +47,16 @@ def test_no_collector_flag_removes_its_sources_and_families(name: str) -> None:
     mine = {f.name for group in entry.families(on_settings) for f in group.families}
     assert not (mine & off_families)
     assert mine & on_families or not mine
-    assert len(off.sources) <= len(on.sources)
+    on_names = [s.name for s in on.sources]
+    off_names = [s.name for s in off.sources]
+    gone = set(on_names) - set(off_names)
+    assert set(off_names) <= set(on_names)
+    if name == "model":  # the model is no source: switching it off drops the step
+        assert on.scheduler.after_publish is not None and off.scheduler.after_publish is None
+        assert not gone
+    else:
+        assert gone, f"--no-collector.{name} left every source running: {off_names}"
+        assert off.scheduler.sources == off.sources
 
 
 def test_collector_switch_from_environment_and_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
