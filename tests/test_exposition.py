@@ -122,3 +122,54 @@ def test_openmetrics_parses_and_ends_with_eof(sim, clock):
     assert body.endswith("# EOF\n")
     names = {family.name for family in om(body)}
     assert "goodput_gpu_sm_active_seconds" in names
+
+
+def full_node_exposition(sim, clock, openmetrics: bool) -> str:
+    """Every collector's families, optional ones included, over a snapshot that has model
+    verdicts, a 3-GPU job and a served model: nothing any family can emit is left out."""
+    from exporter.config import ModelConfig
+    from exporter.model.node import NodeModel
+    from exporter.readings import ServingState
+    from exporter.snapshot import SourceResult
+    from tests.support import typed
+
+    session = NvmlSession(sim, "simulated")
+    session.open()
+    store = SnapshotStore("node-a", profiling_order=("gpm",))
+    sources = [NvmlSource(session, clock=clock), GpmSource(session, min_window=0.0, clock=clock)]
+    model = NodeModel(ModelConfig(), clock=clock)
+    try:
+        for i in range(1, 6):
+            clock.advance(1.0)
+            for s in sources:
+                store.publish(s.collect())
+            store.publish(SourceResult(source="kubelet", pods=typed.job("5", "6", "7")))
+            served = {"2": (typed.served(100.0 * i, flops=1e13 * i),)}
+            store.publish(
+                SourceResult(source="serving", timestamp=clock(), serving=ServingState(served))
+            )
+            store.publish_verdicts(model.step(store.current, 1.0))
+    finally:
+        session.close()
+    settings = Settings(simulate=True, kubernetes={"enabled": True})
+    groups = collectors.families(collectors.REGISTRY, settings)
+    encoder = Encoder(groups, CollectorRegistry(auto_describe=False), include_optional=True)
+    return encoder.encode(store.current, openmetrics=openmetrics).decode()
+
+
+def test_every_family_with_verdicts_parses_as_openmetrics_and_passes_promtool(sim, clock):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+
+    body = full_node_exposition(sim, clock, openmetrics=True)
+    names = {family.name for family in om(body)}
+    for name in ("goodput_gpu_regime", "goodput_gpu_regime_seconds", "goodput_gpu_pod_info",
+                 "goodput_gpu_mfu_ratio", "goodput_gpu_busy_unproductive"):
+        assert name in names, name
+    text = full_node_exposition(sim, clock, openmetrics=False)
+    proc = subprocess.run(
+        [require("promtool"), "check", "metrics"], input=text.encode(), capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
+        proc.stdout.decode() + proc.stderr.decode()
+    )
