@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from structlog.testing import capture_logs
 
 from exporter.readings import (
@@ -108,3 +109,48 @@ def test_debug_json_is_plain() -> None:
     store.publish(SourceResult(source="nvml", inventory=DEVICES, gpus={"0": GpuState()}))
     doc = json.loads(json.dumps(store.current.to_json()))
     assert doc["sources"]["nvml"]["inventory"][1]["uuid"] == "GPU-1"
+
+
+def test_results_and_verdicts_racing_lose_neither_and_readers_see_a_growing_version() -> None:
+    """A source thread and the model publish at once while a reader watches: no verdict is
+    dropped by a results publish (or the reverse), versions only grow, and a snapshot a
+    reader holds never changes under it."""
+    store = SnapshotStore("n")
+    rounds = 300
+    done = threading.Event()
+    seen: list[int] = []
+    held: list[tuple[Snapshot, int, frozenset[str]]] = []
+
+    def results() -> None:
+        for i in range(rounds):
+            store.publish(SourceResult(source="nvml", inventory=DEVICES, timestamp=float(i)))
+
+    def verdicts() -> None:
+        for i in range(rounds):
+            store.publish_verdicts(NodeVerdicts(errors={"step": i}))
+
+    def reader() -> None:
+        while not done.is_set():
+            snap = store.current
+            seen.append(snap.version)
+            if len(held) < 50:
+                held.append((snap, snap.version, frozenset(snap.results)))
+
+    threads = [threading.Thread(target=f) for f in (results, verdicts)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    snap = store.current
+    assert snap.version == 2 * rounds
+    assert snap.verdicts.errors == {"step": rounds - 1}
+    assert snap.results["nvml"].timestamp == float(rounds - 1)
+    assert seen == sorted(seen)
+    for old, version, keys in held:
+        assert old.version == version and frozenset(old.results) == keys
+    with pytest.raises(TypeError):
+        snap.results["x"] = SourceResult(source="x")  # type: ignore[index]
