@@ -299,3 +299,51 @@ def llama_server(
         yield server
     finally:
         server.stop()
+
+
+# --- a live capture ----------------------------------------------------------------------------
+
+CAPTURE_PROMPT = "the gpu cache is a token of the cache and the gpu is in it " * 3
+
+
+def capture(folder: Path, version: str = VERSION) -> tuple[Path, Path]:
+    """Drive a fresh llama-server (12 concurrent requests, then 3 repeats of one prompt
+    served from the prompt cache) and save its /metrics text, prefixed with the fixtures'
+    ``# source:`` line, as ``llamacpp-<version>-live.txt`` and its response headers plus
+    the clients' token sums as the ``.json`` next to it."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    options = {"cache_prompt": True, "ignore_eos": True, "temperature": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_tiny_gguf(Path(tmp) / "tiny.gguf", version)
+        with llama_server(server_binary(version), model, Path(tmp) / "server.log") as server:
+            prompts = [f"{CAPTURE_PROMPT}{i}" for i in range(12)]
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(lambda p: server.completion(p, 12, **options), prompts))
+            results += [server.completion(CAPTURE_PROMPT, 12, **options) for _ in range(3)]
+            text, headers = server.metrics()
+    sums = {"generation": 0, "prompt": 0, "prompt_cached": 0, "requests": len(results)}
+    for result in results:
+        sums["generation"] += int(result["tokens_predicted"])
+        sums["prompt"] += int(result["timings"]["prompt_n"])
+        sums["prompt_cached"] += int(result["timings"]["cache_n"])
+    txt, meta = folder / f"llamacpp-{version}-live.txt", folder / f"llamacpp-{version}-live.json"
+    source = (
+        f"# source: llama-server built from the llama.cpp vendored in PyPI llama-cpp-python "
+        f"{version} (sdist), CPU, --metrics -np 4 -c 2048, tiny random llama "
+        f"(tests/support/llamacpp.py capture()); GET /metrics after {len(results)} "
+        "/completion requests, body unchanged below this line\n"
+    )
+    txt.write_text(source + text)
+    record = {"headers": dict(headers), "clients": sums}
+    meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return txt, meta
+
+
+if __name__ == "__main__":
+    # python -m tests.support.llamacpp: refresh the live capture in tests/fixtures.
+    from bench.harness import REPO
+
+    for written in capture(REPO / "tests" / "fixtures" / "serving-metrics"):
+        print(written)
