@@ -148,7 +148,7 @@ WORDS = ("the", "a", "and", "of", "to", "in", "is", "it", "that", "token", "gpu"
 def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
     """A sentencepiece ("llama") vocabulary: unk/bos/eos, all 256 byte pieces (so any text
     tokenizes and the newline token exists), the letters and a few words."""
-    from gguf import TokenType  # type: ignore[import-not-found]
+    from gguf import TokenType
 
     tokens = ["<unk>", "<s>", "</s>"]
     types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL]
