@@ -119,8 +119,9 @@ def test_exporter_totals_equal_clients_across_restart(server: LlamaServer, tmp_p
         assert sums["prompt_cached"] > 0, "the repeated prompt was never served from cache"
         wait_equal(exporter, sums)
 
-        # The new process makes more tokens than the old one did: a counter drop alone
-        # would not show the restart, the Process-Start-Time-Unix header does.
+        # The new process makes more tokens than the old one did, so unless a scrape
+        # happens to catch it near zero only the Process-Start-Time-Unix header shows the
+        # restart (the old process's counts must stay).
         server.restart()
         drive(server, sums, batches=3)
         assert sums["generation"] == (7 + 15) * N_PREDICT
