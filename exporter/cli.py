@@ -162,6 +162,13 @@ def parser() -> argparse.ArgumentParser:
         help="extra extended-resource name holding GPUs (repeatable)",
     )
     k8s.add_argument(
+        "--kubernetes-labels-on-every-series",
+        action="store_true",
+        dest="kubernetes__labels_on_every_series",
+        help="copy namespace/pod/container onto every per-GPU series (one copy per pod), "
+        "instead of only on goodput_gpu_pod_info",
+    )
+    k8s.add_argument(
         "--kubernetes-namespace-label",
         dest="kubernetes__namespace_label",
         metavar="NAME",

@@ -158,8 +158,8 @@ REGISTRY: tuple[Collector, ...] = (
     Collector(
         "profiling",
         "SM active, occupancy, tensor, DRAM, pipes, PCIe/NVLink (GPM, DCGM or dcgm-exporter; "
-        "see --profiling)",
-        lambda s: s.profiling.mode != "off",
+        "see --profiling; with --profiling off it says so on every GPU)",
+        _always,
         _profiling_sources,
         _profiling_families,
     ),

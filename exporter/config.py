@@ -118,6 +118,10 @@ class KubernetesConfig(Section):
     namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
     pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
     container_label: str = Field(default="container", pattern=_LABEL_NAME)
+    labels_on_every_series: bool = False
+    """Copy namespace/pod/container onto every per-GPU series (one copy per pod holding the
+    GPU), for users who cannot join goodput_gpu_pod_info. Multiplies series by pods per GPU
+    and makes sums over a shared GPU count it once per pod."""
     # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
     processes: bool = True
     proc_root: str = "/proc"

@@ -123,8 +123,16 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
+    k8s = settings.kubernetes
     encoder = Encoder(
-        collectors.families(chosen, settings), registry, include_optional=settings.extended_metrics
+        collectors.families(chosen, settings),
+        registry,
+        include_optional=settings.extended_metrics,
+        pod_labels=(
+            (k8s.namespace_label, k8s.pod_label, k8s.container_label)
+            if k8s.enabled and k8s.labels_on_every_series
+            else None
+        ),
     )
     exposition = ExpositionCache(encoder, lambda: store.current)
     store.subscribe(exposition.published)

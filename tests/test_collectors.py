@@ -82,3 +82,17 @@ def test_help_names_every_collector() -> None:
     text = cli.parser().format_help()
     for name in collectors.NAMES:
         assert f"--collector.{name}" in text and f"--no-collector.{name}" in text
+
+
+async def test_profiling_off_says_so_on_every_gpu() -> None:
+    """--profiling off keeps the collector: each GPU shows why its profiling panels are
+    empty (source="none", reason="off") instead of nothing."""
+    from exporter.readings import Device
+    from exporter.sources.profiling.build import ProfilingOffSource
+
+    _, daemon = daemon_for(settings_tree("profiling", profiling={"mode": "off"}))
+    (off,) = [s for s in daemon.sources if isinstance(s, ProfilingOffSource)]
+    off.inventory = lambda: (Device("0", "GPU-0"), Device("1", "GPU-1"))
+    result = await off.poll()
+    assert {g: (s.backend, s.available, s.reason) for g, s in (result.profiling or {}).items()} == {
+        "0": ("none", False, "off"), "1": ("none", False, "off")}

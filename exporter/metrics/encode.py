@@ -51,10 +51,14 @@ class Encoder:
         groups: Sequence[Group],
         registry: CollectorRegistry | None = None,
         include_optional: bool = False,
+        pod_labels: tuple[str, str, str] | None = None,
     ) -> None:
         self.groups = tuple(groups)
         self.registry = registry
         self.include_optional = include_optional
+        self.pod_labels = pod_labels
+        """(namespace, pod, container) label names to copy onto every per-GPU series, one
+        copy per pod holding the GPU; None (the default) keeps them on the info series."""
         self._prefix: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self._headers: dict[tuple[str, bool], str] = {}
 
@@ -69,16 +73,19 @@ class Encoder:
     def encode(self, snap: Snapshot, openmetrics: bool = False) -> bytes:
         node = snap.node_name
         out: list[str] = []
+        holders = self._holders(snap)
         for group in self.groups:
             if group.scope == "gpu":
                 readings = sorted(group.readings(snap).items(), key=_gpu_order)
                 for fam in group.families:
                     if not (fam.default or self.include_optional):
                         continue
+                    copy = holders if self._copies_pods(fam) else {}
                     lines = [
-                        self._line(fam, gpu, node, values, value)
+                        self._line(fam, gpu, node, values + holder, value, bool(holder))
                         for gpu, reading in readings
                         for values, value in fam.rows(reading)
+                        for holder in copy.get(gpu, ((),))
                     ]
                     if lines:
                         out.append(self._header(fam, openmetrics))
@@ -105,6 +112,18 @@ class Encoder:
             return body + tail
         return body + (b"# EOF\n" if openmetrics else b"")
 
+    def _holders(self, snap: Snapshot) -> dict[str, tuple[tuple[str, ...], ...]]:
+        """gpu -> the (namespace, pod, container) holding it, when labels are copied."""
+        if self.pod_labels is None:
+            return {}
+        pods = snap.pods
+        gpus = {g for c in pods.containers for g in c.gpus}
+        return {gpu: pods.holders(gpu) for gpu in gpus}
+
+    def _copies_pods(self, fam: Family[object]) -> bool:
+        """Families that already name pods (the info and usage series) keep their own."""
+        return self.pod_labels is not None and not set(self.pod_labels) & set(fam.labels)
+
     def _header(self, fam: Family[object], openmetrics: bool) -> str:
         key = (fam.name, openmetrics)
         header = self._headers.get(key)
@@ -120,13 +139,20 @@ class Encoder:
         return header
 
     def _line(
-        self, fam: Family[object], gpu: str, node: str, values: tuple[str, ...], value: float
+        self,
+        fam: Family[object],
+        gpu: str,
+        node: str,
+        values: tuple[str, ...],
+        value: float,
+        with_pod: bool = False,
     ) -> str:
         key = (fam.name, gpu, values)
         prefix = self._prefix.get(key)
         if prefix is None:
             if gpu:
-                names: tuple[str, ...] = (*GPU_LABELS, *fam.labels)
+                pod = self.pod_labels if with_pod and self.pod_labels else ()
+                names: tuple[str, ...] = (*GPU_LABELS, *fam.labels, *pod)
                 all_values: tuple[str, ...] = (gpu, node, *values)
             else:
                 names, all_values = (*NODE_LABELS, *fam.labels), (node, *values)

@@ -81,7 +81,7 @@ CASES = {
     "llamacpp_live.txt": ("llama.cpp", "b3000+", {
         ("prompt_tokens", "", "", ""): 4096.0,
         # n_decode_total x n_busy_slots_per_decode, not tokens_predicted_total (512)
-        ("generation_tokens", "", "", ""): 1.20003e6 * 2.54167,
+        ("generation_tokens", "", "", ""): float(round(1.20003e6 * 2.54167)),
         ("requests_running", "", "", ""): 3.0,
     }, {"generation_tokens": True}),
     "lmdeploy.txt": ("lmdeploy", "0.9+", {

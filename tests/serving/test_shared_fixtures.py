@@ -6,6 +6,7 @@ each one came from. A missing file is a failure, never a skip.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ EXPECTED = {
     "vllm-0.4.x-v0-datadog-fixture-plus-appended-v1-families.txt": ("vllm", "generation_tokens"),
     "vllm-0.7-v0-aibrix-runtime-docs-PARTIAL.txt": ("vllm", "generation_tokens"),
     "vllm-0.8.x-v1-production-stack-issue318-FRAGMENTS.txt": ("vllm", "requests_running"),
+    "llamacpp-0.3.36-live.txt": ("llama.cpp", "generation_tokens"),
 }
 UNPARSEABLE = {"vllm-0.8-v1-docs-design-metrics-PARTIAL.txt"}  # ",..." inside a label set
 
@@ -91,3 +93,20 @@ def test_sglang_05_generation_and_retractions() -> None:
     # 0.5 has only the num_retracted_reqs gauge: read as preemptions, counted by its rises
     assert reading.values[("preemptions", model, "", "")] == 0.0
     assert "preemptions" in reading.rises
+
+
+def test_llamacpp_live_capture_reads_the_clients_token_counts() -> None:
+    """The real llama-server capture (tests/support/llamacpp.py capture()): what the exporter
+    reads from it equals what the server told its clients, the 6-digit average included."""
+    record = json.loads((FOLDER / "llamacpp-0.3.36-live.json").read_text())
+    reading = interpret(_body("llamacpp-0.3.36-live.txt"))
+    clients = record["clients"]
+    assert reading.net() == {
+        ("generation_tokens", "", "", ""): clients["generation"],
+        ("prompt_tokens", "", "", ""): clients["prompt"],
+        ("prompt_cached_tokens", "", "", ""): clients["prompt_cached"],
+        ("requests_running", "", "", ""): 0.0,
+        ("requests_waiting", "", "", ""): 0.0,
+    }
+    assert "generation_tokens" in reading.derived
+    assert record["headers"]["Process-Start-Time-Unix"].isdigit()

@@ -91,6 +91,24 @@ async def test_llamacpp_generation_is_live_and_rounding_is_not_a_restart(
     assert seen == [2000.0, 3000.0, 3000.0, 4000.0]
 
 
+async def test_llamacpp_generation_is_a_whole_number_of_tokens(
+    engine: tuple[Script, str],
+) -> None:
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        # 7 busy slot-decodes over 3 decodes print as 2.33333; 3 x 2.33333 is 6.99999.
+        # Then 1001 over 300 (3.33667 printed): 1001.001 without rounding.
+        for decodes, per_decode in (("3", "2.33333"), ("300", "3.33667")):
+            script.body = llamacpp(decodes, per_decode)
+            result = await source.poll()
+            seen.append(metric(result, TOKENS, gpu="0", kind="generation", engine="llama.cpp"))
+    finally:
+        await source.close()
+    assert seen == [7.0, 1001.0]
+
+
 async def test_cached_prompt_tokens_are_their_own_kind(engine: tuple[Script, str]) -> None:
     script, url = engine
     source = source_for(url, gpus=["0"])

@@ -158,6 +158,10 @@ def _read_rule(
             sample.labels.get(rule.reason, "") if rule.reason else "",
         )
         value = sample.value * rule.scale * factor
+        if factors is not None:
+            # A count times an average per count is a whole count: rounding undoes the
+            # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
+            value = float(round(value))
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:

@@ -61,7 +61,9 @@ class Rule:
     request ends, so a rate lags by a request's duration. ``times`` names a family whose
     same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
     per call); the rule applies only when that family is present too, and the product is
-    ``derived``: rounding in the text lets it dip a little, which is not a restart.
+    ``derived``: rounding in the text lets it dip a little, which is not a restart. The
+    product counts whole things, so it is rounded to an integer (exact while the printed
+    average's error times the count stays under a half).
     ``minus`` names another signal whose growth (same model, GPU and reason) is taken off
     this one's: an engine whose prompt count includes cache hits, less its hits, gives the
     prompt tokens it computed. Growths are subtracted, not values, so each raw counter

@@ -1,0 +1,349 @@
+"""A real llama-server for the tests: built from source on CPU, fed a tiny random model.
+
+The llama.cpp source is the copy vendored in PyPI's ``llama-cpp-python`` sdist (the local
+package index serves it, so no git or network beyond pip is needed). The build lives outside
+the repository, keyed by the sdist's version, and a finished build is reused:
+``$GPU_GOODPUT_CACHE`` (default ``~/.cache/gpu-goodput-exporter``)/``llama-<version>/``.
+``scripts/llama_server.sh`` is the same build for humans (and CUDA).
+
+The model is a two-layer llama with random weights and a byte-level vocabulary, written with
+the sdist's own ``gguf-py``: llama-server loads it in a blink and generates (nonsense) tokens,
+which is all a token-accounting test needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.harness import free_port, stop_process
+
+VERSION = "0.3.36"
+"""The ``llama-cpp-python`` sdist whose vendored llama.cpp is built (pinned: the live
+fixture and the engine table were checked against it)."""
+
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # would download the web UI at configure time
+    "-DGGML_NATIVE=OFF",  # a binary that runs on any x86-64 the cache is copied to
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary
+)
+"""Keep in step with scripts/llama_server.sh."""
+
+DONE = ".build-ok"
+
+
+class BuildUnavailable(RuntimeError):
+    """No toolchain to build llama-server with (the only reason a test may skip)."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("GPU_GOODPUT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gpu-goodput-exporter"
+
+
+def build_root(version: str = VERSION) -> Path:
+    return cache_root() / f"llama-{version}"
+
+
+def missing_toolchain() -> str:
+    """Why llama-server cannot be built here ("" when cmake and a C++ compiler exist)."""
+    missing = [tool for tool in ("cmake",) if shutil.which(tool) is None]
+    if not any(shutil.which(cxx) for cxx in ("c++", "g++", "clang++")):
+        missing.append("a C++ compiler (c++, g++ or clang++)")
+    return f"missing {', '.join(missing)}" if missing else ""
+
+
+def sdist(version: str = VERSION) -> Path:
+    """The ``llama-cpp-python`` sdist, downloaded with pip on first use."""
+    folder = cache_root() / "sdist"
+    path = folder / f"llama_cpp_python-{version}.tar.gz"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             "-d", str(folder), f"llama-cpp-python=={version}"],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+    return path
+
+
+def llama_cpp_source(version: str = VERSION) -> Path:
+    """The sdist's vendored llama.cpp tree, unpacked once into the build root."""
+    root = build_root(version)
+    src = root / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    if not (src / "CMakeLists.txt").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(sdist(version)) as tar:
+            tar.extractall(root, filter="data")
+    return src
+
+
+def gguf_py(version: str = VERSION) -> Path:
+    """The sdist's ``gguf-py`` folder (put on sys.path; it needs numpy)."""
+    return llama_cpp_source(version) / "gguf-py"
+
+
+def server_binary(version: str = VERSION, log: Path | None = None) -> Path:
+    """Path of a built ``llama-server``: reused when a previous build finished, otherwise
+    configured and built now (minutes on two cores). Concurrent callers wait on a lock
+    instead of building twice. Raises :class:`BuildUnavailable` without a toolchain."""
+    root = build_root(version)
+    binary = root / "build" / "bin" / "llama-server"
+    if (root / DONE).exists() and binary.exists():
+        return binary
+    why = missing_toolchain()
+    if why:
+        raise BuildUnavailable(why)
+    src = llama_cpp_source(version)
+    root.mkdir(parents=True, exist_ok=True)
+    log = log or root / "build.log"
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / DONE).exists() and binary.exists():
+            return binary
+        jobs = str(os.cpu_count() or 2)
+        with log.open("ab") as out:
+            for cmd in (
+                ["cmake", "-S", str(src), "-B", str(root / "build"), *CMAKE_FLAGS],
+                ["cmake", "--build", str(root / "build"), "--target", "llama-server", "-j", jobs],
+            ):
+                out.write(f"# {' '.join(cmd)}\n".encode())
+                out.flush()
+                done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{cmd[:2]} failed ({done.returncode}); see {log}")
+        (root / DONE).write_text(version + "\n")
+    return binary
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+N_EMBD = 64
+N_LAYER = 2
+N_HEAD = 4
+N_FF = 128
+N_CTX_TRAIN = 2048
+WORDS = ("the", "a", "and", "of", "to", "in", "is", "it", "that", "token", "gpu", "cache")
+
+
+def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
+    """A sentencepiece ("llama") vocabulary: unk/bos/eos, all 256 byte pieces (so any text
+    tokenizes and the newline token exists), the letters and a few words."""
+    from gguf import TokenType
+
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [TokenType.BYTE] * 256
+    pieces = ["\u2581", *"abcdefghijklmnopqrstuvwxyz", *(f"\u2581{w}" for w in WORDS)]
+    tokens += pieces
+    types += [TokenType.NORMAL] * len(pieces)
+    # Longer pieces score higher so the tokenizer merges letters into words.
+    scores = [0.0] * (3 + 256) + [float(len(p)) - 100.0 for p in pieces]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_gguf(path: Path, version: str = VERSION, seed: int = 0) -> Path:
+    """A random-weight llama (2 layers, width 64) with :func:`tiny_vocab`, as GGUF F32."""
+    source = str(gguf_py(version))
+    if source not in sys.path:
+        sys.path.insert(0, source)
+    import gguf
+    import numpy as np
+
+    tokens, scores, types = tiny_vocab()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_name("goodput-tiny-random")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    # numpy shapes are GGML's ne reversed: (rows, columns) = (out, in).
+    writer.add_tensor("token_embd.weight", weight(n_vocab, N_EMBD))
+    for i in range(N_LAYER):
+        blk = f"blk.{i}"
+        writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"{blk}.{name}.weight", weight(N_EMBD, N_EMBD))
+        writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+        writer.add_tensor(f"{blk}.ffn_gate.weight", weight(N_FF, N_EMBD))
+        writer.add_tensor(f"{blk}.ffn_up.weight", weight(N_FF, N_EMBD))
+        writer.add_tensor(f"{blk}.ffn_down.weight", weight(N_EMBD, N_FF))
+    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
+    writer.add_tensor("output.weight", weight(n_vocab, N_EMBD))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+@dataclass
+class LlamaServer:
+    """A running llama-server on loopback; :meth:`restart` keeps the port."""
+
+    binary: Path
+    model: Path
+    port: int
+    log: Path
+    args: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.binary), "-m", str(self.model), "--host", "127.0.0.1",
+            "--port", str(self.port), "--metrics", "-np", "4", "-c", "2048", "-t", "1",
+            *self.args,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 60.0) -> None:
+        with self.log.open("ab") as out:
+            out.write(f"# {' '.join(self.command())}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (OSError, urllib.error.HTTPError):
+                pass  # still loading (503) or not listening yet
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"llama-server not healthy after {timeout:.0f}s; log {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, timeout=10.0)
+            self.proc = None
+
+    def restart(self, timeout: float = 60.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+    def completion(self, prompt: str, n_predict: int, **extra: Any) -> dict[str, Any]:
+        """One non-streaming ``/completion``; the response JSON."""
+        body = {"prompt": prompt, "n_predict": n_predict, **extra}
+        request = urllib.request.Request(
+            self.url + "/completion",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60.0) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+        return result
+
+    def metrics(self) -> tuple[str, Mapping[str, str]]:
+        """llama-server's own /metrics text and response headers."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5.0) as resp:
+            return resp.read().decode(), dict(resp.headers.items())
+
+
+@contextmanager
+def llama_server(
+    binary: Path, model: Path, log: Path, *args: str, port: int | None = None
+) -> Iterator[LlamaServer]:
+    """llama-server with ``--metrics -np 4 -c 2048`` on a free loopback port, healthy."""
+    server = LlamaServer(binary, model, port or free_port(), log, args)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- a live capture ----------------------------------------------------------------------------
+
+CAPTURE_PROMPT = "the gpu cache is a token of the cache and the gpu is in it " * 3
+
+
+def capture(folder: Path, version: str = VERSION) -> tuple[Path, Path]:
+    """Drive a fresh llama-server (12 concurrent requests, then 3 repeats of one prompt
+    served from the prompt cache) and save its /metrics text, prefixed with the fixtures'
+    ``# source:`` line, as ``llamacpp-<version>-live.txt`` and its response headers plus
+    the clients' token sums as the ``.json`` next to it."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    options = {"cache_prompt": True, "ignore_eos": True, "temperature": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_tiny_gguf(Path(tmp) / "tiny.gguf", version)
+        with llama_server(server_binary(version), model, Path(tmp) / "server.log") as server:
+            prompts = [f"{CAPTURE_PROMPT}{i}" for i in range(12)]
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(lambda p: server.completion(p, 12, **options), prompts))
+            results += [server.completion(CAPTURE_PROMPT, 12, **options) for _ in range(3)]
+            text, headers = server.metrics()
+    sums = {"generation": 0, "prompt": 0, "prompt_cached": 0, "requests": len(results)}
+    for result in results:
+        sums["generation"] += int(result["tokens_predicted"])
+        sums["prompt"] += int(result["timings"]["prompt_n"])
+        sums["prompt_cached"] += int(result["timings"]["cache_n"])
+    txt, meta = folder / f"llamacpp-{version}-live.txt", folder / f"llamacpp-{version}-live.json"
+    source = (
+        f"# source: llama-server built from the llama.cpp vendored in PyPI llama-cpp-python "
+        f"{version} (sdist), CPU, --metrics -np 4 -c 2048, tiny random llama "
+        f"(tests/support/llamacpp.py capture()); GET /metrics after {len(results)} "
+        "/completion requests, body unchanged below this line\n"
+    )
+    txt.write_text(source + text)
+    record = {"headers": dict(headers), "clients": sums}
+    meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return txt, meta
+
+
+if __name__ == "__main__":
+    # python -m tests.support.llamacpp: refresh the live capture in tests/fixtures.
+    from bench.harness import REPO
+
+    for written in capture(REPO / "tests" / "fixtures" / "serving-metrics"):
+        print(written)
