@@ -116,7 +116,9 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     names = {c.name for c in chosen}
     from exporter.sources.profiling.modes import BACKENDS
 
-    store = SnapshotStore(node, ready_sources=["nvml"], profiling_order=BACKENDS)
+    # With the nvml collector off nothing lists GPUs: ready at once rather than never.
+    ready = ["nvml"] if "nvml" in names else []
+    store = SnapshotStore(node, ready_sources=ready, profiling_order=BACKENDS)
     ctx = collectors.Context(settings, session, store)
     sources = [source for c in chosen for source in c.sources(ctx)]
     registry = CollectorRegistry(auto_describe=False)

@@ -198,6 +198,8 @@ class SnapshotStore:
         self._lock = threading.Lock()
         self._ready_sources = frozenset(ready_sources)
         self._current = Snapshot(node_name=node_name, profiling_order=tuple(profiling_order))
+        if not self._ready_sources:  # nothing to wait for
+            self._current = replace(self._current, ready_reason="")
         self._listeners: list[Listener] = []
 
     @property

@@ -96,3 +96,8 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
     result = await off.poll()
     assert {g: (s.backend, s.available, s.reason) for g, s in (result.profiling or {}).items()} == {
         "0": ("none", False, "off"), "1": ("none", False, "off")}
+
+
+def test_without_the_nvml_collector_the_daemon_is_ready_not_stuck() -> None:
+    _, daemon = daemon_for(settings_tree("nvml", collectors={"nvml": False}))
+    assert daemon.store.current.ready_reason == ""
