@@ -124,6 +124,22 @@ class KubernetesConfig(Section):
     process_interval: float = Field(5.0, gt=0)
     # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
     device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    # Read the labels of this node's pods from the API server (needs get/list on pods) to
+    # name each pod's job: the first of job_labels a pod carries wins.
+    pod_labels: bool = False
+    job_labels: list[str] = Field(
+        default_factory=lambda: [
+            "batch.kubernetes.io/job-name",
+            "jobset.sigs.k8s.io/jobset-name",
+            "training.kubeflow.org/job-name",
+        ]
+    )
+    pod_labels_interval: float = Field(30.0, gt=0)
+    pod_labels_timeout: float = Field(10.0, gt=0)
+    # "" = in-cluster (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
+    api_server: str = ""
+    token_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ca_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
     @model_validator(mode="after")
     def _distinct_labels(self) -> KubernetesConfig:

@@ -77,9 +77,11 @@ class KubeletSource(Source):
 
     def _failed(self, exc: KubeletError) -> SourceResult:
         """A failed List: the poll fails (the scheduler logs it once per reason) and the
-        last assignments stay while they are younger than ``stale_after``."""
-        pods = PodAssignments()
+        last assignments stay while they are younger than ``stale_after``. Before the first
+        answer it publishes no assignments at all (None), so no one reads "no pods" into it."""
+        pods: PodAssignments | None = None
         if self._last_good is not None:
+            pods = PodAssignments()
             at, last = self._last_good
             if time.monotonic() - at <= self._config.stale_after:
                 pods = last
