@@ -115,6 +115,9 @@ class KubernetesConfig(Section):
     # Extra resource names (fnmatch patterns) on top of nvidia.com/gpu, nvidia.com/gpu.shared
     # and nvidia.com/mig-*.
     resource_names: list[str] = Field(default_factory=list)
+    # Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
+    # PodResources dynamic_resources are GPUs.
+    dra_drivers: list[str] = Field(default_factory=list)
     namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
     pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
     container_label: str = Field(default="container", pattern=_LABEL_NAME)
