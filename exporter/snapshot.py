@@ -188,10 +188,15 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_key(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     return value
+
+
+def _key(key: object) -> str:
+    """A JSON object key; tuple keys (namespace, pod) read as ``namespace/pod``."""
+    return "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
 
 
 Listener = Callable[[Snapshot], None]

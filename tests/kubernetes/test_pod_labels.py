@@ -178,3 +178,13 @@ def test_job_name_reaches_the_pod_info_series() -> None:
         in text
     )
     assert 'pod="vllm-0",container="server",job_name=""' in text
+
+
+def test_debug_state_names_pods_plainly() -> None:
+    snap = Snapshot(
+        node_name="n",
+        results={
+            "pod_labels": SourceResult(source="pod_labels", pod_jobs=PodJobs({("ml", "a"): "j"}))
+        },
+    )
+    assert snap.to_json()["sources"]["pod_labels"]["pod_jobs"] == {"jobs": {"ml/a": "j"}}
