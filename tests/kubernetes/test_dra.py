@@ -5,7 +5,7 @@ driver names them (gpu-<minor>, gpu-<minor>-mig-..., CDI ids k8s.gpu.nvidia.com/
 from __future__ import annotations
 
 from exporter.config import KubernetesConfig
-from exporter.readings import ContainerGpus
+from exporter.readings import PodAssignments
 from exporter.sources.kubernetes.device_ids import DeviceIndex
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from tests.kubernetes.conftest import INVENTORY, MIG_UUIDS, UUIDS
@@ -20,10 +20,9 @@ def source(path: str, **overrides: object) -> KubeletSource:
     return KubeletSource(config, inventory=lambda: INVENTORY)
 
 
-def entries(pods: object) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
+def entries(pods: PodAssignments | None) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
     assert pods is not None
-    containers: tuple[ContainerGpus, ...] = pods.containers  # type: ignore[attr-defined]
-    return {(c.namespace, c.pod, c.container, c.resource, c.gpus) for c in containers}
+    return {(c.namespace, c.pod, c.container, c.resource, c.gpus) for c in pods.containers}
 
 
 async def test_dra_whole_gpus_uuid_cdi_and_shared_claims(

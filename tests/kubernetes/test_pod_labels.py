@@ -148,7 +148,8 @@ async def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_job_names_rejects_what_is_not_a_pod_list() -> None:
-    for body in ([], {"kind": "Status"}, {"items": [1]}, {"items": [{"metadata": {}}]}):
+    bodies: list[object] = [[], {"kind": "Status"}, {"items": [1]}, {"items": [{"metadata": {}}]}]
+    for body in bodies:
         with pytest.raises(ValueError):
             job_names(body, JOB_LABELS)
 
