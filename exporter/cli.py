@@ -187,6 +187,13 @@ def parser() -> argparse.ArgumentParser:
         help="label name for the container (default container)",
     )
     k8s.add_argument(
+        "--kubernetes-pod-labels",
+        action="store_true",
+        dest="kubernetes__pod_labels",
+        help="read this node's pods' labels from the API server to fill job_name "
+        "(needs get/list on pods)",
+    )
+    k8s.add_argument(
         "--proc-root",
         dest="kubernetes__proc_root",
         metavar="PATH",

@@ -91,7 +91,13 @@ def _kubelet_sources(ctx: Context) -> list[Source]:
     from exporter.sources.kubernetes.kubelet import KubeletSource
 
     store = ctx.store
-    return [KubeletSource(ctx.settings.kubernetes, inventory=lambda: store.current.inventory)]
+    k8s = ctx.settings.kubernetes
+    sources: list[Source] = [KubeletSource(k8s, inventory=lambda: store.current.inventory)]
+    if k8s.pod_labels:  # job names from the API server; only then is that code imported
+        from exporter.sources.kubernetes.podlabels import PodLabelSource
+
+        sources.append(PodLabelSource(k8s, ctx.settings.node_name))
+    return sources
 
 
 def _cgroup_sources(ctx: Context) -> list[Source]:
@@ -102,7 +108,7 @@ def _cgroup_sources(ctx: Context) -> list[Source]:
         PodProcessSource(
             ctx.settings.kubernetes,
             processes=lambda: store.current.processes,
-            pods=lambda: store.current.pods,
+            pods=lambda: store.current.pods_known,
         )
     ]
 

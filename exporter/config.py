@@ -115,6 +115,9 @@ class KubernetesConfig(Section):
     # Extra resource names (fnmatch patterns) on top of nvidia.com/gpu, nvidia.com/gpu.shared
     # and nvidia.com/mig-*.
     resource_names: list[str] = Field(default_factory=list)
+    # Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
+    # PodResources dynamic_resources are GPUs.
+    dra_drivers: list[str] = Field(default_factory=list)
     namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
     pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
     container_label: str = Field(default="container", pattern=_LABEL_NAME)
@@ -128,6 +131,22 @@ class KubernetesConfig(Section):
     process_interval: float = Field(5.0, gt=0)
     # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
     device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+    # Read the labels of this node's pods from the API server (needs get/list on pods) to
+    # name each pod's job: the first of job_labels a pod carries wins.
+    pod_labels: bool = False
+    job_labels: list[str] = Field(
+        default_factory=lambda: [
+            "batch.kubernetes.io/job-name",
+            "jobset.sigs.k8s.io/jobset-name",
+            "training.kubeflow.org/job-name",
+        ]
+    )
+    pod_labels_interval: float = Field(30.0, gt=0)
+    pod_labels_timeout: float = Field(10.0, gt=0)
+    # "" = in-cluster (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
+    api_server: str = ""
+    token_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ca_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
     @model_validator(mode="after")
     def _distinct_labels(self) -> KubernetesConfig:

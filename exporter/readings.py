@@ -172,6 +172,8 @@ class ContainerGpus:
     resource: str
     device_ids: tuple[str, ...]
     gpus: tuple[str, ...]
+    job: str = ""
+    """The pod's job label (``kubernetes.job_labels``), "" when unknown or not read."""
 
     @property
     def holder(self) -> tuple[str, str, str]:
@@ -192,9 +194,27 @@ class PodAssignments:
                 found.setdefault((entry.namespace, entry.pod), set()).update(entry.gpus)
         return {key: tuple(sorted(gpus)) for key, gpus in sorted(found.items())}
 
+    def job_gpus(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(namespace, job) -> the gpu labels its pods hold; a pod without a known job name
+        is its own job (named by the pod), so pods of one job on this node judge together."""
+        found: dict[tuple[str, str], set[str]] = {}
+        for entry in self.containers:
+            if entry.gpus:
+                key = (entry.namespace, entry.job or entry.pod)
+                found.setdefault(key, set()).update(entry.gpus)
+        return {key: tuple(sorted(gpus)) for key, gpus in sorted(found.items())}
+
     def holders(self, gpu: str) -> tuple[tuple[str, str, str], ...]:
         """Sorted unique (namespace, pod, container) holding ``gpu``."""
         return tuple(sorted({c.holder for c in self.containers if gpu in c.gpus}))
+
+
+@dataclass(frozen=True, slots=True)
+class PodJobs:
+    """Job names of the pods on this node, read from their labels on the API server."""
+
+    jobs: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, pod) -> job name, for the pods that carry one of the job labels."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from exporter.readings import (
     GpuState,
     NodeVerdicts,
     PodAssignments,
+    PodJobs,
     PodUsage,
     ProcessInfo,
     ProfilingStatus,
@@ -61,6 +62,7 @@ class SourceResult:
     xid: Mapping[str, XidState] | None = None
     pods: PodAssignments | None = None
     pod_usage: tuple[PodUsage, ...] | None = None
+    pod_jobs: PodJobs | None = None
     serving: ServingState | None = None
     availability: tuple[Availability, ...] = ()
 
@@ -129,10 +131,25 @@ class Snapshot:
 
     @property
     def pods(self) -> PodAssignments:
+        """The kubelet's assignments (empty before its first answer), with job names."""
+        known = self.pods_known
+        return PodAssignments() if known is None else known
+
+    @property
+    def pods_known(self) -> PodAssignments | None:
+        """The kubelet's assignments joined with the pods' job names, or None until the
+        kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""
         for result in self.results.values():
             if result.pods is not None:
-                return result.pods
-        return PodAssignments()
+                return _with_jobs(result.pods, self.pod_jobs)
+        return None
+
+    @property
+    def pod_jobs(self) -> PodJobs | None:
+        for result in self.results.values():
+            if result.pod_jobs is not None:
+                return result.pod_jobs
+        return None
 
     @property
     def pod_usage(self) -> tuple[PodUsage, ...]:
@@ -171,10 +188,15 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_key(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     return value
+
+
+def _key(key: object) -> str:
+    """A JSON object key; tuple keys (namespace, pod) read as ``namespace/pod``."""
+    return "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
 
 
 Listener = Callable[[Snapshot], None]
@@ -245,3 +267,14 @@ class SnapshotStore:
                 listener(snapshot)
             except Exception as exc:
                 _log.error("snapshot_listener_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _with_jobs(pods: PodAssignments, jobs: PodJobs | None) -> PodAssignments:
+    """Fill each container's job from the pod labels (joined by namespace and pod here, at
+    read time, so a new pod gets its job as soon as either source has seen it)."""
+    if jobs is None or not jobs.jobs:
+        return pods
+    names = jobs.jobs
+    return PodAssignments(
+        tuple(replace(c, job=names.get((c.namespace, c.pod), c.job)) for c in pods.containers)
+    )

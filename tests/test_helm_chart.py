@@ -94,6 +94,8 @@ def test_rendered_daemon_config_passes_the_daemon_schema(name: str, tmp_path: Pa
     assert settings.listen == ":9433"
     discovery = values.get("serving", {}).get("discovery", {}).get("enabled", False)
     assert settings.serving.discover_pods is discovery
+    pod_labels = values.get("kubernetes", {}).get("podLabels", {}).get("enabled", False)
+    assert settings.kubernetes.pod_labels is pod_labels
     attribution = values.get("kubernetes", {}).get("attribution", {}).get("enabled", False)
     assert settings.kubernetes.enabled is attribution
     assert settings.profiling.mode == values.get("profiling", {}).get("mode", "auto")

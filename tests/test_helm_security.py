@@ -108,6 +108,15 @@ def test_rbac_only_with_discovery_and_only_reading_pods() -> None:
     assert pod_spec(objs)["automountServiceAccountToken"] is True
 
 
+def test_pod_labels_read_pods_without_watch() -> None:
+    """Job names from pod labels need get/list on pods and the token, nothing more."""
+    objs = manifests(VALUE_SETS["pod-labels"])
+    role = one(objs, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["get", "list"]}]
+    assert pod_spec(objs)["automountServiceAccountToken"] is True
+
+
 def test_user_values_cannot_add_privilege() -> None:
     from tests.support.helm import helm, render
 

@@ -22,6 +22,7 @@ from exporter.readings import (
     GpuVerdict,
     NodeVerdicts,
     PodAssignments,
+    PodJobs,
     ProfilingStatus,
     ProfilingWindow,
     ServedModel,
@@ -255,6 +256,19 @@ def test_gpus_of_different_pods_are_not_one_job() -> None:
     verdicts = Node(gpus=("0", "1"), pods=pods).run(4, {"0": TINY, "1": STRAGGLER})
     assert verdicts.jobs == ()
     assert verdicts.gpus["0"].regime == "launch_bound" and verdicts.gpus["0"].hollow_busy
+
+
+def test_two_pods_of_one_job_are_one_job() -> None:
+    """Pods whose labels name the same job (kubernetes.pod_labels) are judged together:
+    the straggler is found across the two pods' GPUs, named by the job."""
+    pods = PodAssignments(job("0", pod="train-0").containers + job("1", pod="train-1").containers)
+    node = Node(gpus=("0", "1"), pods=pods)
+    node.store.publish(SourceResult(source="pod_labels", pod_jobs=PodJobs(
+        {("ml", "train-0"): "train", ("ml", "train-1"): "train"})))
+    verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
+    (j,) = verdicts.jobs
+    assert (j.namespace, j.job, j.gpus, j.straggler) == ("ml", "train", ("0", "1"), "1")
+    assert verdicts.gpus["0"].regime == "comm_wait" and verdicts.gpus["0"].peers == ("1",)
 
 
 def test_mig_slice_uses_its_own_peak() -> None:

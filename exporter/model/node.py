@@ -112,10 +112,11 @@ class NodeModel:
     def _jobs(
         self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]]
     ) -> tuple[tuple[JobVerdict, ...], dict[str, tuple[str, ...]]]:
-        """Judge the GPUs of each multi-GPU pod together; waiting peers become comm_wait."""
+        """Judge the GPUs of each multi-GPU job together (pods sharing a job label, else one
+        pod); waiting peers become comm_wait."""
         jobs: list[JobVerdict] = []
         peers_of: dict[str, tuple[str, ...]] = {}
-        for (namespace, pod), gpus in snap.pods.pod_gpus().items():
+        for (namespace, job), gpus in snap.pods.job_gpus().items():
             mine = {g: assessed[g] for g in gpus if g in assessed}
             if len(mine) < 2:
                 continue
@@ -125,14 +126,14 @@ class NodeModel:
                 assessed[gpu] = (w, replace(a, regime=COMM_WAIT, hollow_busy=False))
             for gpu in mine:
                 peers_of[gpu] = tuple(g for g in sorted(mine) if g != gpu)
-            jobs.append(JobVerdict(namespace, pod, tuple(sorted(mine)), straggler))
+            jobs.append(JobVerdict(namespace, job, tuple(sorted(mine)), straggler))
             self._log(
-                ("straggler", namespace, pod),
+                ("straggler", namespace, job),
                 straggler,
                 "",
                 event="job_straggler_changed",
                 namespace=namespace,
-                job=pod,
+                job=job,
             )
         return tuple(jobs), peers_of
 

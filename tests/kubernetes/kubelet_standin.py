@@ -15,7 +15,33 @@ from exporter.sources.kubernetes import podresources_pb2_grpc as pb_grpc
 Containers = Mapping[str, Sequence[tuple[str, Sequence[str]]]]
 
 
-def pod(namespace: str, name: str, containers: Containers) -> pb.PodResources:
+# container name -> [(claim name, [(driver, pool, device name, [cdi ids], share id)])]
+Claims = Mapping[str, Sequence[tuple[str, Sequence[tuple[str, str, str, Sequence[str], str]]]]]
+
+
+def claim(
+    name: str, namespace: str, devices: Sequence[tuple[str, str, str, Sequence[str], str]]
+) -> pb.DynamicResource:
+    """A DRA allocation as the kubelet lists it under ContainerResources.dynamic_resources."""
+    return pb.DynamicResource(
+        claim_name=name,
+        claim_namespace=namespace,
+        claim_resources=[
+            pb.ClaimResource(
+                driver_name=driver,
+                pool_name=pool,
+                device_name=device,
+                cdi_devices=[pb.CDIDevice(name=c) for c in cdi],
+                **({"share_id": share} if share else {}),
+            )
+            for driver, pool, device, cdi, share in devices
+        ],
+    )
+
+
+def pod(
+    namespace: str, name: str, containers: Containers, claims: Claims | None = None
+) -> pb.PodResources:
     return pb.PodResources(
         name=name,
         namespace=namespace,
@@ -27,8 +53,11 @@ def pod(namespace: str, name: str, containers: Containers) -> pb.PodResources:
                     for res, ids in devices
                 ],
                 cpu_ids=[2, 3],
+                dynamic_resources=[
+                    claim(cl, namespace, devs) for cl, devs in (claims or {}).get(cname, ())
+                ],
             )
-            for cname, devices in containers.items()
+            for cname, devices in {**{c: () for c in claims or {}}, **containers}.items()
         ],
     )
 

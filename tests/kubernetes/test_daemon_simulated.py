@@ -163,3 +163,84 @@ def test_missing_kubelet_socket_keeps_gpu_metrics_and_says_why(tmp_path: Path) -
     failed = [e for e in events if e.get("event") == "source_failed" and e["source"] == "kubelet"]
     assert len(failed) == 1
     assert failed[0]["reason"] == "socket_missing"
+
+
+@pytest.fixture
+def api_server() -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server answering GET /api/v1/pods like the API server."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+    items = [
+        {"metadata": {"namespace": p.namespace, "name": p.name, "labels": labels}}
+        for p in simulated_node_pods()
+        for labels in [
+            {"batch.kubernetes.io/job-name": "train"} if p.name.startswith("trainer-") else {}
+        ]
+    ]
+    body = json.dumps({"kind": "PodList", "items": items}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_pod_labels_fill_job_name(
+    standin: str, api_server: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    url_api, seen = api_server
+    token = tmp_path / "token"
+    token.write_text("t")
+    args = (
+        "--simulate",
+        "--simulate-gpus",
+        "8",
+        "--kubernetes",
+        "--kubernetes-pod-labels",
+        "--kubelet-socket",
+        standin,
+        "--kubelet-interval",
+        "0.5",
+        "--proc-root",
+        str(tmp_path),
+    )
+    env = {
+        "NODE_NAME": "node-under-test",
+        "GOODPUT_KUBERNETES__API_SERVER": url_api,
+        "GOODPUT_KUBERNETES__TOKEN_PATH": str(token),
+        "GOODPUT_KUBERNETES__POD_LABELS_INTERVAL": "0.5",
+    }
+    with daemon(*args, env=env) as url:
+        deadline = time.monotonic() + 20
+        while True:
+            samples = scrape(url)
+            jobs = {
+                lbl["pod"]: lbl["job_name"]
+                for name, lbl, _ in samples
+                if name == "goodput_gpu_pod_info"
+            }
+            if attribution(samples, "pod_labels") == (1.0, "") and jobs.get("trainer-1"):
+                break
+            assert time.monotonic() < deadline, (attribution(samples, "pod_labels"), jobs)
+            time.sleep(0.3)
+    assert jobs["trainer-0"] == jobs["trainer-1"] == "train"
+    assert jobs["notebook"] == ""
+    assert seen[0] == "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-under-test"

@@ -181,7 +181,7 @@ async def test_missing_socket(tmp_path: Path) -> None:
     result = await source(str(tmp_path / "nope.sock")).poll()
     assert not result.ok and status(result) == "socket_missing"
     assert "nope.sock" in result.error
-    assert result.pods is not None and not result.pods.containers
+    assert result.pods is None  # never answered: no assignments, not "no pods"
 
 
 async def test_socket_appearing_later_is_picked_up(
@@ -247,7 +247,7 @@ async def test_garbage_on_the_socket(garbage_server: str) -> None:
     result = await src.poll()
     assert time.monotonic() - started < 3.0
     assert not result.ok and status(result) in {"unavailable", "error"}, result.error
-    assert result.pods is not None and not result.pods.containers
+    assert result.pods is None  # never answered: no assignments, not "no pods"
     await src.close()
 
 

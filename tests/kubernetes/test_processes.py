@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 
 from exporter.config import KubernetesConfig
 from exporter.readings import PodAssignments, ProcessInfo
-from exporter.snapshot import SourceResult
+from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from exporter.sources.kubernetes.processes import PodProcessSource
@@ -212,3 +212,20 @@ async def test_invalid_checkpoint_falls_back(
     assert all(r.ok and ("ml", "trainer", "main") in usage_by_pod(r, "0") for r in results)
     states = [e["state"] for e in logs if e["event"] == "device_checkpoint"]
     assert states == ["invalid"]  # once per change, not per poll
+
+
+async def test_waits_for_the_kubelets_first_answer(tmp_path: Path) -> None:
+    """Before the kubelet has answered once (its failed poll publishes no assignments), the
+    cgroup source names no pods and publishes no usage: "no pods" would be a lie."""
+    (tmp_path / "proc").mkdir()
+    config = KubernetesConfig(
+        enabled=True, kubelet_socket=str(tmp_path / "nope.sock"), proc_root=str(tmp_path / "proc")
+    )
+    kubelet_source = KubeletSource(config, inventory=lambda: INVENTORY)
+    failed = await kubelet_source.poll()
+    await kubelet_source.close()
+    snap = Snapshot(node_name="n", results={"kubelet": failed})
+    assert snap.pods_known is None and snap.pods == PodAssignments()
+    src = PodProcessSource(config, processes=lambda: PROCESSES, pods=lambda: snap.pods_known)
+    result = src.collect()
+    assert result.ok and result.pod_usage is None and status(result) == "kubelet_pending"

@@ -33,6 +33,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "dcgm-hostengine": {"profiling": {"mode": "dcgm", "dcgm": {"embedded": False}}},
     "attribution": {"kubernetes": {"attribution": {"enabled": True, "deviceCheckpoint": True},
                                    "hostPID": True}},
+    "pod-labels": {"kubernetes": {"attribution": {"enabled": True},
+                                  "podLabels": {"enabled": True}}},
     "dcgm-exporter": {"profiling": {"mode": "dcgm-exporter",
                                     "dcgmExporterUrl": "http://$(HOST_IP):9400/metrics"}},
     "monitoring": {

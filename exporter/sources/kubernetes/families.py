@@ -13,13 +13,17 @@ from exporter.snapshot import Snapshot
 COLLECTOR = "kubernetes"
 
 
-def _holders(snap: Snapshot) -> Mapping[str, tuple[tuple[str, str, str], ...]]:
+Holder = tuple[str, str, str, str]
+"""(namespace, pod, container, job_name)."""
+
+
+def _holders(snap: Snapshot) -> Mapping[str, tuple[Holder, ...]]:
     """gpu -> sorted unique holders, for the GPUs of the inventory that have any (one pass
     over the assignments: this runs on every publish)."""
-    found: dict[str, set[tuple[str, str, str]]] = {}
+    found: dict[str, set[Holder]] = {}
     for entry in snap.pods.containers:
         for gpu in entry.gpus:
-            found.setdefault(gpu, set()).add(entry.holder)
+            found.setdefault(gpu, set()).add((*entry.holder, entry.job))
     return {d.gpu: tuple(sorted(found[d.gpu])) for d in snap.inventory if d.gpu in found}
 
 
@@ -30,10 +34,10 @@ def _usage(snap: Snapshot) -> Mapping[str, tuple[PodUsage, ...]]:
     return {gpu: tuple(rows) for gpu, rows in out.items()}
 
 
-def _pod_info(holders: tuple[tuple[str, str, str], ...]) -> Iterable[Row]:
-    # job_name stays empty: the pod-resources API names pods but carries none of their
-    # labels, and this node-local path has no API-server access to read them.
-    return (((ns, pod, container, ""), 1.0) for ns, pod, container in holders)
+def _pod_info(holders: tuple[Holder, ...]) -> Iterable[Row]:
+    # job_name is empty unless kubernetes.pod_labels reads the pods' labels: the
+    # pod-resources API names pods but carries none of their labels.
+    return ((holder, 1.0) for holder in holders)
 
 
 def _usage_rows(rows: tuple[PodUsage, ...], memory: bool) -> Iterable[Row]:
@@ -50,12 +54,12 @@ def _availability(rows: tuple[Availability, ...]) -> Iterable[Row]:
 def families(
     namespace: str = "namespace", pod: str = "pod", container: str = "container"
 ) -> tuple[
-    GpuFamilies[tuple[tuple[str, str, str], ...]],
+    GpuFamilies[tuple[Holder, ...]],
     GpuFamilies[tuple[PodUsage, ...]],
     NodeFamilies[tuple[Availability, ...]],
 ]:
     names = (namespace, pod, container)
-    info = GpuFamilies[tuple[tuple[str, str, str], ...]](
+    info = GpuFamilies[tuple[Holder, ...]](
         COLLECTOR,
         _holders,
         (
@@ -64,7 +68,8 @@ def families(
                 "gauge",
                 "Constant 1 per GPU and container the kubelet assigned it to; join on node "
                 "and gpu to attribute any GPU series to pods (a shared GPU has one series "
-                "per holder). job_name is the pod's job label when known.",
+                "per holder). job_name is the pod's job label (kubernetes.job_labels) when "
+                "kubernetes.pod_labels reads them, else empty.",
                 _pod_info,
                 labels=(*names, "job_name"),
             ),
@@ -102,7 +107,8 @@ def families(
                 "1 if attribution of GPUs to pods works through `source` (kubelet: "
                 "pod-resources API; cgroup: PID to pod through /proc/<pid>/cgroup); 0 with "
                 "`reason` (socket_missing, permission_denied, unavailable, timeout, "
-                "rate_limited, error, proc_missing, no_host_pid) if not. GPU metrics flow "
+                "rate_limited, error, proc_missing, no_host_pid, kubelet_pending; pod_labels: "
+                "no_token, forbidden, invalid, timeout, unavailable) if not. GPU metrics flow "
                 "either way.",
                 _availability,
                 labels=("source", "reason"),

@@ -24,7 +24,12 @@ from exporter.readings import Availability, Device, PodAssignments
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.kubernetes.attribution import container_gpus
-from exporter.sources.kubernetes.device_ids import DeviceIndex, resource_matcher
+from exporter.sources.kubernetes.device_ids import (
+    BUILTIN_DRA_DRIVERS,
+    DeviceIndex,
+    ResourceMatcher,
+    resource_matcher,
+)
 from exporter.sources.kubernetes.podresources import KubeletError, PodResourcesClient
 from exporter.util import OnChange
 
@@ -45,6 +50,7 @@ class KubeletSource(Source):
         self._inventory = inventory
         self._client = PodResourcesClient(config.kubelet_socket, config.timeout)
         self._wanted = resource_matcher(config.resource_names)
+        self._dra = ResourceMatcher((*BUILTIN_DRA_DRIVERS, *config.dra_drivers))
         self._index: tuple[tuple[Device, ...], DeviceIndex] | None = None
         self._log = OnChange(log)
         self._checked_allocatable = False
@@ -61,7 +67,9 @@ class KubeletSource(Source):
             response = await self._client.list()
         except KubeletError as exc:
             return self._failed(exc)
-        assigned, unmatched = container_gpus(response, self._device_index(inventory), self._wanted)
+        assigned, unmatched = container_gpus(
+            response, self._device_index(inventory), self._wanted, self._dra
+        )
         errors: dict[str, int] = {}
         if inventory:  # before the GPU source's first poll nothing can match
             if unmatched:
@@ -77,9 +85,11 @@ class KubeletSource(Source):
 
     def _failed(self, exc: KubeletError) -> SourceResult:
         """A failed List: the poll fails (the scheduler logs it once per reason) and the
-        last assignments stay while they are younger than ``stale_after``."""
-        pods = PodAssignments()
+        last assignments stay while they are younger than ``stale_after``. Before the first
+        answer it publishes no assignments at all (None), so no one reads "no pods" into it."""
+        pods: PodAssignments | None = None
         if self._last_good is not None:
+            pods = PodAssignments()
             at, last = self._last_good
             if time.monotonic() - at <= self._config.stale_after:
                 pods = last

@@ -44,8 +44,9 @@ UNKNOWN: Holder = ("", "", "")
 
 Processes = Callable[[], tuple[ProcessInfo, ...]]
 """The compute processes of the last GPU poll (a view of the snapshot)."""
-Pods = Callable[[], PodAssignments]
-"""The kubelet source's last assignments (a view of the snapshot)."""
+Pods = Callable[[], PodAssignments | None]
+"""The kubelet source's last assignments (a view of the snapshot), None until it answered."""
+PENDING = "kubelet_pending"
 
 
 def resolve(
@@ -105,8 +106,11 @@ class PodProcessSource(BlockingSource):
         root = self._config.proc_root
         if not os.path.isdir(root):
             return self._failed("proc_missing", f"proc root {root} is not a directory")
+        pods = self._pods()
+        if pods is None:  # naming pods needs the kubelet's assignments: publish nothing yet
+            return SourceResult(source=SOURCE, availability=(Availability(SOURCE, PENDING),))
         processes = self._processes()
-        assigned = self._pods().containers
+        assigned = pods.containers
         refs: list[tuple[ProcessInfo, CgroupRef]] = []
         missing = denied = 0
         for process in processes:

@@ -106,6 +106,9 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
 {{- if .Values.serving.discovery.enabled }}
 {{- $_ := set $cfg.serving "discover_pods" true }}
 {{- end }}
+{{- if .Values.kubernetes.podLabels.enabled }}
+{{- $_ := set $cfg.kubernetes "pod_labels" true }}
+{{- end }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy .Values.config) }}
 {{- toYaml $cfg }}
 {{- end }}
@@ -135,4 +138,9 @@ relabelings:
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/* Whether the exporter talks to the API server (needs the token and RBAC). */}}
+{{- define "gge.apiAccess" -}}
+{{- if or .Values.serving.discovery.enabled .Values.kubernetes.podLabels.enabled }}true{{ end }}
 {{- end }}
