@@ -6,7 +6,9 @@
 # engine (attributed by process), clients with known token counts drive bursts.
 #
 #   OUT=/some/dir bench/serving_device.sh      # carry: [".whl", ".llama"]
-# Knobs: DIM (2048), LAYERS (16), SLOTS (8), BURSTS ("3:1,3,8"), SECONDS (30), JOBS (16).
+# Then bench/serving_equality.py: complete requests, the exporter's totals against the
+# clients'. Knobs: DIM (2048), LAYERS (16), SLOTS (8), BURSTS ("3:1,3,8"), JOBS (16),
+# DIAG (1), EQUALITY (1), EQ_REQUESTS (64), EQ_N_PREDICT (512).
 set -u
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
@@ -44,10 +46,18 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 say "llama-server: $(get http://127.0.0.1:8080/health)"
+if [ "${DIAG:-1}" = 1 ]; then
 timeout -k 10 "${DIAG_LIMIT:-200}" $PY bench/diagnosis.py --out "$OUT" --workloads serving \
   --seconds "${SECONDS_PER_ROW:-30}" --budget 150 --raw --llama-url http://127.0.0.1:8080 \
   --llama-metrics --bursts "${BURSTS:-3:1,3,8}" --daemon-args=--extended-metrics \
   2>&1 | tee -a "$LOG"
+fi
+if [ "${EQUALITY:-1}" = 1 ]; then
+  say "totals check: complete requests, exporter on real NVML/GPM"
+  timeout -k 10 "${EQ_LIMIT:-150}" $PY bench/serving_equality.py --llama-url http://127.0.0.1:8080 \
+    --out "$OUT" --requests "${EQ_REQUESTS:-64}" --concurrency "${SLOTS:-8}" \
+    --n-predict "${EQ_N_PREDICT:-512}" 2>&1 | tail -3 | tee -a "$LOG"
+fi
 get http://127.0.0.1:8080/metrics > "$OUT/llama-metrics.txt"
 kill "$LLAMA" 2>/dev/null
 { echo "# --- llama-server log (tail)"; tail -n 30 /tmp/llama-server.log; } >>"$LOG"
