@@ -146,7 +146,8 @@ NODE = NodeFamilies[ServingState](
             "goodput_serving_target_error_info",
             "gauge",
             "1 while the last scrape of a target failed; reason is timeout, "
-            "connection_refused, http_<status>, body_too_large, bad_encoding, parse_error, "
+            "connection_refused, unauthorized, tls_error, credentials_unreadable, "
+            "tls_config_unreadable, http_<status>, body_too_large, bad_encoding, parse_error, "
             "unknown_engine, bad_url, bad_annotation, http_error or internal_error.",
             _errors,
             labels=("target", "reason"),

@@ -136,7 +136,7 @@ class ServingSource(Source):
                     session, target, self._config.timeout, self._config.max_body_bytes
                 )
                 if outcome.reading is not None:
-                    await self._lookup_model(session, target, outcome.reading)
+                    await self._lookup_model(session, outcome)
                 return outcome
 
         outcomes = await asyncio.gather(*(one(t) for t in targets))
@@ -175,11 +175,11 @@ class ServingSource(Source):
         cached = self._v1_models.get(target.url)
         return cached[1] if cached else ""
 
-    async def _lookup_model(
-        self, session: aiohttp.ClientSession, target: Target, reading: Reading
-    ) -> None:
+    async def _lookup_model(self, session: aiohttp.ClientSession, outcome: Outcome) -> None:
         """llama-server's /metrics names no model: ask its /v1/models once per process
         start (or once a minute while it sends no start token)."""
+        target, reading = outcome.target, outcome.reading
+        assert reading is not None
         if reading.engine != "llama.cpp" or target.model or any(reading.models):
             return
         cached = self._v1_models.get(target.url)
@@ -194,6 +194,7 @@ class ServingSource(Source):
             target.url,
             self._config.timeout,
             min(self._config.max_body_bytes, MODELS_MAX_BYTES),
+            outcome.request,
         )
         self._v1_models[target.url] = (reading.started, model, now)
         if error and (cached is None or cached[1] or cached[0] != reading.started):
