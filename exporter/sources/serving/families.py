@@ -112,6 +112,10 @@ def _errors(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.reason), 1.0) for t in state.targets if not t.up)
 
 
+def _dropped(state: ServingState) -> Iterable[Row]:
+    return (((t.target, reason), n) for t in state.targets for reason, n in t.dropped)
+
+
 def _gpus(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.via), float(len(t.gpus))) for t in state.targets)
 
@@ -150,6 +154,14 @@ NODE = NodeFamilies[ServingState](
             "tls_config_unreadable, http_<status>, body_too_large, bad_encoding, parse_error, "
             "unknown_engine, bad_url, bad_annotation, http_error or internal_error.",
             _errors,
+            labels=("target", "reason"),
+        ),
+        Family(
+            "goodput_serving_target_dropped_values_total",
+            "counter",
+            "Engine values refused instead of republished, by reason: non_finite (NaN, "
+            "+Inf, -Inf) or negative; no engine signal can be either.",
+            _dropped,
             labels=("target", "reason"),
         ),
         Family(

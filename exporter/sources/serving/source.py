@@ -64,6 +64,9 @@ COUNTERS: dict[str, str] = {
 
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
 
+DROP_REASONS = {"non_finite": 0, "negative": 0}
+"""Why an engine value is refused at the edge; every target shows both (from 0)."""
+
 T = TypeVar("T")
 
 NODE_LEVEL = ("",)
@@ -104,6 +107,8 @@ class ServingSource(Source):
         self._pids: dict[str, tuple[int | None, float]] = {}
         self._started: dict[str, str] = {}
         self._unattributed: dict[str, str] = {}
+        self._dropped: dict[str, Counter[str]] = {}
+        """url -> engine values refused at the edge, by reason, since the target appeared."""
         self._v1_models: dict[str, tuple[str, str, float]] = {}
         """url -> (process start token, model id from /v1/models, when asked)."""
 
@@ -345,6 +350,9 @@ class ServingSource(Source):
             )
             self._identity[target.url] = (outcome.reading.engine, models)
             self._attributed[target.url] = attribution
+        dropped = self._dropped.setdefault(target.url, Counter(DROP_REASONS))
+        if outcome.reading is not None:
+            dropped.update(outcome.reading.dropped)
         engine, model = self._identity.get(target.url, (target.engine, target.model))
         att = self._attributed.get(target.url, NONE)
         return TargetStatus(
@@ -356,6 +364,7 @@ class ServingSource(Source):
             scrape_seconds=outcome.duration,
             gpus=att.gpus,
             via=att.via,
+            dropped=tuple((reason, float(n)) for reason, n in sorted(dropped.items())),
         )
 
     def _log_state(self, outcome: Outcome, attribution: Attribution) -> None:
@@ -391,6 +400,7 @@ class ServingSource(Source):
         _keep_only(self._started, current)
         _keep_only(self._unattributed, current)
         _keep_only(self._v1_models, current)
+        _keep_only(self._dropped, current)
         self._tracker.forget_where(lambda key: key[0] not in current)
 
 
