@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -40,6 +41,55 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Authorization(Section):
+    """``Authorization: <type> <credentials>`` on every scrape (Prometheus's spelling)."""
+
+    type: str = "Bearer"
+    credentials: SecretStr | None = None
+    credentials_file: str = ""
+    """Read again whenever its mtime changes, so a rotated token needs no restart."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Authorization:
+        if self.type.strip().lower() == "basic":
+            raise ValueError("authorization type Basic: use basic_auth instead")
+        if (self.credentials is None) == (not self.credentials_file):
+            raise ValueError("authorization needs exactly one of credentials, credentials_file")
+        return self
+
+
+class BasicAuth(Section):
+    """HTTP basic authentication (Prometheus's ``basic_auth``)."""
+
+    username: str
+    password: SecretStr | None = None
+    password_file: str = ""
+    """Read again whenever its mtime changes."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BasicAuth:
+        if self.password is not None and self.password_file:
+            raise ValueError("basic_auth takes password or password_file, not both")
+        return self
+
+
+class TlsConfig(Section):
+    """How to reach an https target (Prometheus's ``tls_config``); files are read again
+    when they change."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""
+    insecure_skip_verify: bool = False
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsConfig:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("tls_config needs cert_file and key_file together")
+        return self
+
+
 class ServingTarget(Section):
     """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
 
@@ -48,6 +98,15 @@ class ServingTarget(Section):
     engine: str = ""
     model: str = ""
     pid: int | None = Field(None, gt=0)
+    authorization: Authorization | None = None
+    basic_auth: BasicAuth | None = None
+    tls_config: TlsConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> ServingTarget:
+        if self.authorization is not None and self.basic_auth is not None:
+            raise ValueError("a target takes authorization or basic_auth, not both")
+        return self
 
     @field_validator("url")
     @classmethod

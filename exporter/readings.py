@@ -265,6 +265,8 @@ class TargetStatus:
     scrape_seconds: float = 0.0
     gpus: tuple[str, ...] = ()
     via: str = "none"
+    dropped: tuple[tuple[str, float], ...] = ()
+    """(reason, engine values refused since the target appeared): non_finite, negative."""
 
 
 @dataclass(frozen=True, slots=True)

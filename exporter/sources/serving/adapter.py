@@ -8,6 +8,8 @@ GPU UUIDs the engine named for each model.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +36,8 @@ class Reading:
     started: str = ""
     """A token that changes when the engine process restarts ("" when unknown): its
     ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    """Engine values this scrape refused, by reason (non_finite, negative)."""
 
     def net(self) -> dict[SignalKey, float]:
         """Values with each ``minus`` applied (what a first scrape attributes)."""
@@ -76,6 +80,8 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     """Every signal of ``table`` found in ``families``."""
     values: dict[SignalKey, float] = {}
     counts: dict[SignalKey, int] = {}
+    dropped: Counter[str] = Counter()
+    bad: set[SignalKey] = set()
     live: dict[str, bool] = {}
     derived: set[str] = set()
     rises: set[str] = set()
@@ -95,10 +101,15 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         for family in rule.families:
             if family in families:
                 _read_rule(
-                    table, rule, signal, families[family], default_model, values, counts, factors
+                    table, rule, signal, families[family], default_model, values, counts,
+                    factors, dropped, bad,
                 )
+    for key in bad:
+        # A sum missing one rank would look like a counter reset: skip the whole value
+        # this scrape; the next good one carries the growth.
+        values.pop(key, None)
     for key, count in counts.items():
-        if SIGNALS[key[0]].agg == "mean" and count > 1:
+        if SIGNALS[key[0]].agg == "mean" and count > 1 and key in values:
             values[key] /= count
     return Reading(
         table.engine,
@@ -110,6 +121,7 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         minus,
         frozenset(rises),
         _started(families),
+        dict(dropped),
     )
 
 
@@ -139,7 +151,12 @@ def _read_rule(
     values: dict[SignalKey, float],
     counts: dict[SignalKey, int],
     factors: Mapping[frozenset[tuple[str, str]], float] | None = None,
+    dropped: Counter[str] | None = None,
+    bad: set[SignalKey] | None = None,
 ) -> None:
+    """Add ``family``'s matching samples to ``values``. A sample that is not a finite,
+    non-negative number (no engine signal can be) is counted in ``dropped`` and its key put
+    in ``bad``: it is never republished."""
     wanted = family.name + _suffix(family, rule)
     agg = SIGNALS[signal].agg
     for sample in family.samples:
@@ -158,6 +175,13 @@ def _read_rule(
             sample.labels.get(rule.reason, "") if rule.reason else "",
         )
         value = sample.value * rule.scale * factor
+        reason = "non_finite" if not math.isfinite(value) else "negative" if value < 0 else ""
+        if reason:
+            if dropped is not None:
+                dropped[reason] += 1
+            if bad is not None:
+                bad.add(key)
+            continue
         if factors is not None:
             # A count times an average per count is a whole count: rounding undoes the
             # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).

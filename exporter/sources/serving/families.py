@@ -112,6 +112,10 @@ def _errors(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.reason), 1.0) for t in state.targets if not t.up)
 
 
+def _dropped(state: ServingState) -> Iterable[Row]:
+    return (((t.target, reason), n) for t in state.targets for reason, n in t.dropped)
+
+
 def _gpus(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.via), float(len(t.gpus))) for t in state.targets)
 
@@ -146,9 +150,18 @@ NODE = NodeFamilies[ServingState](
             "goodput_serving_target_error_info",
             "gauge",
             "1 while the last scrape of a target failed; reason is timeout, "
-            "connection_refused, http_<status>, body_too_large, bad_encoding, parse_error, "
+            "connection_refused, unauthorized, tls_error, credentials_unreadable, "
+            "tls_config_unreadable, http_<status>, body_too_large, bad_encoding, parse_error, "
             "unknown_engine, bad_url, bad_annotation, http_error or internal_error.",
             _errors,
+            labels=("target", "reason"),
+        ),
+        Family(
+            "goodput_serving_target_dropped_values_total",
+            "counter",
+            "Engine values refused instead of republished, by reason: non_finite (NaN, "
+            "+Inf, -Inf) or negative; no engine signal can be either.",
+            _dropped,
             labels=("target", "reason"),
         ),
         Family(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +20,7 @@ ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 CHUNK = 64 * 1024
 MODELS_MAX_BYTES = 1024 * 1024
 MODEL_ID_MAX = 200
+UNAUTHORIZED = frozenset({401, 403})
 START_HEADER = "Process-Start-Time-Unix"
 """llama-server (and Go's promhttp) name the serving process's start in this header. Its
 value is an opaque token (llama.cpp's is not a Unix time): only a change means anything."""
@@ -38,31 +41,69 @@ class ScrapeError(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a request to one target carries besides its URL (see ``auth.Access``)."""
+
+    headers: Mapping[str, str] | None = None
+    ssl: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+
+    def __repr__(self) -> str:  # the headers hold secrets
+        return "Request(...)"
+
+
+PLAIN = Request()
+
+
 async def fetch(
     session: aiohttp.ClientSession,
     url: str,
     timeout: float,
     max_bytes: int,
     accept: str = ACCEPT,
+    request: Request = PLAIN,
 ) -> Fetched:
-    """The body of ``url`` as text with the start header, or :class:`ScrapeError`."""
+    """The body of ``url`` as text with the start header, or :class:`ScrapeError`. Error
+    messages never carry the URL's user and password nor the request's headers."""
     try:
         async with asyncio.timeout(timeout):
-            return await _fetch(session, url, max_bytes, accept)
+            return await _fetch(session, url, max_bytes, accept, request)
     except TimeoutError as exc:
         raise ScrapeError("timeout", f"no complete answer within {timeout:g}s") from exc
     except aiohttp.InvalidURL as exc:
-        raise ScrapeError("bad_url", f"invalid URL {url!r}") from exc
+        raise ScrapeError("bad_url", f"invalid URL {redact(url)!r}") from exc
+    except (aiohttp.ClientSSLError, aiohttp.ServerFingerprintMismatch) as exc:
+        raise ScrapeError("tls_error", redact(f"TLS: {exc}", url)) from exc
     except aiohttp.ClientConnectorError as exc:
         raise ScrapeError("connection_refused", f"cannot connect: {exc.os_error}") from exc
     except (aiohttp.ClientError, OSError) as exc:
-        raise ScrapeError("http_error", f"{type(exc).__name__}: {exc}") from exc
+        raise ScrapeError("http_error", redact(f"{type(exc).__name__}: {exc}", url)) from exc
+
+
+def redact(text: str, url: str = "") -> str:
+    """``text`` without the user and password of ``url`` (or of ``text`` itself when it is
+    the URL)."""
+    parts = urlsplit(url or text)
+    if "@" not in parts.netloc:
+        return text
+    userinfo = parts.netloc.rsplit("@", 1)[0]
+    return text.replace(userinfo + "@", "")
 
 
 async def _fetch(
-    session: aiohttp.ClientSession, url: str, max_bytes: int, accept: str
+    session: aiohttp.ClientSession, url: str, max_bytes: int, accept: str, request: Request
 ) -> Fetched:
-    async with session.get(url, headers={"Accept": accept}, allow_redirects=False) as resp:
+    headers = {"Accept": accept, **(request.headers or {})}
+    async with session.get(
+        url,
+        headers=headers,
+        allow_redirects=False,
+        ssl=request.ssl if request.ssl is not None else True,
+        server_hostname=request.server_hostname,
+    ) as resp:
+        if resp.status in UNAUTHORIZED:
+            raise ScrapeError("unauthorized", f"HTTP {resp.status} {resp.reason or ''}")
         if resp.status != 200:
             raise ScrapeError(f"http_{resp.status}", f"HTTP {resp.status} {resp.reason or ''}")
         declared = resp.content_length
@@ -84,14 +125,20 @@ async def _fetch(
 
 
 async def models_id(
-    session: aiohttp.ClientSession, metrics_url: str, timeout: float, max_bytes: int
+    session: aiohttp.ClientSession,
+    metrics_url: str,
+    timeout: float,
+    max_bytes: int,
+    request: Request = PLAIN,
 ) -> tuple[str, str]:
     """(the first model id of the OpenAI-style ``/v1/models`` next to ``metrics_url``, "")
     or ("", why not). Bounded like a scrape; never raises."""
     parts = urlsplit(metrics_url)
     url = urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", ""))
     try:
-        fetched = await fetch(session, url, timeout, max_bytes, accept="application/json")
+        fetched = await fetch(
+            session, url, timeout, max_bytes, accept="application/json", request=request
+        )
         data = json.loads(fetched.text)
         first = data["data"][0]["id"]
     except ScrapeError as exc:

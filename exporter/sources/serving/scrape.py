@@ -10,7 +10,7 @@ import aiohttp
 
 from exporter.sources.serving.adapter import Reading, UnknownEngine, detect, read
 from exporter.sources.serving.exposition import ExpositionError, parse
-from exporter.sources.serving.fetch import ScrapeError, fetch
+from exporter.sources.serving.fetch import PLAIN, Request, ScrapeError, fetch
 from exporter.sources.serving.targets import Target
 
 
@@ -21,6 +21,8 @@ class Outcome:
     reading: Reading | None = None
     reason: str = ""
     error: str = ""
+    request: Request = PLAIN
+    """The credentials this scrape used, for follow-up requests to the same engine."""
 
     @property
     def ok(self) -> bool:
@@ -42,8 +44,11 @@ async def scrape(
     started = time.perf_counter()
     if target.invalid:
         return _failed(target, started, "bad_annotation", target.invalid)
+    request = PLAIN
     try:
-        fetched = await fetch(session, target.url, timeout, max_bytes)
+        if target.access is not None:
+            request = target.access.resolve()
+        fetched = await fetch(session, target.url, timeout, max_bytes, request=request)
         reading = await asyncio.to_thread(interpret, fetched.text, target.engine, target.model)
         if not reading.started and fetched.started:
             reading = replace(reading, started="header:" + fetched.started)
@@ -55,7 +60,7 @@ async def scrape(
         return _failed(target, started, "unknown_engine", str(exc))
     except Exception as exc:  # a bug here must cost one target, not the source
         return _failed(target, started, "internal_error", f"{type(exc).__name__}: {exc}")
-    return Outcome(target, time.perf_counter() - started, reading)
+    return Outcome(target, time.perf_counter() - started, reading, request=request)
 
 
 def _failed(target: Target, started: float, reason: str, error: str) -> Outcome:

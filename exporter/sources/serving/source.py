@@ -64,6 +64,9 @@ COUNTERS: dict[str, str] = {
 
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
 
+DROP_REASONS = {"non_finite": 0, "negative": 0}
+"""Why an engine value is refused at the edge; every target shows both (from 0)."""
+
 T = TypeVar("T")
 
 NODE_LEVEL = ("",)
@@ -104,6 +107,8 @@ class ServingSource(Source):
         self._pids: dict[str, tuple[int | None, float]] = {}
         self._started: dict[str, str] = {}
         self._unattributed: dict[str, str] = {}
+        self._dropped: dict[str, Counter[str]] = {}
+        """url -> engine values refused at the edge, by reason, since the target appeared."""
         self._v1_models: dict[str, tuple[str, str, float]] = {}
         """url -> (process start token, model id from /v1/models, when asked)."""
 
@@ -136,7 +141,7 @@ class ServingSource(Source):
                     session, target, self._config.timeout, self._config.max_body_bytes
                 )
                 if outcome.reading is not None:
-                    await self._lookup_model(session, target, outcome.reading)
+                    await self._lookup_model(session, outcome)
                 return outcome
 
         outcomes = await asyncio.gather(*(one(t) for t in targets))
@@ -175,11 +180,11 @@ class ServingSource(Source):
         cached = self._v1_models.get(target.url)
         return cached[1] if cached else ""
 
-    async def _lookup_model(
-        self, session: aiohttp.ClientSession, target: Target, reading: Reading
-    ) -> None:
+    async def _lookup_model(self, session: aiohttp.ClientSession, outcome: Outcome) -> None:
         """llama-server's /metrics names no model: ask its /v1/models once per process
         start (or once a minute while it sends no start token)."""
+        target, reading = outcome.target, outcome.reading
+        assert reading is not None
         if reading.engine != "llama.cpp" or target.model or any(reading.models):
             return
         cached = self._v1_models.get(target.url)
@@ -194,6 +199,7 @@ class ServingSource(Source):
             target.url,
             self._config.timeout,
             min(self._config.max_body_bytes, MODELS_MAX_BYTES),
+            outcome.request,
         )
         self._v1_models[target.url] = (reading.started, model, now)
         if error and (cached is None or cached[1] or cached[0] != reading.started):
@@ -344,6 +350,9 @@ class ServingSource(Source):
             )
             self._identity[target.url] = (outcome.reading.engine, models)
             self._attributed[target.url] = attribution
+        dropped = self._dropped.setdefault(target.url, Counter(DROP_REASONS))
+        if outcome.reading is not None:
+            dropped.update(outcome.reading.dropped)
         engine, model = self._identity.get(target.url, (target.engine, target.model))
         att = self._attributed.get(target.url, NONE)
         return TargetStatus(
@@ -355,6 +364,7 @@ class ServingSource(Source):
             scrape_seconds=outcome.duration,
             gpus=att.gpus,
             via=att.via,
+            dropped=tuple((reason, float(n)) for reason, n in sorted(dropped.items())),
         )
 
     def _log_state(self, outcome: Outcome, attribution: Attribution) -> None:
@@ -390,6 +400,7 @@ class ServingSource(Source):
         _keep_only(self._started, current)
         _keep_only(self._unattributed, current)
         _keep_only(self._v1_models, current)
+        _keep_only(self._dropped, current)
         self._tracker.forget_where(lambda key: key[0] not in current)
 
 

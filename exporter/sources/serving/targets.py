@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from exporter.config import ServingConfig
+from exporter.sources.serving.auth import Access
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
@@ -28,6 +29,9 @@ class Target:
     origin: str = "config"
     invalid: str = ""
     """Why this target cannot be scraped (a bad pod annotation); never fetched then."""
+    access: Access | None = field(default=None, compare=False, repr=False)
+    """Credentials and TLS settings (config targets only); keeps its files' cache, so the
+    same object must live across polls."""
 
     @property
     def port(self) -> int | None:
@@ -67,6 +71,11 @@ def static_targets(config: ServingConfig) -> list[Target]:
             model=t.model,
             pid=t.pid,
             origin="config",
+            access=(
+                Access(t.authorization, t.basic_auth, t.tls_config)
+                if t.authorization or t.basic_auth or t.tls_config
+                else None
+            ),
         )
         for t in config.targets
     ]
