@@ -3,7 +3,9 @@
 Clients drive ``/completion`` requests and sum the token counts llama-server returns to
 them; the exporter, scraping llama-server's /metrics every second on the simulated node,
 must publish exactly those totals, also after llama-server restarts on the same port (the
-old process's tokens stay counted, the new one's are added).
+old process's tokens stay counted, the new one's are added). The daemon scrapes through a
+pass-through gate (tests/support/llamacpp.py ``MetricsGate``) the test shuts across the
+restart, so the restart is always one the counters alone cannot reveal.
 
 The first run builds llama-server (minutes; cached outside the repo, see
 tests/support/llamacpp.py). Skipped only where no compiler or cmake exists.
@@ -26,6 +28,7 @@ from tests.support.daemon import daemon
 from tests.support.llamacpp import (
     BuildUnavailable,
     LlamaServer,
+    MetricsGate,
     llama_server,
     server_binary,
     write_tiny_gguf,
@@ -108,10 +111,10 @@ def wait_equal(url: str, want: Counter[str], timeout: float = 30.0) -> None:
 
 
 def test_exporter_totals_equal_clients_across_restart(server: LlamaServer, tmp_path: Path) -> None:
-    target = server.url + "/metrics"
     log = tmp_path / "exporter.log"
-    with daemon(
-        "--simulate", "--simulate-gpus", "2", "--serving-target", target, log=log,
+    with MetricsGate(server.url) as gate, daemon(
+        "--simulate", "--simulate-gpus", "2", "--serving-target", gate.url + "/metrics",
+        log=log,
     ) as exporter:  # fmt: skip
         sums: Counter[str] = Counter()
         drive(server, sums, batches=1)
@@ -119,11 +122,16 @@ def test_exporter_totals_equal_clients_across_restart(server: LlamaServer, tmp_p
         assert sums["prompt_cached"] > 0, "the repeated prompt was never served from cache"
         wait_equal(exporter, sums)
 
-        # The new process makes more tokens than the old one did, so unless a scrape
-        # happens to catch it near zero only the Process-Start-Time-Unix header shows the
-        # restart (the old process's counts must stay).
+        # The new process makes more tokens than the old one did, and the exporter sees
+        # none of it until then (the gate is shut): no counter goes down between two of its
+        # readings, so only the Process-Start-Time-Unix header shows the restart (the old
+        # process's counts must stay).
+        before = Counter(sums)
+        gate.open.clear()
         server.restart()
         drive(server, sums, batches=3)
         assert sums["generation"] == (7 + 15) * N_PREDICT
+        assert all(sums[k] - before[k] > before[k] for k in KINDS), (before, sums)
+        gate.open.set()
         wait_equal(exporter, sums)
     assert "serving_target_restarted" in log.read_text()

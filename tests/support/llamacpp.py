@@ -14,12 +14,14 @@ which is all a token-accounting test needs.
 from __future__ import annotations
 
 import fcntl
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -299,6 +301,59 @@ def llama_server(
         yield server
     finally:
         server.stop()
+
+
+class MetricsGate:
+    """A pass-through for ``GET /metrics`` (body and the headers a scraper reads) that a test
+    can shut: shut, it answers 503, so the scraper sees nothing of what happens meanwhile
+    (a restart, say) and must make sense of its next reading on its own."""
+
+    FORWARDED = ("Content-Type", "Process-Start-Time-Unix")
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.open = threading.Event()
+        self.open.set()
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if not gate.open.is_set():
+                    self.send_error(503, "gate shut")
+                    return
+                try:
+                    with urllib.request.urlopen(gate.upstream + self.path, timeout=5.0) as resp:
+                        status, data, headers = resp.status, resp.read(), resp.headers
+                except urllib.error.HTTPError as exc:
+                    status, data, headers = exc.code, exc.read(), exc.headers
+                except OSError as exc:
+                    self.send_error(502, str(exc))
+                    return
+                self.send_response(status)
+                for name in gate.FORWARDED:
+                    if headers.get(name) is not None:
+                        self.send_header(name, headers[name])
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> MetricsGate:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 # --- a live capture ----------------------------------------------------------------------------
