@@ -159,7 +159,7 @@ def load(path: str | os.PathLike[str] | None) -> WebConfig:
     if spec.http_server_config and spec.http_server_config.headers:
         middlewares.append(headers_middleware(spec.http_server_config.headers))
     if spec.basic_auth_users:
-        middlewares.append(BasicAuth(spec.basic_auth_users).middleware)
+        middlewares.append(BasicAuth(spec.basic_auth_users, source=source).middleware)
     log.info(
         "web config loaded",
         file=str(source),
@@ -289,6 +289,14 @@ class _ReloadingTLS:
 # --- basic auth --------------------------------------------------------------------------
 
 
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_mtime_ns, st.st_size)
+
+
 class BasicAuth:
     """HTTP basic auth against bcrypt hashes.
 
@@ -299,9 +307,14 @@ class BasicAuth:
     """
 
     def __init__(
-        self, users: Mapping[str, str], open_paths: Iterable[str] = DEFAULT_OPEN_PATHS
+        self,
+        users: Mapping[str, str],
+        open_paths: Iterable[str] = DEFAULT_OPEN_PATHS,
+        source: Path | None = None,
     ) -> None:
         self._users = {u: h.encode() for u, h in users.items()}
+        self._source = source
+        self._stamp = _stamp(source)
         self._open = frozenset(open_paths)
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
@@ -313,7 +326,25 @@ class BasicAuth:
     def _mac(self, user: str, password: bytes) -> bytes:
         return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
 
+    def _reload_if_changed(self) -> None:
+        """Pick up users and passwords rewritten in the web-config file (a rotated Secret)
+        without a restart; a file that no longer parses keeps the old users."""
+        stamp = _stamp(self._source)
+        if stamp == self._stamp or self._source is None:
+            return
+        self._stamp = stamp
+        try:
+            users = parse(self._source).basic_auth_users
+        except WebConfigError as exc:
+            log.error("basic auth users reload failed; keeping the old ones", error=str(exc))
+            return
+        if users:
+            self._users = {u: h.encode() for u, h in users.items()}
+            self._verified.clear()  # a changed password must not stay accepted
+            log.info("basic auth users reloaded", file=str(self._source), users=len(users))
+
     async def check(self, header: str | None) -> bool:
+        self._reload_if_changed()
         creds = _parse_basic(header)
         if creds is None:
             return False

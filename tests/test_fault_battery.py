@@ -202,3 +202,19 @@ def test_config_errors_are_one_line_naming_the_key(args: list[str], message: str
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
     assert message in proc.stderr
+
+
+def test_busy_port_is_one_line_and_exit_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "exporter", "--simulate", "--listen", f"127.0.0.1:{port}"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]

@@ -280,6 +280,24 @@ async def test_cert_rotation_needs_no_restart(pki: Pki, serve: Callable[[Path], 
     assert await served_serial() == rotated
 
 
+async def test_password_rewritten_while_running_takes_effect(
+    pki: Pki, serve: Callable[[Path], Any]
+) -> None:
+    """A rotated Secret rewrites the web-config file: the new password works and the old one
+    (though already verified and remembered) is refused, with no restart."""
+    path = write_config(pki.dir, {"tls_server_config": TLS, "basic_auth_users": {"prom": HASH}})
+    url = await serve(path) + "/metrics"
+    ctx = client_ctx(pki)
+    assert (await get(url, ctx, basic("prom", PASSWORD)))[0] == 200
+    new = bcrypt.hashpw(b"rotated-secret", bcrypt.gensalt(rounds=4)).decode()
+    write_config(pki.dir, {"tls_server_config": TLS, "basic_auth_users": {"prom": new}})
+    assert (await get(url, ctx, basic("prom", "rotated-secret")))[0] == 200
+    assert (await get(url, ctx, basic("prom", PASSWORD)))[0] == 401
+    # a broken rewrite keeps the last good users
+    path.write_text("basic_auth_users: [not, a, mapping]\n")
+    assert (await get(url, ctx, basic("prom", "rotated-secret")))[0] == 200
+
+
 # --- the Helm chart's rendered web-config Secret -----------------------------------------
 
 
