@@ -216,5 +216,8 @@ def test_busy_port_is_one_line_and_exit_2() -> None:
         )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0]
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("{")]
+    assert errors == [
+        line for line in errors if line.startswith("gpu-goodput-exporter: cannot listen on")
+    ]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0]
