@@ -3,6 +3,7 @@ that target alone, with target_up 0, one source error and one log line naming bo
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -23,6 +24,8 @@ CASES = {
     "/huge": "body_too_large",
     "/401": "unauthorized",
     "/403": "unauthorized",
+    "/trickle": "timeout",  # one byte at a time: the whole scrape is bounded, not each read
+    "/reset": "http_error",  # the connection is torn down mid-answer
 }
 
 
@@ -41,8 +44,26 @@ async def zoo() -> AsyncIterator[str]:
     async def refuse(request: web.Request) -> web.Response:
         return web.Response(status=int(request.path.strip("/")), text="no")
 
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for byte in b"vllm:num_requests_running 1\n" * 4:
+            await resp.write(bytes([byte]))
+            await asyncio.sleep(0.1)
+        return resp
+
+    async def reset(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Length": "1000"})
+        await resp.prepare(request)
+        await resp.write(b"vllm:num_requests_running 1\n")
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
     app.router.add_get("/401", refuse)
     app.router.add_get("/403", refuse)
+    app.router.add_get("/trickle", trickle)
+    app.router.add_get("/reset", reset)
     runner, base = await serving.start(app)
     yield base
     state.done.set()
