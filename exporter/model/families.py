@@ -98,8 +98,11 @@ GPU = GpuFamilies[GpuVerdict](
         ),
         gauge(
             "goodput_gpu_mfu_ratio",
-            "Model FLOPs utilization: attributed tokens x FLOPs per token (or the engine's own "
-            "FLOPs counter) divided by the GPU's peak dense FLOP/s for the model's dtype.",
+            "Model FLOPs utilization: the FLOP/s of the attributed models divided by the GPU's "
+            "(or MIG slice's) peak dense FLOP/s for the model's dtype. Per model, the FLOPs "
+            "come from the engine's own estimate where it exports one (vLLM and SGLang "
+            "estimated_flops_per_gpu), else from tokens/s x 2 x model.model_parameters; "
+            "absent when neither is known.",
             lambda v: v.mfu,
             unit="ratio",
         ),
