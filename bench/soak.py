@@ -8,12 +8,14 @@ attribution source fails every poll); scrapes of /metrics every second from one 
 bursts of 20 concurrent ones. The figures go to stdout as JSON lines and a markdown table.
 
     python3 bench/soak.py --minutes 30 > soak.md
+    python3 bench/soak.py --minutes 15 --trace growth.jsonl   # where Python memory grew
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
@@ -50,9 +52,10 @@ class FaultyEngine:
         if mode == "trickle":
             resp = web.StreamResponse()
             await resp.prepare(request)
-            for ch in (GOOD % self.tokens).encode()[:40]:
-                await resp.write(bytes([ch]))
-                await asyncio.sleep(1)
+            with contextlib.suppress(ConnectionError):  # the exporter gives up first
+                for ch in (GOOD % self.tokens).encode()[:40]:
+                    await resp.write(bytes([ch]))
+                    await asyncio.sleep(1)
             return resp
         if mode == "garbage":
             return web.Response(body=b"\x00\xff not prometheus {{{")
@@ -79,7 +82,7 @@ def proc_sample(pid: int) -> dict[str, int]:
     }
 
 
-async def run(minutes: float) -> list[dict[str, object]]:
+async def run(minutes: float, trace: str = "") -> list[dict[str, object]]:
     engine = FaultyEngine()
     app = web.Application()
     app.router.add_get("/metrics", engine.metrics)
@@ -91,6 +94,7 @@ async def run(minutes: float) -> list[dict[str, object]]:
         "--simulate", "--serving-target", f"http://127.0.0.1:{port}/metrics",
         "--kubernetes", "--kubelet-socket", "/nonexistent/kubelet.sock",
         log=Path("/tmp/soak-daemon.log"),
+        python=f"{sys.executable} {HERE / 'traced_daemon.py'} {trace}" if trace else sys.executable,
     )
     await asyncio.to_thread(daemon.start)
     assert daemon.pid is not None
@@ -133,8 +137,10 @@ async def run(minutes: float) -> list[dict[str, object]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--trace", metavar="OUT.jsonl", default="",
+                   help="run the daemon under tracemalloc (bench/traced_daemon.py), growth to OUT")
     args = p.parse_args()
-    samples = asyncio.run(run(args.minutes))
+    samples = asyncio.run(run(args.minutes, args.trace))
     print("| minute | fault now | RSS MiB | threads | open fds | scrapes | failed |")
     print("|---|---|---|---|---|---|---|")
     for s in samples:

@@ -14,7 +14,7 @@ from aiohttp import web
 from exporter import __version__, webconfig
 from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
 from exporter.logging import configure
-from exporter.memory import limit_malloc_arenas
+from exporter.memory import tune_malloc
 from exporter.sources.nvml_session import NvmlUnavailable
 from exporter.sources.profiling.modes import MODES
 
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    limit_malloc_arenas()
+    tune_malloc()
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
     ignored = ignored_env(os.environ)
