@@ -120,3 +120,16 @@ def test_mig_instances_sample_through_the_parent(clock):
     _, result = run(nvml, clock, windows=2)
     assert value(result, "0-3", "goodput_gpu_sm_active_ratio") > 0.9
     assert nvml.calls["nvmlGpmMigSampleGet"] >= 3
+
+
+def test_a_gpu_that_fails_every_poll_leaks_no_sample(sim, clock):
+    """A lost GPU fails nvmlGpmSampleGet on every poll; each failed poll used to keep its
+    freshly allocated sample (the soak's slow RSS creep). Live samples stay one per GPU."""
+    source, _ = run(sim, clock, windows=3)
+    clock.advance(90.0)  # GPU 7 is lost from here on
+    for _ in range(50):
+        clock.advance(1.0)
+        source.collect()
+    assert len(sim._samples) <= len(sim.gpus)
+    source.shutdown()
+    assert len(sim._samples) == 0

@@ -113,8 +113,7 @@ class GpmSource(SessionSource):
                 return None, ""  # another source serves this GPU
             return self._integrator.unavailable(gpu, SOURCE, state.reason), ""
         try:
-            new = nvml.nvmlGpmSampleAlloc()
-            self._take(dh, new)
+            new = self._sample(dh)
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
             self._failed(gpu, state, reason, exc)
@@ -170,6 +169,19 @@ class GpmSource(SessionSource):
         if not support.isSupportedDevice:
             return False, "unsupported"
         return True, ""
+
+    def _sample(self, dh: DeviceHandle) -> Any:
+        """A fresh sample of this GPU. Freed again when taking it fails: a lost GPU fails on
+        every poll, and each failure used to keep one NVML sample buffer for good."""
+        nvml = self.session.nvml
+        sample = nvml.nvmlGpmSampleAlloc()
+        try:
+            self._take(dh, sample)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                nvml.nvmlGpmSampleFree(sample)
+            raise
+        return sample
 
     def _take(self, dh: DeviceHandle, sample: Any) -> None:
         nvml = self.session.nvml
