@@ -292,3 +292,20 @@ def test_host_engine_address_forms() -> None:
     assert HostEngineAddress.parse("/tmp/nv-hostengine") == HostEngineAddress(
         "unix", "/tmp/nv-hostengine")
     assert HostEngineAddress.parse("embedded").kind == "embedded"
+
+
+def test_a_failing_group_setup_leaves_no_group_in_the_engine(engine, store, clock,
+                                                            monkeypatch) -> None:
+    """The host engine caps its groups; each retry of a GPU whose setup fails after the group
+    was created must destroy it again, or the retries exhaust the engine for every client."""
+    import dcgm_agent
+    import dcgm_structs
+
+    def refuse(*_args: object) -> int:
+        raise dcgm_structs.DCGMError(dcgm_structs.DCGM_ST_GENERIC_ERROR)
+
+    monkeypatch.setattr(dcgm_agent, "dcgmGroupAddEntity", refuse)
+    src = make(store, clock)
+    for _ in range(20):
+        step(src, engine, clock, dt=30.0)
+    assert engine.groups == {}

@@ -16,6 +16,7 @@ Each is logged once on change and retried with backoff, so the source recovers b
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -369,23 +370,19 @@ class DcgmSource(BlockingSource):
                 self._handle, b.structs.DCGM_GROUP_EMPTY, self._name("group")
             )
         )
-        self._call(
-            lambda: b.agent.dcgmGroupAddEntity(self._handle, group, b.fields.DCGM_FE_GPU, dcgm_id)
-        )
-        refused: list[tuple[tuple[int, ...], BaseException]] = []
-        shrink = codes(b.structs, SHRINK_CODES)
-        watched: tuple[int, ...] = ()
-        for field_set in FIELD_SETS:
-            try:
-                self._watch_fields(group, field_set)
-            except b.structs.DCGMError as exc:
-                self._raise_if_connection(exc)
-                refused.append((field_set, exc))
-                if error_code(exc) in shrink:
-                    continue
-                break
-            watched = field_set
-            break
+        try:
+            self._call(
+                lambda: b.agent.dcgmGroupAddEntity(
+                    self._handle, group, b.fields.DCGM_FE_GPU, dcgm_id
+                )
+            )
+            watched, refused = self._watch_first_accepted(group)
+        except BaseException:
+            # The host engine keeps a group until it is destroyed, and it caps how many
+            # exist: a failure here must not leave one behind per retry.
+            with contextlib.suppress(Exception):
+                self._destroy_group(group)
+            raise
         if not watched:
             self._destroy_group(group)
             last = refused[-1][1]
@@ -419,6 +416,25 @@ class DcgmSource(BlockingSource):
             state.cumulative = CUMULATIVE_FIELDS
         except b.structs.DCGMError as exc:  # older DCGM or pre-Hopper: gauges only
             self._raise_if_connection(exc)
+
+    def _watch_first_accepted(
+        self, group: Any
+    ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], BaseException]]]:
+        """(the largest field set the engine watches, the sets it refused before it)."""
+        b = self._bindings()
+        refused: list[tuple[tuple[int, ...], BaseException]] = []
+        shrink = codes(b.structs, SHRINK_CODES)
+        for field_set in FIELD_SETS:
+            try:
+                self._watch_fields(group, field_set)
+            except b.structs.DCGMError as exc:
+                self._raise_if_connection(exc)
+                refused.append((field_set, exc))
+                if error_code(exc) in shrink:
+                    continue
+                break
+            return field_set, refused
+        return (), refused
 
     def _watch_fields(self, group: Any, field_ids: tuple[int, ...]) -> None:
         b = self._bindings()
