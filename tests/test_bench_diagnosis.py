@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -214,3 +216,20 @@ def test_diagnosis_pipeline_judges_the_simulated_ranks_as_one_job(tmp_path: Path
     assert balanced["check"]["ok"] and balanced["grouped_windows"] > 0, balanced
     assert result["job_checks"]["allreduce_balanced"]["ok"]
     assert "job check: PASS" in (tmp_path / "diagnosis.md").read_text()
+
+
+def test_without_grpcio_the_run_goes_on_and_the_job_check_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_grpc(*_: object, **__: object) -> None:
+        raise ModuleNotFoundError("No module named 'grpc'")
+
+    monkeypatch.setattr(diagnosis, "PodResourcesStandIn", no_grpc)
+    rc = diagnosis.main(["--simulate", "--out", str(tmp_path), "--seconds", "2", "--settle",
+                         "0.2", "--drop", "0", "--gpus", "2", "--workloads", "allreduce_balanced"])
+    assert rc == 0
+    result = json.loads((tmp_path / "diagnosis.json").read_text())
+    assert "No module named 'grpc'" in result["pods"]["error"]
+    assert "--kubernetes" not in result["daemon_command"]
+    job = result["workloads"]["allreduce_balanced"]["job"]
+    assert job["windows"] > 0 and job["grouped_windows"] == 0
+    assert not job["check"]["ok"] and "pod attribution missing" in job["check"]["why"]
