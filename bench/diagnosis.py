@@ -472,6 +472,7 @@ class Diagnosis:
         rank = info.get("straggler_rank") if "straggler_rank" in info else STRAGGLER_RANK[name]
         if rank is None or not 0 <= int(rank) < len(ranks):
             return None
+        rank = int(rank)
         devices = info.get("devices") or []
         torch_uuid = str(devices[rank].get("uuid") or "") if len(devices) > rank else ""
         if torch_uuid:
