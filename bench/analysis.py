@@ -49,6 +49,28 @@ def parse_exposition(text: str, gpu: str) -> tuple[dict[str, float], dict[str, f
     return device, node
 
 
+def job_state(text: str) -> dict[str, dict[str, Any]]:
+    """The job-level verdicts in a /metrics body, keyed ``namespace/job_name``: ``gpus`` (the
+    value of ``goodput_job_gpus``: how many GPUs the daemon judged together) and
+    ``stragglers`` (the ``gpu`` labels of ``goodput_job_straggler``, sorted). A job appears
+    only when the daemon knew which GPUs one pod or job holds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    jobs: dict[str, dict[str, Any]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("goodput_job_gpus", "goodput_job_straggler"):
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            job = jobs.setdefault(f"{labels.get('namespace', '')}/{labels.get('job_name', '')}",
+                                  {"gpus": None, "stragglers": []})
+            if family.name == "goodput_job_gpus":
+                job["gpus"] = float(sample.value)
+            elif sample.value >= 0.5 and "gpu" in labels:
+                job["stragglers"] = sorted({*job["stragglers"], labels["gpu"]})
+    return jobs
+
+
 def active_label(values: Mapping[str, float], family: str, label: str) -> list[str]:
     """Label values of ``family`` series whose value is 1 (a state set such as the regime)."""
     out = []
@@ -87,7 +109,7 @@ def counter_rate(samples: list[dict[str, Any]], section: str, key_prefix: str) -
             points.append((s["t"], sum(matched)))
     if len(points) < 2 or points[-1][0] <= points[0][0]:
         return None
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+    return float((points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]))
 
 
 def regime_changes(lines: Iterable[str], gpu: str, ready_time: float) -> list[list[Any]]:

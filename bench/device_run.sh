@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (H100/H200, one or two GPUs, no network): installs the carried
-# wheels (.whl/: structlog, pydantic and friends, bcrypt, nvitop, nvitop-exporter), records the
-# GPUs, then runs bench/diagnosis.py ([diagnosis] workloads, per-window verdicts) and
-# bench/side_by_side.py ([footprint]: this exporter vs nvitop-exporter, 1 s then 15 s scrapes).
-# Each step has a hard time limit; the whole run stays under ~9 minutes.
+# wheels (.whl/: structlog, pydantic and friends, bcrypt, nvitop, nvitop-exporter, and grpcio +
+# protobuf for the kubelet stand-in), records the GPUs, then runs bench/diagnosis.py ([diagnosis]
+# workloads, per-window verdicts) and bench/side_by_side.py ([footprint]: this exporter vs
+# nvitop-exporter, 1 s then 15 s scrapes). Each step has a hard time limit; the whole run stays
+# under ~9 minutes.
+#
+# On 2+ GPUs diagnosis.py serves one pod holding every GPU on a kubelet stand-in
+# (bench/pod_standin.py) and starts the daemon with --kubernetes against it, so the all-reduce
+# rows get the job-level verdicts (goodput_job_straggler, comm_wait) and a PASS/FAIL job check
+# each. That needs grpcio and protobuf for cp312 in .whl/ (same versions as the dev venv):
+#   python -m pip download --dest .whl --python-version 3.12 --only-binary=:all: --no-deps \
+#     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux_2_28_x86_64 grpcio==1.85.3 protobuf==7.36.2
+# Without them the run goes on and the job checks FAIL with "pod attribution missing".
 #
 #   OUT=/some/dir bench/device_run.sh                         # from the repository root
 #   LLAMA_URL=http://127.0.0.1:8080 OUT=... bench/device_run.sh   # adds the serving row
@@ -13,7 +23,7 @@
 # Writes at most 8 flat files to $OUT: nvidia-smi.txt, device_run.log, diagnosis.json,
 # diagnosis.md, diagnosis-logs.txt, side_by_side.json, side_by_side.md, side_by_side-logs.txt.
 # Knobs (environment): DIAG_SECONDS (20), DIAG_BUDGET (~250), DIAG_ARGS, SBS_PHASES (1:90,15:90),
-# SBS_ARGS, PYTHON (python3).
+# SBS_ARGS, SKIP_SBS (set: no side_by_side.py), PYTHON (python3).
 set -u
 OUT=${OUT:?set OUT to the output directory}
 mkdir -p "$OUT"
@@ -42,8 +52,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 print("python", sys.version.split()[0])
 for name in ("torch", "cupy-cuda13x", "nvidia-ml-py", "prometheus-client", "aiohttp", "structlog",
-             "pydantic", "pydantic-core", "PyYAML", "bcrypt", "psutil", "nvitop",
-             "nvitop-exporter"):
+             "pydantic", "pydantic-core", "PyYAML", "bcrypt", "psutil", "grpcio", "protobuf",
+             "nvitop", "nvitop-exporter"):
     try:
         print(name, version(name))
     except PackageNotFoundError:
@@ -79,8 +89,12 @@ if [ -n "$LLAMA_PID" ]; then
   { echo "# --- llama-server log (tail)"; tail -n 40 /tmp/llama-server.log; } >>"$LOG"
 fi
 
-say "side_by_side.py"
-timeout -k 15 225 $PY bench/side_by_side.py --out "$OUT" --phases "${SBS_PHASES:-1:90,15:90}" \
-  --load gemm ${SBS_ARGS:-} 2>&1 | tee -a "$LOG"
-say "side_by_side.py exit ${PIPESTATUS[0]}"
+if [ -n "${SKIP_SBS:-}" ]; then
+  say "side_by_side.py skipped (SKIP_SBS)"
+else
+  say "side_by_side.py"
+  timeout -k 15 225 $PY bench/side_by_side.py --out "$OUT" --phases "${SBS_PHASES:-1:90,15:90}" \
+    --load gemm ${SBS_ARGS:-} 2>&1 | tee -a "$LOG"
+  say "side_by_side.py exit ${PIPESTATUS[0]}"
+fi
 ls -la "$OUT" | tee -a "$LOG"

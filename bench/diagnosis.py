@@ -12,10 +12,20 @@ h2d, d2h, sync_loop; serving when ``--llama-url`` is given; on one GPU the stand
 standin_wait, standin_waiting_rank and standin_pair (marked STAND-IN in the output). Rows are
 shortened to fit ``--budget`` (not below ``--min-seconds``), then skipped.
 
+On 2+ GPUs the daemon gets Kubernetes attribution against a kubelet stand-in
+(bench/pod_standin.py): one pod, ``bench/allreduce-0``, holding every GPU of the machine, so it
+judges the all-reduce ranks as one job. Each all-reduce row then records per window which GPU
+``goodput_job_straggler`` names and which GPU is in comm_wait, and gets a job check:
+allreduce_straggler passes when the slowed rank's GPU is named in at least half of the steady
+windows and no other GPU ever is; allreduce_balanced when no GPU is named and no
+busy-unproductive flag is raised. (The pod stays for the single-GPU rows too: the daemon is
+started once per run, and a pod on a GPU changes no per-GPU verdict.)
+
 Writes ``diagnosis.json`` (rewritten after every workload, so a cut-off run keeps what it
 measured), ``diagnosis.md`` and ``diagnosis-logs.txt`` (daemon and workload output).
 ``--simulate`` runs the pipeline on a machine without a GPU: simulated daemon, dry-run
-workloads (the numbers then mean nothing).
+workloads (the numbers then mean nothing); with ``--gpus 2`` the all-reduce rows read simulated
+GPUs that look like their ranks (SIM_RANKS) through the same stand-in wiring.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from typing import IO, Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from analysis import active_label, parse_exposition, run_lengths  # noqa: E402
+from analysis import active_label, job_state, parse_exposition, run_lengths  # noqa: E402
 from diag_workloads import NO_MULTICAST, WORKLOADS  # noqa: E402
 from harness import (  # noqa: E402
     REPO,
@@ -50,11 +60,25 @@ from harness import (  # noqa: E402
     run_cmd,
     stop_process,
 )
+from pod_standin import PodResourcesStandIn  # noqa: E402
 
 SINGLE = ("h2d", "d2h", "sync_loop")
 MULTI = ("allreduce_straggler", "allreduce_balanced")
 STAND_IN = ("standin_wait", "standin_waiting_rank", "standin_pair")
 SETUP = {"allreduce_straggler": 25.0, "allreduce_balanced": 25.0}  # start-up beyond --seconds
+
+# The pod the kubelet stand-in reports on 2+ GPUs: it holds every GPU, so the ranks are one job.
+POD = ("bench", "allreduce-0", "trainer")
+# The all-reduce rank whose compute is tripled (the GPU the straggler verdict must name), when
+# the workload's ready event does not say (dry runs).
+STRAGGLER_RANK: dict[str, int | None] = {"allreduce_straggler": 1, "allreduce_balanced": None}
+# --simulate: the simulated node's GPUs (exporter/sim/patterns.py NODE, GPU i runs pattern
+# i % 11) that stand in for rank 0 and rank 1 of each all-reduce row, each pair one pod: a
+# rank spinning in a collective (10) on a compute-bound one (2), and two busy GPUs (13: the
+# same GEMM pattern as 2, 6: thermally throttled GEMM).
+SIM_GPUS = 14
+SIM_RANKS: dict[str, tuple[str, str]] = {"allreduce_straggler": ("10", "2"),
+                                         "allreduce_balanced": ("13", "6")}
 
 # column -> (gauge, counter whose per-second rate stands in when the gauge is absent)
 RATIOS = {
@@ -125,6 +149,80 @@ def summarize_rows(rows: list[dict[str, Any]], drop: int) -> dict[str, Any]:
     return out
 
 
+def sim_uuid(index: int) -> str:
+    """The UUID ``--simulate`` gives GPU ``index`` (exporter/sim/fake_nvml.py FakeGpu)."""
+    return f"GPU-5e1f0000-0000-4000-8000-{index:012d}"
+
+
+def job_window(t: float, job: str, state: Mapping[str, Mapping[str, Any]],
+               rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One scrape of a multi-GPU row seen as a job: how many GPUs the daemon judged together
+    as ``job`` (None: it did not group them), the GPUs it names straggler, and each sampled
+    GPU's regime and busy-unproductive flags (``rows``: gpu -> :func:`window_row`)."""
+    mine = state.get(job) or {}
+    return {"t": t, "job": job, "job_gpus": mine.get("gpus"),
+            "stragglers": list(mine.get("stragglers") or []),
+            "regime": {g: r.get("regime") for g, r in rows.items()},
+            "unproductive": {g: list(r.get("unproductive") or []) for g, r in rows.items()}}
+
+
+def job_summary(windows: list[dict[str, Any]], gpus: list[str], expected: str | None,
+                drop: int) -> dict[str, Any]:
+    """Counts over the windows after the first ``drop`` (:func:`job_window` records) and the
+    job check: with ``expected`` (the slowed rank's GPU) the straggler verdict must name it in
+    at least half of the windows and never name another GPU; without, it must name none and no
+    busy-unproductive flag may be raised. Either way the daemon must have judged the GPUs as
+    one job, else a missing straggler proves nothing."""
+    steady = windows[drop:] if len(windows) > drop else windows
+    m = len(steady)
+    named: dict[str, int] = {}
+    for w in steady:
+        for g in w.get("stragglers") or []:
+            named[g] = named.get(g, 0) + 1
+    comm_wait = {g: sum(1 for w in steady if (w.get("regime") or {}).get(g) == "comm_wait")
+                 for g in gpus}
+    flagged = {g: sum(1 for w in steady if (w.get("unproductive") or {}).get(g)) for g in gpus}
+    grouped = sum(1 for w in steady if (w.get("job_gpus") or 0) >= 2)
+    out: dict[str, Any] = {
+        "job": steady[0].get("job") if steady else None, "windows": m,
+        "grouped_windows": grouped, "expected_straggler": expected,
+        "straggler_windows": dict(sorted(named.items())), "comm_wait_windows": comm_wait,
+        "unproductive_windows": flagged,
+        "straggler_sequence": run_lengths(",".join(w.get("stragglers") or []) or "-"
+                                          for w in windows),
+    }
+    others = sorted(g for g in named if g != expected)
+    if not m:
+        ok, why = False, "no windows"
+    elif grouped == 0:
+        ok, why = False, ("the daemon never judged the GPUs as one job (no goodput_job_gpus "
+                          ">= 2): pod attribution missing")
+    elif expected is not None:
+        hits = named.get(expected, 0)
+        ok = 2 * hits >= m and not others
+        waits = ", ".join(f"GPU {g} {n}/{m}" for g, n in comm_wait.items() if g != expected)
+        why = f"straggler GPU {expected} (the slowed rank) named in {hits}/{m} windows" + (
+            f"; other GPUs named: {', '.join(f'{g} x{named[g]}' for g in others)}"
+            if others else "") + (f"; comm_wait: {waits}" if waits else "")
+    else:
+        flags = sum(flagged.values())
+        ok = not named and not flags
+        why = (f"{sum(named.values())} straggler windows "
+               f"({', '.join(f'GPU {g} x{n}' for g, n in sorted(named.items())) or 'none'}), "
+               f"{flags} busy-unproductive GPU-windows, in {m} windows")
+    out["check"] = {"ok": ok, "why": why}
+    return out
+
+
+def job_cell(job: Mapping[str, Any] | None, gpu: str) -> str:
+    """The main table's job column for one GPU of a multi-GPU row."""
+    if not job:
+        return "-"
+    m = job.get("windows", 0)
+    return (f"straggler {job.get('straggler_windows', {}).get(gpu, 0)}/{m}, comm_wait "
+            f"{job.get('comm_wait_windows', {}).get(gpu, 0)}/{m}")
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     def num(value: Any, scale: float = 1.0, digits: int = 2) -> str:
         return "-" if value is None else f"{value / scale:.{digits}f}"
@@ -140,15 +238,15 @@ def markdown(result: Mapping[str, Any]) -> str:
         "",
         "| workload | gpu | status | windows | util | SM | occ | tensor | DRAM | PCIe rx/tx GB/s "
         "| NVLink rx/tx GB/s | W | verdicts (windows) | unproductive | regime_seconds share "
-        "| expert |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| job (steady windows) | expert |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in (result.get("workloads") or {}).items():
         per_gpu = entry.get("summary") or {}
         label = name + (" (STAND-IN)" if entry.get("stand_in") else "")
         if not per_gpu:
             lines.append(f"| {label} | - | {entry.get('status')}: {entry.get('error', '')} "
-                         "| 0 | | | | | | | | | | | | " + entry.get("expert", "") + " |")
+                         "| 0 | | | | | | | | | | | | | " + entry.get("expert", "") + " |")
             continue
         for g, s in per_gpu.items():
             seq = " > ".join(f"{r} x{n}" for r, n in s.get("regimes", []))
@@ -161,12 +259,26 @@ def markdown(result: Mapping[str, Any]) -> str:
                 f"| {num(s['dram'])} | {num(s['pcie_rx_Bps'], 1e9, 1)}/"
                 f"{num(s['pcie_tx_Bps'], 1e9, 1)} | {num(s['nvlink_rx_Bps'], 1e9, 1)}/"
                 f"{num(s['nvlink_tx_Bps'], 1e9, 1)} | {num(s['power_w'], 1, 0)} | {seq} "
-                f"| {flags or '-'} | {share or '-'} | {entry.get('expert', '')} |")
+                f"| {flags or '-'} | {share or '-'} | {job_cell(entry.get('job'), g)} "
+                f"| {entry.get('expert', '')} |")
     lines += ["", "Medians over the windows after the first "
               f"{result.get('args', {}).get('drop', '?')}; verdicts are the debounced "
-              "`goodput_gpu_regime` state per window, in order.", ""]
+              "`goodput_gpu_regime` state per window, in order; job: windows in which "
+              "`goodput_job_straggler` names the GPU, and in which its regime is comm_wait.", ""]
+    pods = result.get("pods") or {}
+    if pods:
+        lines.append(f"- kubelet stand-in: {pods.get('error') or pods.get('pods')}, "
+                     f"{pods.get('list_calls', 0)} List calls")
     for name, entry in (result.get("workloads") or {}).items():
         stats = entry.get("stats") or {}
+        job = entry.get("job")
+        if job:
+            check = job.get("check") or {}
+            seq = " > ".join(f"{r} x{n}" for r, n in job.get("straggler_sequence", []))
+            lines.append(f"- **{name} job check: {'PASS' if check.get('ok') else 'FAIL'}**: "
+                         f"{check.get('why')}; job {job.get('job')} grouped in "
+                         f"{job.get('grouped_windows')}/{job.get('windows')} windows; "
+                         f"straggler per window: {seq or '-'}")
         if entry.get("stand_in"):
             lines.append(f"- **{name} is a STAND-IN** on one GPU: {entry.get('description')}")
         if name == "serving" and stats.get("bursts"):
@@ -183,7 +295,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             continue
         lines += [f"### {name}", "", "| t | gpu | util | SM | occ | tensor | DRAM | PCIe rx/tx "
                   "GB/s | NVLink rx/tx GB/s | W | verdict | unproductive | regime s (window) "
-                  "| client tok |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| straggler | client tok |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for w in entry["windows"]:
             delta = ",".join(f"{k}:{v:g}" for k, v in (w.get("regime_seconds_delta") or {}).items())
             lines.append(
@@ -193,9 +306,16 @@ def markdown(result: Mapping[str, Any]) -> str:
                 f"| {num(w['nvlink_rx_Bps'], 1e9, 1)}/{num(w['nvlink_tx_Bps'], 1e9, 1)} "
                 f"| {num(w['power_w'], 1, 0)} | {w.get('regime') or '-'} "
                 f"| {','.join(w.get('unproductive') or []) or '-'} | {delta or '-'} "
-                f"| {w.get('client_tokens', '')} |")
+                f"| {_straggler_mark(w)} | {w.get('client_tokens', '')} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _straggler_mark(window: Mapping[str, Any]) -> str:
+    """Per-window table: "yes" when the straggler verdict names this GPU; "" outside jobs."""
+    if "straggler" not in window:
+        return ""
+    return "yes" if window["straggler"] else "-"
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -255,6 +375,8 @@ class Diagnosis:
         self.log = (self.out / "diagnosis-logs.txt").open("a")
         self.lock = threading.Lock()
         self.daemon: DaemonProcess | None = None
+        self.pods: PodResourcesStandIn | None = None
+        self.pod_args: list[str] = []
         self.result: dict[str, Any] = {
             "schema": 1, "started": _now(), "simulate": args.simulate,
             "args": vars(args), "gpu": {}, "workloads": {}, "complete": False,
@@ -286,12 +408,87 @@ class Diagnosis:
                               "count": count, "all": gpus}
         return count
 
+    def gpu_uuids(self) -> list[str]:
+        """UUIDs of the machine's GPUs in NVML index order: nvidia-smi's, else pynvml's."""
+        uuids = [g.get("uuid", "") for g in self.result["gpu"].get("all") or []]
+        if uuids and all(uuids):
+            return uuids
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                return [str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                        for i in range(pynvml.nvmlDeviceGetCount())]
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as exc:
+            self.say(f"GPU UUIDs: {type(exc).__name__}: {exc}")
+            return []
+
+    def start_pods(self) -> None:
+        """Serve the all-reduce ranks' pod(s) on a kubelet stand-in and point the daemon at it
+        (``self.pod_args``); on failure (no grpcio, no UUIDs) the run goes on without pods and
+        the job checks say that the daemon never grouped the GPUs."""
+        if self.args.simulate:
+            pods = {(POD[0], f"allreduce-{i}", POD[2]): [sim_uuid(int(g)) for g in ranks]
+                    for i, ranks in enumerate(SIM_RANKS.values())}
+        else:
+            uuids = self.gpu_uuids()[: self.result["gpu"].get("count") or None]
+            pods = {POD: uuids} if len(uuids) >= 2 else {}
+        if not pods:
+            self.result["pods"] = {"error": "no GPU UUIDs to give the pod"}
+            return
+        try:
+            self.pods = PodResourcesStandIn(pods)
+        except Exception as exc:
+            self.result["pods"] = {"error": f"kubelet stand-in: {type(exc).__name__}: {exc}"}
+            self.say(self.result["pods"]["error"])
+            return
+        self.result["pods"] = self.pods.describe()
+        self.say(f"kubelet stand-in on {self.pods.socket}: {self.pods.pods}")
+        self.pod_args = ["--kubernetes", "--kubelet-socket", self.pods.socket,
+                         "--kubelet-interval", "1"]
+        if self.args.simulate:
+            self.pod_args += ["--simulate-gpus", str(SIM_GPUS)]
+
+    def rank_gpus(self, name: str, gpus: int) -> list[str]:
+        """The GPUs a row runs on, rank order (CUDA_DEVICE_ORDER=PCI_BUS_ID: rank i on NVML
+        index i); on --simulate the all-reduce rows read the GPUs that look like their ranks."""
+        need = WORKLOADS[name][0]
+        if self.args.simulate and name in SIM_RANKS and self.pods is not None:
+            return list(SIM_RANKS[name])
+        return [str(g) for g in range(min(gpus, max(need, 1)))] if need > 1 else ["0"]
+
+    def job_name(self, name: str) -> str:
+        if self.args.simulate and name in SIM_RANKS:
+            return f"{POD[0]}/allreduce-{list(SIM_RANKS).index(name)}"
+        return f"{POD[0]}/{POD[1]}"
+
+    def expected_straggler(self, name: str, ranks: list[str], info: Mapping[str, Any]
+                           ) -> str | None:
+        """The slowed rank's GPU: by its UUID when the workload reported one, else rank i on
+        ``ranks[i]``."""
+        rank = info.get("straggler_rank") if "straggler_rank" in info else STRAGGLER_RANK[name]
+        if rank is None or not 0 <= int(rank) < len(ranks):
+            return None
+        rank = int(rank)
+        devices = info.get("devices") or []
+        torch_uuid = str(devices[rank].get("uuid") or "") if len(devices) > rank else ""
+        if torch_uuid:
+            want = torch_uuid.lower().removeprefix("gpu-")
+            for index, uuid in enumerate(self.gpu_uuids()):
+                if uuid.lower().removeprefix("gpu-") == want:
+                    return str(index)
+        return ranks[int(rank)]
+
     def start_daemon(self) -> bool:
         """Start the daemon; on a refused flag or config (exit 2) retry with less: first
         without the serving target, then without ``--daemon-args`` too."""
         base = ["--interval", str(self.args.interval)]
         if self.args.simulate:
             base.append("--simulate")
+        base += self.pod_args
         extra = shlex.split(self.args.daemon_args)
         serving: dict[str, Any] = {}
         if self.args.llama_url and self.args.llama_metrics:
@@ -364,9 +561,12 @@ class Diagnosis:
                 raise RuntimeError(err)
             entry["info"] = ready.get("info", {})
             duration = float(entry["info"].get("duration") or seconds)
-            self.sample(entry, work, duration + self.args.settle,
-                        [str(g) for g in range(min(gpus, max(need, 1)))]
-                        if need > 1 else ["0"])
+            ranks = self.rank_gpus(name, gpus)
+            if need > 1:
+                entry["rank_gpus"] = ranks
+                entry["job_windows"] = []
+            self.sample(entry, work, duration + self.args.settle, ranks,
+                        self.job_name(name) if need > 1 else None)
             entry["status"] = "ok"
         except Exception as exc:
             entry.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -392,10 +592,21 @@ class Diagnosis:
         for g, s in entry["summary"].items():
             self.say(f"{name} gpu {g}: util {s['util']} sm {s['sm_active']} "
                      f"regimes {s['regimes']} flags {s['unproductive_share']}")
+        if "job_windows" in entry:
+            ranks = entry["rank_gpus"]
+            expected = self.expected_straggler(name, ranks, entry.get("info") or {})
+            entry["job"] = job_summary(entry["job_windows"], ranks, expected, self.args.drop)
+            self.result.setdefault("job_checks", {})[name] = entry["job"]["check"]
+            self.say(f"{name} job check: {'PASS' if entry['job']['check']['ok'] else 'FAIL'}: "
+                     f"{entry['job']['check']['why']}")
+        if self.pods is not None:
+            self.result["pods"] = self.pods.describe()
         self.save()
 
     def sample(self, entry: dict[str, Any], work: WorkloadProcess, seconds: float,
-               gpus: list[str]) -> None:
+               gpus: list[str], job: str | None = None) -> None:
+        """Scrape every interval; per GPU a :func:`window_row`, and with ``job`` (a multi-GPU
+        row) per scrape a :func:`job_window`."""
         assert self.daemon is not None
         prev: dict[str, tuple[float, dict[str, float]]] = {}
         t0 = time.monotonic()
@@ -413,32 +624,36 @@ class Diagnosis:
                 if status != 200:
                     raise RuntimeError(f"/metrics answered {status}")
                 parsed = {gpu: parse_exposition(body, gpu) for gpu in gpus}
+                jobs = job_state(body) if job else {}
             except Exception as exc:  # one lost window, not the row
                 entry.setdefault("scrape_errors", []).append(
                     {"t": round(time.monotonic() - t0, 2), "error": f"{type(exc).__name__}: {exc}"})
                 continue
             now = time.monotonic()
+            rows: dict[str, dict[str, Any]] = {}
             for gpu in gpus:
-                device, node = parsed[gpu]
+                device, _node = parsed[gpu]
                 last = prev.get(gpu)
                 row = window_row(device, last[1] if last else None,
                                  now - last[0] if last else None)
                 row.update(t=round(now - t0, 2), wall=round(time.time(), 2), gpu=gpu)
-                if any("straggler" in k for k in node) or any("straggler" in k for k in device):
-                    row["straggler_series"] = {k: v for k, v in {**node, **device}.items()
-                                               if "straggler" in k}
+                if job:
+                    row["straggler"] = gpu in ((jobs.get(job) or {}).get("stragglers") or [])
                 if self.args.raw:
                     row["raw"] = device
                 entry["windows"].append(row)
+                rows[gpu] = row
                 prev[gpu] = (now, device)
+            if job:
+                entry["job_windows"].append(job_window(round(now - t0, 2), job, jobs, rows))
 
     def overhead(self, name: str) -> float:
         """Seconds a row costs beyond its sampling: start-up, stop, settling."""
-        return 2 * self.args.settle + 8.0 + SETUP.get(name, 0.0)
+        return float(2 * self.args.settle + 8.0 + SETUP.get(name, 0.0))
 
     def serving_seconds(self) -> float:
         bursts = [float(b.split(":")[0]) for b in self.args.bursts.split(",") if b]
-        return (len(bursts) + 1) * self.args.gap + sum(bursts)
+        return float((len(bursts) + 1) * self.args.gap + sum(bursts))
 
     def row_seconds(self, names: list[str], gpus: int) -> float:
         """Sampling time for the next row: ``--seconds``, shortened (not below
@@ -447,19 +662,21 @@ class Diagnosis:
         fixed = sum(self.serving_seconds() + self.overhead(n) for n in rows if n == "serving")
         timed = [n for n in rows if n != "serving"]
         if not timed:
-            return self.args.seconds
+            return float(self.args.seconds)
         left = self.args.budget - self.elapsed() - fixed - sum(self.overhead(n) for n in timed)
         floor = min(self.args.min_seconds, self.args.seconds)
-        return max(floor, min(self.args.seconds, left / len(timed)))
+        return float(max(floor, min(self.args.seconds, left / len(timed))))
 
     def run(self) -> None:
         gpus = self.gpu_info()
         self.say(f"GPUs: {gpus} {self.result['gpu'].get('name', '')}")
+        names = self.plan(gpus)
+        if gpus >= 2 and any(n in MULTI for n in names):
+            self.start_pods()
         if not self.start_daemon():
             self.save()
             return
         time.sleep(self.args.settle)
-        names = self.plan(gpus)
         for i, name in enumerate(names):
             if name not in WORKLOADS:
                 self.result["workloads"][name] = {"status": "error", "error": "unknown workload"}
@@ -487,6 +704,10 @@ class Diagnosis:
             self.result["daemon_cpu_seconds"] = self.daemon.cpu_seconds()
             code, _ = self.daemon.stop()
             self.result["daemon_exit_code"] = code
+        if self.pods is not None:
+            self.result["pods"] = self.pods.describe()
+            self.pods.stop()
+            self.pods = None
         self.result["finished"] = _now()
         self.save()
         self.log.close()

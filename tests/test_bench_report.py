@@ -213,3 +213,24 @@ def test_windows_are_counted_from_steady_state() -> None:
     assert summary["steady_start"] == 5
     assert summary["windows_from_steady"] == 2
     assert summary["windows_to_regime"] == 7
+
+
+JOBS = """\
+# TYPE goodput_job_gpus gauge
+goodput_job_gpus{node="n",namespace="bench",job_name="allreduce-0"} 2
+goodput_job_gpus{node="n",namespace="ml",job_name="other"} 4
+# TYPE goodput_job_straggler gauge
+goodput_job_straggler{node="n",namespace="bench",job_name="allreduce-0",gpu="1"} 1
+# TYPE goodput_gpu_utilization_ratio gauge
+goodput_gpu_utilization_ratio{gpu="1",uuid="GPU-b",node="n"} 0.99
+"""
+
+
+def test_job_state_reads_job_sizes_and_stragglers() -> None:
+    import analysis
+
+    assert analysis.job_state(JOBS) == {
+        "bench/allreduce-0": {"gpus": 2.0, "stragglers": ["1"]},
+        "ml/other": {"gpus": 4.0, "stragglers": []},
+    }
+    assert analysis.job_state(EXPOSITION) == {}  # no pod attribution: no job series at all
