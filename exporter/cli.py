@@ -13,6 +13,7 @@ from aiohttp import web
 
 from exporter import __version__, webconfig
 from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
+from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
 from exporter.sources.nvml_session import NvmlUnavailable
@@ -255,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     tune_malloc()
+    shorten_switch_interval()
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
     ignored = ignored_env(os.environ)

@@ -7,6 +7,7 @@ Kept apart from the CLI so tests can build a daemon in-process around any NVML m
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__, collectors
 from exporter.config import Settings
+from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
@@ -99,6 +101,7 @@ class Daemon:
         async def start(_: web.Application) -> None:
             self.exposition.start()
             await self.scheduler.start()
+            asyncio.get_running_loop().call_later(FREEZE_AFTER_S, freeze_startup_heap)
 
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
