@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +20,7 @@ from exporter import webconfig
 from exporter.webconfig import WebConfigError
 
 x509 = pytest.importorskip("cryptography.x509")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+from tests.support.pki import Pki, make_pki  # noqa: E402
 
 PASSWORD = "s3cret-scrape"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
@@ -34,51 +29,9 @@ HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
 # --- certificates ------------------------------------------------------------------------
 
 
-@dataclass
-class Pki:
-    dir: Path
-    ca_key: Any
-    ca_cert: Any
-
-    def issue(self, name: str, *, server: bool) -> tuple[Path, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(self.ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-        )
-        if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
-        cert = builder.sign(self.ca_key, hashes.SHA256())
-        crt, pem = self.dir / f"{name}.crt", self.dir / f"{name}.key"
-        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        pem.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-        return crt, pem
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    (tmp_path / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pki = Pki(tmp_path, key, cert)
+    pki = make_pki(tmp_path)
     pki.issue("server", server=True)
     pki.issue("client", server=False)
     return pki
