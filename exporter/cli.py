@@ -287,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     daemon = build_daemon(settings, session)
+    if web_config.basic_auth is not None:
+        web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
+            webconfig.FAILURE_REASONS
+        )
     host, port = parse_listen(settings.listen)
     log.info(
         "starting",
