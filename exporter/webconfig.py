@@ -46,7 +46,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from exporter.config import describe_validation_error
+from exporter.config import describe_validation_error, describe_yaml_error, read_text
 from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
 from exporter.login_guard import QUIET_SECONDS, CheckPool, FailureLog
 
@@ -180,11 +180,13 @@ def load(path: str | os.PathLike[str] | None) -> WebConfig:
 
 def parse(source: Path) -> WebConfigFile:
     try:
-        data = yaml.safe_load(source.read_text())
-    except OSError as exc:
-        raise WebConfigError(f"web config file {source}: {exc.strerror or exc}") from exc
+        text = read_text(source, "web config file")
+    except ValueError as exc:  # unreadable or not UTF-8; the message names the file
+        raise WebConfigError(str(exc)) from exc
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise WebConfigError(f"web config file {source}: not valid YAML: {exc}") from exc
+        raise WebConfigError(f"web config file {source}: {describe_yaml_error(exc)}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
