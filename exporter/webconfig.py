@@ -338,7 +338,7 @@ class BasicAuth:
         open_paths: Iterable[str] = DEFAULT_OPEN_PATHS,
         source: Path | None = None,
         on_failure: Callable[[str], None] | None = None,
-        failure_delay: float = FAILURE_DELAY,
+        failure_delay: float | None = None,
     ) -> None:
         self._users = {u: h.encode() for u, h in users.items()}
         self._source = source
@@ -351,7 +351,7 @@ class BasicAuth:
         self.on_failure = on_failure
         """Called with the reason of every failed request (the daemon counts them)."""
         self.failures = FailureLog()
-        self.failure_delay = failure_delay
+        self.failure_delay = self.FAILURE_DELAY if failure_delay is None else failure_delay
         self._delayed = 0
         # Same cost as the configured hashes, so a miss takes as long as a wrong password;
         # timing it sizes the queues to the wait budget on this machine.
