@@ -176,7 +176,7 @@ def test_every_interval_is_finite_positive_and_at_most_an_hour(path, value):
 def test_no_setting_takes_inf_or_nan_from_a_file(tmp_path, raw):
     cfg = tmp_path / "c.yml"
     cfg.write_text(f"serving:\n  timeout: {raw}\n")
-    with pytest.raises(ConfigError, match="serving.timeout.*finite"):
+    with pytest.raises(ConfigError, match=r"serving\.timeout.*finite"):
         build({}, {}, str(cfg))
 
 
