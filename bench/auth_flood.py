@@ -127,7 +127,7 @@ async def scenario(name: str, web_config: Path, clients: int) -> dict[str, Any]:
                  str(clients)],
                 stdout=subprocess.PIPE,
             )
-            await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # with or without a flood, the same time since start
         first, first_status = await timed_scrape(f"{base}/metrics")
         second, second_status = await timed_scrape(f"{base}/metrics")
         flood_result: dict[str, Any] = {}

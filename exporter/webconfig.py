@@ -152,8 +152,12 @@ class WebConfig:
     basic_auth: BasicAuth | None = None
 
 
-def load(path: str | os.PathLike[str] | None) -> WebConfig:
-    """Read and validate ``path``; ``None``/empty gives plain HTTP without auth."""
+def load(
+    path: str | os.PathLike[str] | None,
+    on_auth_failure: Callable[[str], None] | None = None,
+) -> WebConfig:
+    """Read and validate ``path``; ``None``/empty gives plain HTTP without auth.
+    ``on_auth_failure(reason)`` is called on every refused login (the daemon counts them)."""
     if not path:
         return WebConfig(None, ())
     source = Path(path)
@@ -167,7 +171,7 @@ def load(path: str | os.PathLike[str] | None) -> WebConfig:
         middlewares.append(headers_middleware(spec.http_server_config.headers))
     auth = None
     if spec.basic_auth_users:
-        auth = BasicAuth(spec.basic_auth_users, source=source)
+        auth = BasicAuth(spec.basic_auth_users, source=source, on_failure=on_auth_failure)
         middlewares.append(auth.middleware)
     log.info(
         "web config loaded",
