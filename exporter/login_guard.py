@@ -2,9 +2,9 @@
 
 bcrypt is slow on purpose (about 65 ms a check at cost 10), so a few hundred guesses a
 second queue up behind each other; a scraper whose first request waits behind them misses
-its scrape. :class:`CheckPool` runs checks on a small thread pool and serves the waiting ones
-in two bounded queues: clients without a recent failure first, then the others; when a
-queue is full a check is refused at once (``throttled``) instead of waiting. A client is
+its scrape. :class:`CheckPool` runs checks on a small thread pool and serves waiting checks of
+clients without a recent failure first, then the others; the wait is bounded, and a check
+that finds it full is refused at once (``throttled``) instead of waiting. A client is
 its address, so a flood from the scraper's own address competes with the scraper itself.
 :class:`FailureLog` remembers failures per client in a bounded map, so each client is
 logged at most once a minute whatever it sends.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,32 +76,37 @@ class FailureLog:
 
 
 class CheckPool:
-    """Runs blocking checks on ``workers`` threads; checks beyond that wait in two queues
-    (clean clients first, suspects after), each holding at most ``max_waiting``."""
+    """Runs blocking checks on ``workers`` threads. Checks beyond that wait: a suspect
+    client's only while fewer than ``max_waiting`` wait, a clean client's up to twice that
+    (room kept for it), and a freed thread takes the oldest check of a client that is not
+    suspect at that moment, else the oldest check."""
 
-    def __init__(self, workers: int = 2, max_waiting: int = 16) -> None:
+    def __init__(
+        self, suspect: Callable[[str], bool], workers: int = 2, max_waiting: int = 16
+    ) -> None:
+        self._suspect = suspect
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bcrypt")
         self._workers = workers
         self._max_waiting = max(1, max_waiting)
         self._running = 0
-        self._clean: deque[asyncio.Future[None]] = deque()
-        self._suspect: deque[asyncio.Future[None]] = deque()
+        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
 
     @property
     def waiting(self) -> int:
-        return len(self._clean) + len(self._suspect)
+        return len(self._waiting)
 
-    async def run(self, check: Callable[[], bool], suspect: bool) -> bool | None:
-        """``check()``'s answer, or None when refused because its queue is full."""
+    async def run(self, check: Callable[[], bool], client: str) -> bool | None:
+        """``check()``'s answer, or None when refused because too many checks wait."""
         loop = asyncio.get_running_loop()
         if self._running < self._workers:
             self._running += 1
         else:
-            queue = self._suspect if suspect else self._clean
-            if len(queue) >= self._max_waiting:
+            room = self._max_waiting * (1 if self._suspect(client) else 2)
+            if len(self._waiting) >= room:
                 return None
             turn: asyncio.Future[None] = loop.create_future()
-            queue.append(turn)
+            entry = (client, turn)
+            self._waiting.append(entry)
             try:
                 await turn  # _release hands this check a running slot
             except asyncio.CancelledError:
@@ -109,7 +114,7 @@ class CheckPool:
                     self._release()  # handed a slot just as the client went away
                 else:
                     with contextlib.suppress(ValueError):  # _release may have dropped it
-                        queue.remove(turn)
+                        self._waiting.remove(entry)
                 raise
         work = loop.run_in_executor(self._pool, check)
         # The slot is freed when the thread finishes, even if the client went away first.
@@ -117,13 +122,15 @@ class CheckPool:
         return await asyncio.shield(work)
 
     def _release(self) -> None:
-        for queue in (self._clean, self._suspect):
-            while queue:
-                turn = queue.popleft()
-                if not turn.done():
-                    turn.set_result(None)  # the slot passes on: _running stays
-                    return
-        self._running -= 1
+        self._waiting = [(c, t) for c, t in self._waiting if not t.done()]
+        if not self._waiting:
+            self._running -= 1
+            return
+        index = next(
+            (i for i, (client, _) in enumerate(self._waiting) if not self._suspect(client)), 0
+        )
+        _, turn = self._waiting.pop(index)
+        turn.set_result(None)  # the slot passes on: _running stays
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

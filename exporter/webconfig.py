@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from exporter.config import describe_validation_error, describe_yaml_error, read_text
 from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
-from exporter.login_guard import QUIET_SECONDS, CheckPool, FailureLog
+from exporter.login_guard import CheckPool, FailureLog
 
 log = structlog.get_logger("exporter.webconfig")
 
@@ -364,7 +364,7 @@ class BasicAuth:
         self._dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=rounds))
         cost = max(time.perf_counter() - started, 1e-4)
         waiting = min(64, int(self.WAIT_BUDGET * self.WORKERS / cost))
-        self._pool = CheckPool(self.WORKERS, max_waiting=waiting)
+        self._pool = CheckPool(self.failures.suspect, self.WORKERS, max_waiting=waiting)
 
     def _mac(self, user: str, password: bytes) -> bytes:
         return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
@@ -422,9 +422,7 @@ class BasicAuth:
     async def _bcrypt(self, user: str, password: bytes, mac: bytes, client: str) -> bool | None:
         users = self._users
         hashed = users.get(user, self._dummy)
-        ok = await self._pool.run(
-            lambda: bcrypt.checkpw(password, hashed), suspect=self.failures.suspect(client)
-        )
+        ok = await self._pool.run(lambda: bcrypt.checkpw(password, hashed), client)
         if ok is None:
             return None
         if users is not self._users:  # reloaded meanwhile: this answer is for old users
@@ -447,8 +445,7 @@ class BasicAuth:
                 client=client,
                 reason=reason,
                 path=request.path[:64],
-                failures=count,
-                note=f"logged at most once every {QUIET_SECONDS:.0f} s per client",
+                failures=count,  # since this client's last line, at most a minute ago
             )
 
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

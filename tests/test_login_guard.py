@@ -52,24 +52,27 @@ async def until(condition: object, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-async def test_clean_clients_go_first_and_full_queues_refuse_at_once() -> None:
-    pool = CheckPool(workers=1, max_waiting=2)
+async def test_clean_clients_go_first_and_a_full_wait_refuses_at_once() -> None:
+    suspects = {"10.0.0.66"}
+    pool = CheckPool(suspects.__contains__, workers=1, max_waiting=2)
     gate = Gate()
     try:
-        running = asyncio.create_task(pool.run(lambda: gate.check("busy"), suspect=True))
+        running = asyncio.create_task(pool.run(lambda: gate.check("busy"), "10.0.0.66"))
         await until(lambda: gate.ran == ["busy"])
-        suspects = [
-            asyncio.create_task(pool.run(lambda n=n: gate.check(n), suspect=True))
-            for n in ("s1", "s2")
-        ]
+        # A fresh client's check waits; its client turns suspect while it waits.
+        fresh = asyncio.create_task(pool.run(lambda: gate.check("turned"), "10.0.0.77"))
+        await until(lambda: pool.waiting == 1)
+        suspects.add("10.0.0.77")
+        flood = asyncio.create_task(pool.run(lambda: gate.check("s1"), "10.0.0.66"))
         await until(lambda: pool.waiting == 2)
-        # The suspect queue is full: a third is refused without waiting.
-        assert await pool.run(lambda: gate.check("s3"), suspect=True) is None
-        clean = asyncio.create_task(pool.run(lambda: gate.check("clean"), suspect=False))
+        # Suspects may fill max_waiting: a third is refused without waiting...
+        assert await pool.run(lambda: gate.check("s2"), "10.0.0.66") is None
+        # ...while a clean client still finds room, and goes first.
+        clean = asyncio.create_task(pool.run(lambda: gate.check("clean"), "10.0.0.1"))
         await until(lambda: pool.waiting == 3)
         gate.go.set()
-        assert await asyncio.gather(running, clean, *suspects) == [True] * 4
-        assert gate.ran == ["busy", "clean", "s1", "s2"]
+        assert await asyncio.gather(running, clean, fresh, flood) == [True] * 4
+        assert gate.ran == ["busy", "clean", "turned", "s1"]
         assert pool.waiting == 0
     finally:
         gate.go.set()
@@ -77,20 +80,21 @@ async def test_clean_clients_go_first_and_full_queues_refuse_at_once() -> None:
 
 
 async def test_a_client_that_goes_away_gives_its_place_back() -> None:
-    pool = CheckPool(workers=1, max_waiting=4)
+    pool = CheckPool(lambda _: False, workers=1, max_waiting=4)
     gate = Gate()
     try:
-        running = asyncio.create_task(pool.run(lambda: gate.check("busy"), suspect=False))
+        running = asyncio.create_task(pool.run(lambda: gate.check("busy"), "a"))
         await until(lambda: gate.ran == ["busy"])
-        gone = asyncio.create_task(pool.run(lambda: gate.check("gone"), suspect=False))
-        stays = asyncio.create_task(pool.run(lambda: gate.check("stays"), suspect=False))
+        gone = asyncio.create_task(pool.run(lambda: gate.check("gone"), "b"))
+        stays = asyncio.create_task(pool.run(lambda: gate.check("stays"), "c"))
         await until(lambda: pool.waiting == 2)
         gone.cancel()
         gate.go.set()
         assert await running and await stays
         assert gate.ran == ["busy", "stays"]
         # Every slot came back: a new check runs at once.
-        assert await pool.run(lambda: gate.check("after"), suspect=True)
+        assert await pool.run(lambda: gate.check("after"), "d")
+        assert pool.waiting == 0
     finally:
         gate.go.set()
         pool.close()
