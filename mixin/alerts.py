@@ -105,7 +105,8 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} had a kernel running "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate}, but its SMs were "
             "active only "
-            + _value("goodput:gpu_sm_active:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}", "humanizePercentage")
+            + _value("goodput:gpu_sm_active:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
+                     "humanizePercentage")
             + " of the time: utilisation is hollow (tiny kernels, launch or sync bound)."),
         alert("GPUBusyNoOutput", q.with_pods(
             f"{util} >= {no_out['min_utilization']:g}\n  and on ({gk})\n"
@@ -116,7 +117,8 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} ran kernels "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate} while the serving "
             "engine attached to it produced "
-            + _value("sum(goodput:gpu_tokens:rate5m{CLUSTER=%q,NODE=%q,GPU=%q})", 'printf "%.2f"')
+            + _value("sum(goodput:gpu_tokens:rate5m{CLUSTER=%q,NODE=%q,GPU=%q})",
+                     'printf "%.2f"')
             + " tokens/s."),
         alert("GPUAllocatedIdle", q.with_pods(
             f"{util} < {idle['max_utilization']:g}\n  and on ({gk})\n"
@@ -159,7 +161,8 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "{{ $value | printf \"%.1f\" }} {{ $labels.model }} tokens per SM-second over "
               f"{w.rate}; the fleet median for that model is "
               '{{ with printf "goodput:model_tokens_per_sm_second:median_rate5m'
-              '{CLUSTER=%q,model=%q}" $labels.cluster $labels.model | query }}{{ . | first | value | printf "%.1f" }}{{ end }}.'),
+              '{CLUSTER=%q,model=%q}" $labels.cluster $labels.model | query }}'
+              '{{ . | first | value | printf "%.1f" }}{{ end }}.'),
     ]
 
     stale = th["GoodputExporterStale"]
@@ -227,7 +230,8 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "engine at {{ $labels.target }} ({{ $labels.model }}) for "
               f"{human(cfg.alerts['ServingTargetDown'].for_)} "
               '({{ with printf "goodput_serving_target_error_info{CLUSTER=%q,NODE=%q,target=%q}" '
-              "$labels.cluster $labels.node $labels.target | query }}reason: {{ (. | first).Labels.reason }}"
+              "$labels.cluster $labels.node $labels.target | query }}"
+              "reason: {{ (. | first).Labels.reason }}"
               "{{ else }}no reason reported{{ end }}): tokens, queue and KV cache of its GPUs "
               "are unknown."),
     ]
