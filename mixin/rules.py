@@ -69,6 +69,7 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
     r_power = rec("goodput:gpu_power:watts_rate5m")
     waiting = q.s("goodput_gpu_serving_requests", 'state="waiting"')
     xid = q.s("goodput_gpu_xid_errors_total")
+    generated = per_gpu("goodput_gpu_tokens_total", matchers='kind="generation"')
     allocated_idle = rec("goodput:gpu_regime:ratio_rate5m", 'regime="allocated_idle"')
 
     def active(metric: str) -> str:
@@ -103,6 +104,10 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
               "\n)\n"),
         _rule("goodput:gpu_tokens_per_joule:ratio_rate5m",
               f"{tokens}\n  / on ({gk}) group_left ()\n  ({r_power} > 0)\n"),
+        # Board energy per generated token; absent for a GPU that made none in the window.
+        _rule("goodput:gpu_joules_per_token:ratio_rate5m",
+              f"{r_power}\n  /\n"
+              f"(\n  {generated} > 0\n)\n"),
         # The exact share of time in each regime, every window counted (bursts included).
         _rule("goodput:gpu_regime:ratio_rate5m",
               per_gpu("goodput_gpu_regime_seconds_total", "regime")),

@@ -91,6 +91,7 @@ ROLLOVER = ALERTS / "tests" / "rollover.test.yml"
 KEPT_FOR_PANELS = {
     "goodput:gpu_tensor_active:ratio_rate5m",  # node: "The utilization lie"
     "goodput:gpu_dram_active:ratio_rate5m",  # node: "The utilization lie"
+    "goodput:gpu_joules_per_token:ratio_rate5m",  # serving: "Tokens per joule" (1 s gauge)
     "goodput:node_utilization:ratio_avg_rate5m",  # fleet: "Kernel time"
     "goodput:node_sm_active:ratio_avg_rate5m",  # fleet: "SM active (real work)"
     "goodput:node_cost_per_million_tokens:dollars_rate5m",  # fleet: "Cost per million tokens"
