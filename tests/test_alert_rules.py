@@ -193,3 +193,13 @@ def test_pod_replacement_covers_every_alert_and_joining_rule() -> None:
                if re.search(r"\bon \(|group_(left|right)", expr)}
     assert len(joining) >= 10
     assert sorted(joining - set(RECORDED.findall(promtool_exprs(ROLLOVER)))) == []
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_thresholds_sit_in_the_alert_expression(rule: dict[str, Any]) -> None:
+    """The number an alert fires at is read in its own expression, not hidden in a
+    recording rule, so the rule file alone says when it fires."""
+    expr = rule["expr"]
+    for name, value in load().alerts[rule["alert"]].thresholds.items():
+        assert re.search(rf"(?<![\w.]){re.escape(f'{value:g}')}(?![\w.])", expr), name
+    assert re.search(r"(==|>=|<=|>|<) *[\d.]+", expr), "no comparison with a number"
