@@ -394,4 +394,4 @@ async def test_a_login_flood_barely_delays_the_first_valid_scrape(tmp_path: Path
         logged = [e for e in daemon.events() if e.get("event") == "basic auth failed"]
         assert [e["client"] for e in logged] == ["127.0.0.2"]  # once a minute per client
     finally:
-        daemon.stop()
+        assert daemon.stop() == 0
