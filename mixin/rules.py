@@ -28,7 +28,20 @@ HEADER = """\
 # Tokens are prompt + generation tokens (the `kind` label summed away). Per-model figures
 # join GPU counters to the models a GPU served (goodput:gpu_model:info); per-namespace
 # figures join goodput_gpu_pod_info, so a GPU shared by two namespaces counts for both.
+#
+# Sharded Prometheus (docs/scaling.md): groups named goodput.shard.* run on every shard (they
+# read only the shard's own nodes); groups named goodput.global.* run once, where every
+# shard's recorded series meet (a Prometheus federating the shards, a Thanos or Mimir ruler).
+# One Prometheus for the whole fleet simply loads them all.
 """
+
+
+# Where each group runs once Prometheus is sharded (docs/scaling.md). A shard group reads only
+# series of the nodes its Prometheus scrapes (per GPU, per node, `up`); a global group needs
+# every node - a namespace, a model or a training job spans shards - and runs where the
+# shards' recorded series meet (a federating Prometheus, a Thanos or Mimir ruler).
+SHARD = "goodput.shard"
+GLOBAL = "goodput.global"
 
 
 def _rule(record: str, expr: str) -> dict[str, Any]:
@@ -248,8 +261,10 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         f"  ({rec('goodput:exporter_node:info')} and on ({tk}) up{{{cfg.selector}}})\n")
     price_rule = _rule("goodput:gpu_hour_price_dollars",
                        f"vector({cfg.gpu_hour_price_dollars:g})")
+    node_cost = node.pop(3)
     return {"groups": [
-        _group(cfg, "goodput.gpu", gpu),
-        _group(cfg, "goodput.aggregate", [price_rule, exporter_node, *node, *namespace, *model]),
-        _group(cfg, "goodput.job", job),
+        _group(cfg, f"{SHARD}.gpu", gpu),
+        _group(cfg, f"{SHARD}.node", [exporter_node, *node]),
+        _group(cfg, f"{GLOBAL}.fleet", [price_rule, node_cost, *namespace, *model]),
+        _group(cfg, f"{GLOBAL}.job", job),
     ]}
