@@ -285,7 +285,7 @@ def record_archetypes(extended: bool = False) -> Traces:
             traces.gpu[names[int(gpu)]].append(series)
         else:
             traces.node.append(series)
-    _synthesise(traces)
+    _synthesise(traces, extended)
     return traces
 
 
@@ -308,7 +308,7 @@ def _counter(own: list[Series]) -> Callable[[str, dict[str, str], list[float]], 
     return add
 
 
-def _synthesise(traces: Traces) -> None:
+def _synthesise(traces: Traces, extended: bool) -> None:
     """Per-archetype series of what the simulated node cannot make (as sim_recording does):
     pod attribution, the XID gauge, serving tokens, queues, KV cache and the model's
     token figures. Labels in braces are filled per fleet GPU."""
@@ -323,7 +323,8 @@ def _synthesise(traces: Traces) -> None:
         mem = by.get("goodput_gpu_memory_used_bytes", [0.0] * TRACE_STEPS)
 
         gauge, counter = _gauge(own), _counter(own)
-        gauge("goodput_gpu_last_xid", {}, [0.0 if u else 79.0 for u in up])
+        if extended:  # an optional family
+            gauge("goodput_gpu_last_xid", {}, [0.0 if u else 79.0 for u in up])
         if not up[-1]:
             own.append(Series("goodput_gpu_xid_errors", "counter", "goodput_gpu_xid_errors_total",
                               (("xid", "79"),), [1.0] * TRACE_STEPS, True))
@@ -488,9 +489,11 @@ def _run(*argv: str, timeout: float = 3600) -> str:
 
 def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, end: float,
                  hours: float, fine_hours: float = 1.0, batch_gpus: int = 2000,
-                 log: Callable[[str], None] = print) -> int:
+                 log: Callable[[str], None] = print, end_step: int = ORIGIN,
+                 include_end: bool = True) -> int:
     """Raw history into the TSDB at ``data``, an hour (and a batch of nodes) at a time: the
-    last ``fine_hours`` at 15 s, older hours at 60 s (what the 24 h panels need)."""
+    last ``fine_hours`` at 15 s, older hours at 60 s (what the 24 h panels need). The sample
+    at ``end`` is step ``end_step`` of the timeline."""
     promtool = shutil.which("promtool") or "promtool"
     gpus_per_node = max(1, len(replay.fleet.gpus) // max(1, len(replay.fleet.nodes)))
     per_batch = max(1, batch_gpus // gpus_per_node)
@@ -505,13 +508,13 @@ def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, en
         first = start_step + int(h * 3600 / STEP)
         steps = int(span * 3600 / STEP / stride)
         t_start = end - (hours - h) * 3600
-        if h + span >= hours:
+        if h + span >= hours and include_end:
             steps += 1  # include the end itself
         for b in range(0, len(nodes), per_batch):
             t = time.monotonic()
             om = scratch / "chunk.om"
             n = write_openmetrics(replay, nodes[b: b + per_batch], om, t_start,
-                                  ORIGIN + first, steps, stride)
+                                  end_step + first, steps, stride)
             gen = time.monotonic() - t
             size = om.stat().st_size
             t = time.monotonic()

@@ -122,8 +122,10 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
               f"{r_power}\n  /\n"
               f"(\n  {generated} > 0\n)\n"),
         # The exact share of time in each regime, every window counted (bursts included).
+        # Only the regimes the GPU was in: the exporter counts time in all nine, and recording
+        # the zeros too cost eight series per GPU of the 60-per-GPU budget (docs/scaling.md).
         _rule("goodput:gpu_regime:ratio_rate5m",
-              per_gpu("goodput_gpu_regime_seconds_total", "regime")),
+              per_gpu("goodput_gpu_regime_seconds_total", "regime") + " > 0"),
         _rule("goodput:gpu_tokens_per_sm_second:ratio_rate5m",
               f"{tokens}\n  / on ({gk}) group_left ()\n  ({r_sm} > 0)\n"),
         _rule("goodput:gpu_throttled:ratio_rate5m", per_gpu(

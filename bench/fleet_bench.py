@@ -1,0 +1,219 @@
+"""What the rules and dashboards cost on one real Prometheus holding a whole simulated fleet.
+
+    python bench/fleet_bench.py --nodes 125 --report /tmp/fleet-1000.json   # 1,000 GPUs, 24 h
+
+Backfills ``--hours`` of history (the last ``--fine-hours`` at 15 s, older hours at 60 s) and
+every recording rule, then adds the minutes since as a fresh tail and starts Prometheus with
+every rule group and alert loaded, so the groups evaluate live on current data. Measures:
+each panel query of the three dashboards at the default range (3 h) and at 24 h through the
+HTTP API with stats=all (latency p50/p95 over ``--reps`` runs, samples touched), each group's
+prometheus_rule_group_last_duration_seconds, series per GPU (raw, recorded, engines') and
+TSDB bytes per GPU-day at 15 s. One Prometheus holding every node is the worst case of a
+shard (a shard holds 1/n of it) and of the global level (which holds only recorded series).
+Writes a JSON report (--report); docs/benchmarks.md quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from bench import fleet  # noqa: E402
+from bench.fleet_stack import ALERTS, RULES, backfill_rules, prometheus  # noqa: E402
+
+BOARDS = sorted((REPO / "dashboards").glob("goodput-*.json"))
+RANGES = {"default": (3 * 3600, 15), "24h": (24 * 3600, 90)}  # seconds, Grafana's step
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def panel_targets(board: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(panel title, expr, instant) of every query of a dashboard, rows opened."""
+    out = []
+    for panel in board.get("panels", []):
+        for p in (panel, *panel.get("panels", [])):
+            for t in p.get("targets", []):
+                out.append((p["title"], t["expr"], bool(t.get("instant"))))
+    return out
+
+
+def substitute(expr: str, range_s: int, step: int) -> str:
+    """Grafana's substitutions with every variable at its default (All)."""
+    rate_interval = max(4 * 15, step + 15)
+    for name, value in (("$__rate_interval", f"{rate_interval}s"), ("$__interval", f"{step}s"),
+                        ("$__range_s", str(range_s)), ("$__range", f"{range_s}s")):
+        expr = expr.replace(name, value)
+    return re.sub(r"\$\{?(cluster|node|namespace|model|gpu)\}?", ".*", expr)
+
+
+def timed_query(url: str, expr: str, at: float, range_s: int, step: int,
+                instant: bool) -> tuple[float, int, int]:
+    """(seconds, samples touched, series returned) of one query as Grafana would send it."""
+    if instant:
+        params = {"query": expr, "time": f"{at:.3f}", "stats": "all"}
+        path = "query"
+    else:
+        params = {"query": expr, "start": f"{at - range_s:.3f}", "end": f"{at:.3f}",
+                  "step": str(step), "stats": "all"}
+        path = "query_range"
+    t = time.monotonic()
+    with urllib.request.urlopen(f"{url}/api/v1/{path}?{urllib.parse.urlencode(params)}",
+                                timeout=300) as resp:
+        body = json.load(resp)
+    elapsed = time.monotonic() - t
+    if body.get("status") != "success":
+        raise RuntimeError(f"{expr}: {body}")
+    samples = body["data"].get("stats", {}).get("samples", {}).get("totalQueryableSamples", 0)
+    return elapsed, int(samples), len(body["data"]["result"])
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=125)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--fine-hours", type=float, default=3.0)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-bench"))
+    parser.add_argument("--keep", action="store_true", help="keep the TSDB afterwards")
+    parser.add_argument("--extended-metrics", action="store_true")
+    parser.add_argument("--report", type=Path, required=True, help="JSON report to write")
+    args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    data = args.workdir / "data"
+    data.mkdir(parents=True)
+    scratch = args.workdir / "scratch"
+    scratch.mkdir()
+    report: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * args.gpus,
+                              "hours": args.hours, "fine_hours": args.fine_hours,
+                              "cpus": os.cpu_count(), "extended_metrics": args.extended_metrics}
+    plan = fleet.plan(args.nodes, args.gpus)
+    t = time.monotonic()
+    replay = fleet.Replay(plan, fleet.record_archetypes(args.extended_metrics))
+    log(f"archetypes {time.monotonic() - t:.1f} s")
+    end = float(int(time.time()))
+    gpus = len(plan.gpus)
+
+    # Raw history: coarse hours, then the fine ones, measuring the fine hours' bytes.
+    t = time.monotonic()
+    coarse = args.hours - args.fine_hours
+    samples = 0
+    if coarse > 0:
+        samples += fleet.backfill_raw(
+            replay, plan.nodes, data, scratch, end - args.fine_hours * 3600, coarse, 0.0,
+            log=log, end_step=fleet.ORIGIN - int(args.fine_hours * 3600 / fleet.STEP),
+            include_end=False)
+    before = du(data)
+    samples += fleet.backfill_raw(replay, plan.nodes, data, scratch, end, args.fine_hours,
+                                  args.fine_hours, log=log)
+    fine_bytes = du(data) - before
+    report["raw_samples"] = samples
+    report["raw_backfill_s"] = round(time.monotonic() - t, 1)
+    report["raw_bytes_per_gpu_day_15s"] = round(fine_bytes / gpus / args.fine_hours * 24)
+
+    # Recording rules over the whole history, a dependency level per pass.
+    rule_groups = yaml.safe_load(RULES.read_text())["groups"]
+    t = time.monotonic()
+    before = du(data)
+    backfill_rules(args.workdir, rule_groups, end - args.hours * 3600 + 600, end, log=log)
+    report["rules_backfill_s"] = round(time.monotonic() - t, 1)
+    report["rule_bytes_per_gpu_day_1m"] = round(
+        (du(data) - before) / gpus / (args.hours - 600 / 3600) * 24)
+
+    # The minutes the backfill took, as fresh raw data, so the groups evaluate on live data.
+    now = float(int(time.time()))
+    tail_steps = int((now - end) // fleet.STEP)
+    if tail_steps > 0:
+        om = scratch / "tail.om"
+        fleet.write_openmetrics(replay, plan.nodes, om, end + fleet.STEP,
+                                fleet.ORIGIN + 1, tail_steps)
+        fleet._run("promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data))
+        om.unlink()
+        end += tail_steps * fleet.STEP
+    shutil.rmtree(scratch)
+    report["tsdb_bytes"] = du(data)
+    log(f"tail of {tail_steps} steps; TSDB {report['tsdb_bytes'] / 1e9:.2f} GB")
+
+    all_groups = rule_groups + yaml.safe_load(ALERTS.read_text())["groups"]
+    with prometheus(args.workdir, {"scrape_configs": []}, all_groups) as prom:
+        # Each group evaluates once a minute: wait for two rounds of every group.
+        deadline = time.monotonic() + 300
+        while True:
+            its = {m.split('rule_group="')[1].split('"')[0]: float(m.split()[-1])
+                   for m in prom.metric("prometheus_rule_group_iterations_total")}
+            if len(its) == len(all_groups) and min(its.values()) >= 2:
+                break
+            if time.monotonic() > deadline:
+                log(f"groups did not all evaluate twice: {its}")
+                break
+            time.sleep(5)
+        durations = {}
+        for line in prom.metric("prometheus_rule_group_last_duration_seconds"):
+            group = line.split('rule_group="')[1].split('"')[0].split(";")[-1]
+            durations[group] = round(float(line.split()[-1]), 3)
+        report["rule_group_seconds"] = durations
+        log(f"rule groups: {durations}")
+
+        counts = {}
+        for kind, selector in (("raw", '{__name__=~"goodput_.+"}'),
+                               ("recorded", '{__name__=~"goodput:.+"}'),
+                               ("engines", '{__name__=~"vllm:.+"}'),
+                               ("all", '{__name__=~".+"}')):
+            result = prom.query(f"count({selector})", at=end)
+            counts[kind] = int(float(result[0]["value"][1])) if result else 0
+        report["series"] = counts
+        report["series_per_gpu"] = {k: round(v / gpus, 1) for k, v in counts.items()}
+        log(f"series per GPU: {report['series_per_gpu']}")
+
+        panels = []
+        for board_path in BOARDS:
+            board = json.loads(board_path.read_text())
+            for title, expr, instant in panel_targets(board):
+                row: dict[str, Any] = {"board": board_path.stem.removeprefix("goodput-"),
+                                       "panel": title, "instant": instant}
+                for name, (range_s, step) in RANGES.items():
+                    q = substitute(expr, range_s, step)
+                    runs = [timed_query(prom.url, q, end, range_s, step, instant)
+                            for _ in range(args.reps)]
+                    lat = [r[0] for r in runs]
+                    row[name] = {"p50_s": round(statistics.median(lat), 3),
+                                 "p95_s": round(pct(lat, 0.95), 3),
+                                 "samples": runs[0][1], "series": runs[0][2]}
+                panels.append(row)
+                log(f"{row['board']} / {title}: {row['default']} / {row['24h']}")
+        report["panels"] = panels
+    if not args.keep:
+        shutil.rmtree(args.workdir)
+    args.report.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
