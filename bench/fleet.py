@@ -46,6 +46,7 @@ if str(REPO) not in sys.path:
 
 from exporter import collectors  # noqa: E402
 from exporter.config import ModelConfig, Settings  # noqa: E402
+from exporter.logging import configure  # noqa: E402
 from exporter.metrics.encode import Encoder  # noqa: E402
 from exporter.model.node import NodeModel  # noqa: E402
 from exporter.sim import patterns  # noqa: E402
@@ -397,9 +398,11 @@ class Replay:
             v += loop * self.rise[id(series)]
         return v * scale
 
-    def node_series(self, node: str) -> Iterator[tuple[Series, str, int, float]]:
-        """(series, sample name with labels, phase, scale) of one node, target labels added."""
-        target = f'job="{JOB}",instance="{node}:{PORT}"'
+    def node_series(self, node: str,
+                    scraped: bool = True) -> Iterator[tuple[Series, str, int, float]]:
+        """(series, sample name with labels, phase, scale) of one node; ``scraped`` adds the
+        labels Prometheus attaches on scrape (history), live serving leaves that to it."""
+        target = f'job="{JOB}",instance="{node}:{PORT}"' if scraped else ""
         for s in self.traces.node:
             labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
             yield s, f'{s.sample}{{{labels},node="{node}",{target}}}', 0, 1.0
@@ -535,7 +538,8 @@ def serve(replay: Replay, nodes: list[str], host: str = "127.0.0.1",
     t0 = time.time()
     servers = []
     for k, node in enumerate(nodes):
-        items = list(replay.node_series(node))
+        items = [(s, head.replace(",}", "}"), phase, scale)
+                 for s, head, phase, scale in replay.node_series(node, scraped=False)]
 
         class Handler(BaseHTTPRequestHandler):
             series = items
@@ -576,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--end", type=float, default=0.0, help="unix time of the last sample (now)")
     w.add_argument("--batch-gpus", type=int, default=2000)
     args = parser.parse_args(argv)
+    configure(level="warning")  # the archetypes' regime changes are not news here
     fleet = plan(args.nodes, args.gpus)
     t = time.monotonic()
     replay = Replay(fleet, record_archetypes(args.extended_metrics))
