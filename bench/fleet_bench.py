@@ -90,6 +90,28 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
 
 
+def render(report: dict[str, Any]) -> str:
+    """The report as the markdown tables of docs/benchmarks.md."""
+    out = [f"{report['gpus']:,} GPUs ({report['nodes']} nodes), {report['hours']:g} h of "
+           f"history (last {report['fine_hours']:g} h at 15 s, older at 60 s), "
+           f"{report['cpus']} CPUs.", "",
+           "| rule group | last evaluation s |", "|---|---|"]
+    out += [f"| {g} | {v:.3f} |" for g, v in sorted(report["rule_group_seconds"].items())]
+    per = report["series_per_gpu"]
+    out += ["", f"Series per GPU: {per['raw']} exporter + {per['recorded']} recorded = "
+            f"{per['raw'] + per['recorded']:.1f}; with the engines' own TTFT histograms "
+            f"{per['all']}. TSDB bytes per GPU-day: {report['raw_bytes_per_gpu_day_15s']:,} raw "
+            f"(15 s) + {report['rule_bytes_per_gpu_day_1m']:,} recorded (1 m).", "",
+            "| board | panel | default p50 / p95 s | samples | 24 h p50 / p95 s | samples |",
+            "|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        d, w = p["default"], p["24h"]
+        out.append(f"| {p['board']} | {p['panel']} | {d['p50_s']:.3f} / {d['p95_s']:.3f} | "
+                   f"{d['samples']:,} | {w['p50_s']:.3f} / {w['p95_s']:.3f} | "
+                   f"{w['samples']:,} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=125)
@@ -100,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the TSDB afterwards")
     parser.add_argument("--extended-metrics", action="store_true")
-    parser.add_argument("--report", type=Path, required=True, help="JSON report to write")
+    parser.add_argument("--report", type=Path, default=Path("fleet-report.json"),
+                        help="JSON report to write")
+    parser.add_argument("--render", type=Path, help="print a report as markdown and exit")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())), end="")
+        return 0
 
     def log(message: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
