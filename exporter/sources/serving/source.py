@@ -31,7 +31,7 @@ from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
 from exporter.sources.serving.accumulate import DeltaTracker
-from exporter.sources.serving.adapter import Reading, SignalKey
+from exporter.sources.serving.adapter import Reading, Settler, SignalKey
 from exporter.sources.serving.attribution import (
     NONE,
     Attribution,
@@ -111,6 +111,8 @@ class ServingSource(Source):
         """url -> engine values refused at the edge, by reason, since the target appeared."""
         self._v1_models: dict[str, tuple[str, str, float]] = {}
         """url -> (process start token, model id from /v1/models, when asked)."""
+        self._settlers: dict[str, Settler] = {}
+        """url -> live estimates settling on the engine's exact count (llama.cpp)."""
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
@@ -264,6 +266,7 @@ class ServingSource(Source):
         gauges: dict[ModelKey, dict[str, list[float]]],
     ) -> None:
         """Feed one reading's counters into the totals and its gauges into ``gauges``."""
+        reading = self._settlers.setdefault(target.url, Settler()).apply(reading)
         self._restarted(target, reading)
         deltas: dict[SignalKey, float] = {}
         for key, value in reading.values.items():
@@ -401,6 +404,7 @@ class ServingSource(Source):
         _keep_only(self._unattributed, current)
         _keep_only(self._v1_models, current)
         _keep_only(self._dropped, current)
+        _keep_only(self._settlers, current)
         self._tracker.forget_where(lambda key: key[0] not in current)
 
 
