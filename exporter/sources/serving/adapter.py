@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from exporter.sources.serving.engines import SIGNALS, TABLES, EngineTable, Rule
-from exporter.sources.serving.exposition import Family
+from exporter.sources.serving.exposition import Family, scan
 
 SignalKey = tuple[str, str, str, str]
 """(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""
@@ -60,23 +60,41 @@ class UnknownEngine(ValueError):
     """No alias table matches the families of a target."""
 
 
+READS: frozenset[str] = frozenset().union(*(t.reads() for t in TABLES))
+"""Every family some table reads: the only ones a body is parsed for."""
+PREFIXES: tuple[str, ...] = tuple(sorted({p for t in TABLES for p in t.requires}))
+
+
 def detect(families: Mapping[str, Family], engine: str = "") -> EngineTable:
     """The table whose families occur most; ``engine`` (from config) narrows the choice."""
     names = set(families)
+    prefixes = {p for p in PREFIXES if any(n.startswith(p) for n in names)}
+    return _choose(names, prefixes, len(names), engine)
+
+
+def _choose(names: Set[str], prefixes: Set[str], count: int, engine: str) -> EngineTable:
     best: EngineTable | None = None
     best_score = 0
     for table in TABLES:
         if engine and table.engine != engine:
             continue
-        if not all(any(n.startswith(p) for n in names) for p in table.requires):
+        if not all(p in prefixes for p in table.requires):
             continue
         score = len(table.families() & names)
         if score > best_score:
             best, best_score = table, score
     if best is None:
         wanted = f"engine {engine!r}" if engine else "any known engine"
-        raise UnknownEngine(f"no families of {wanted} among {len(names)} families")
+        raise UnknownEngine(f"no families of {wanted} among {count} families")
     return best
+
+
+def read_body(text: str, engine: str = "", default_model: str = "") -> Reading:
+    """Recognise and read a scraped body, parsing only the families the recognised
+    engine's table reads (see ``exposition.scan``)."""
+    found = scan(text, READS, PREFIXES)
+    table = _choose(found.present, found.prefixes, found.count, engine)
+    return read(table, found.parse(table.needs(found.present)), default_model)
 
 
 def read(table: EngineTable, families: Mapping[str, Family], default_model: str = "") -> Reading:

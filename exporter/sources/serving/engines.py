@@ -10,6 +10,7 @@ collector code as summarised in docs/serving.md.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -165,6 +166,23 @@ class EngineTable:
             if name
         }
         return self.families() | extra | {START_FAMILY}
+
+    def needs(self, present: Set[str]) -> frozenset[str]:
+        """The families a reading of this table uses when ``present`` are in the body:
+        each signal's first applicable alternative (markers only served detection). A
+        table naming GPUs per series looks at every family it reads."""
+        if self.gpu_label:
+            return self.reads()
+        names = {START_FAMILY}
+        for rules in self.signals.values():
+            for rule in rules:
+                if any(f in present for f in rule.families) and (
+                    not rule.times or rule.times in present
+                ):
+                    names.update(rule.families)
+                    names.update(x for x in (rule.times, rule.plus, rule.settle, rule.idle) if x)
+                    break
+        return frozenset(names)
 
 
 def _alts(**signals: Rule | tuple[Rule, ...] | dict[str, Rule]) -> dict[str, tuple[Rule, ...]]:
