@@ -72,7 +72,8 @@ def test_broken_line_in_a_family_no_table_reads_costs_nothing() -> None:
     engine's table reads are parsed (issue 22 item 5), so the rest of the capture counts."""
     reading = interpret(_body("vllm-0.8-v1-docs-design-metrics-PARTIAL.txt"))
     assert reading.engine == "vllm"
-    assert reading.values[("generation_tokens", "meta-llama/Llama-3.1-8B-Instruct", "", "")] == 27453
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert reading.values[("generation_tokens", model, "", "")] == 27453
 
 
 # file -> {signal: value} for prompt tokens computed and served from the prefix cache

@@ -216,7 +216,7 @@ class _Walk:
                 if self.lines is not None:
                     self.lines += [x.strip() for x in text[pos:stop].split("\n") if x.strip()]
             else:
-                for line in text[pos:stop].split("\n"):
+                for line in _lines(text, pos, stop):
                     line = line.strip()
                     if line:
                         self.line(line)
@@ -295,6 +295,16 @@ class _Walk:
         self.name, self.kind, self.allowed = name, "untyped", (name,)
         might = name in self.keep or name.removesuffix("_total") in self.keep
         self.lines = [] if might else None
+
+
+def _lines(text: str, pos: int, stop: int) -> Iterator[str]:
+    """The lines of ``text[pos:stop]`` one at a time (a list of them all would cost
+    several times the text when every line is a family of its own)."""
+    while pos < stop:
+        end = text.find("\n", pos, stop)
+        end = stop if end < 0 else end
+        yield text[pos:end]
+        pos = end + 1
 
 
 def _fast(chunk: _Chunk) -> list[Family]:
