@@ -17,6 +17,7 @@ result) it always gave.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterable, Iterator, Set
@@ -190,6 +191,8 @@ class _Walk:
 
     def __init__(self, keep: Set[str], prefixes: tuple[str, ...]) -> None:
         self.keep = keep
+        self.sorted_keep = sorted(keep)
+        self.near = False  # some kept name starts with the open family's name
         self.prefixes = prefixes
         self.found = Scan()
         self.name = ""
@@ -228,8 +231,13 @@ class _Walk:
         """Whether every line in ``text[pos:stop]`` is a sample of the open family (or
         blank). Lines of families nobody reads are not checked further: a broken label or
         value there costs nothing."""
-        first, foreign = _owners(self.allowed)
         last = stop - 1 if text.endswith("\n", pos, stop) else stop
+        if self.lines is None and not self.near:
+            # Nothing kept is named like this family: lines that merely start with its
+            # name are enough (a stray sample among them would be a family of its own,
+            # but one nobody reads), and two counts need no regex per family.
+            return text.count("\n" + self.name, pos - 1, last) == text.count("\n", pos - 1, last)
+        first, foreign = _owners(self.allowed)
         return bool(first.match(text, pos, last)) and foreign.search(text, pos, last) is None
 
     def close(self) -> None:
@@ -295,6 +303,8 @@ class _Walk:
         self.name, self.kind, self.allowed = name, "untyped", (name,)
         might = name in self.keep or name.removesuffix("_total") in self.keep
         self.lines = [] if might else None
+        at = bisect.bisect_left(self.sorted_keep, name)
+        self.near = at < len(self.sorted_keep) and self.sorted_keep[at].startswith(name)
 
 
 def _lines(text: str, pos: int, stop: int) -> Iterator[str]:
