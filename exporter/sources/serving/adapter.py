@@ -287,7 +287,6 @@ class _Held:
     published: float
     exact: float
     live: float
-    started: str
 
 
 class Settler:
@@ -296,8 +295,10 @@ class Settler:
     While requests are in flight the published value is the larger of the live estimate
     and the exact count (which only counts finished requests); with nothing in flight it
     is the exact count. It never goes down: an estimate that overshot is held until the
-    engine's own count passes it. A new process (start token changed, or the exact count
-    or estimate fell) starts afresh, so the accumulator sees the drop as a restart.
+    engine's own count passes it. When the exact count or the estimate falls (a new
+    process) it starts afresh, so the accumulator sees the drop as a restart. A changed
+    start token alone changes nothing here: publishing less because of it would turn a
+    flapping token into a fake restart; the accumulator judges the token itself.
     """
 
     def __init__(self) -> None:
@@ -315,12 +316,10 @@ class Settler:
             held = self._held.get(key)
             fresh = (
                 held is None
-                or bool(held.started and reading.started and held.started != reading.started)
                 or exact < held.exact
                 or live < held.live - SETTLE_SLACK * held.live
             )
             published = wanted if fresh or held is None else max(held.published, wanted)
-            started = reading.started or (held.started if held is not None else "")
-            self._held[key] = _Held(published, exact, live, started)
+            self._held[key] = _Held(published, exact, live)
             values[key] = published
         return replace(reading, values=values)
