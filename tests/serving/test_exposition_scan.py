@@ -28,7 +28,14 @@ from exporter.sources.serving.adapter import (
     read_body,
 )
 from exporter.sources.serving.engines import TABLES
-from exporter.sources.serving.exposition import ExpositionError, Family, parse, scan
+from exporter.sources.serving.exposition import (
+    MAX_SAMPLES,
+    ExpositionError,
+    Family,
+    parse,
+    scan,
+)
+from exporter.sources.serving.fetch import ScrapeError
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "fixtures").glob("*.txt"))
@@ -291,3 +298,18 @@ def test_a_body_of_distinct_untyped_names_costs_bounded_memory() -> None:
         tracemalloc.stop()
     assert reading.values[("generation_tokens", "m", "", "")] == 7.0
     assert peak < len(text) + 2 * 1024 * 1024, peak  # one segment's lines, then nothing
+
+
+def _models(n: int) -> str:
+    return "# TYPE vllm:generation_tokens_total counter\n" + "".join(
+        f'vllm:generation_tokens_total{{model_name="m{i}"}} {i}\n' for i in range(n)
+    )
+
+
+def test_too_many_samples_of_read_families_fail_the_scrape_early() -> None:
+    """A partial reading would look like counters going down, so the body is refused
+    (reason body_too_large) before its samples are parsed."""
+    with pytest.raises(ScrapeError, match="more than 30000 samples") as raised:
+        read_body(_models(MAX_SAMPLES + 1))
+    assert raised.value.reason == "body_too_large"
+    assert len(read_body(_models(MAX_SAMPLES - 1)).values) == MAX_SAMPLES - 1

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
 
+from exporter.sources.serving.fetch import ScrapeError
+
 
 class ExpositionError(ValueError):
     """The body is not Prometheus text; the message says where it broke."""
@@ -95,6 +97,13 @@ _TYPES = frozenset(
     {"counter", "gauge", "summary", "histogram", "gaugehistogram", "unknown", "info",
      "stateset", "untyped"}
 )  # fmt: skip
+
+
+MAX_SAMPLES = 30_000
+"""Kept sample lines per body. A vLLM with 256 model x rank pairs has 3,600; each costs
+under a kilobyte once parsed, so this bounds a hostile body (one family with a model
+name per line) to about 25 MiB over its text, within the chart's 128 Mi. Past it the
+scrape fails (``body_too_large``): a partial reading would look like counters going down."""
 
 
 class _Unusual(Exception):
@@ -191,6 +200,7 @@ class _Walk:
 
     def __init__(self, keep: Set[str], prefixes: tuple[str, ...]) -> None:
         self.keep = keep
+        self.samples = 0  # kept lines so far
         self.sorted_keep = sorted(keep)
         self.near = False  # some kept name starts with the open family's name
         self.prefixes = prefixes
@@ -217,7 +227,9 @@ class _Walk:
             stop = end if stop < 0 else stop + 1
             if self.name and self._owns(text, pos, stop):
                 if self.lines is not None:
+                    before = len(self.lines)
                     self.lines += [x.strip() for x in text[pos:stop].split("\n") if x.strip()]
+                    self.kept(len(self.lines) - before)
             else:
                 for line in _lines(text, pos, stop):
                     line = line.strip()
@@ -239,6 +251,15 @@ class _Walk:
             return text.count("\n" + self.name, pos - 1, last) == text.count("\n", pos - 1, last)
         first, foreign = _owners(self.allowed)
         return bool(first.match(text, pos, last)) and foreign.search(text, pos, last) is None
+
+    def kept(self, lines: int) -> None:
+        self.samples += lines
+        if self.samples > MAX_SAMPLES:
+            raise ScrapeError(
+                "body_too_large",
+                f"more than {MAX_SAMPLES} samples of the families engine tables read; "
+                "stopped",
+            )
 
     def close(self) -> None:
         if not self.name:
@@ -268,6 +289,7 @@ class _Walk:
         if sample in self.allowed:
             if self.lines is not None:
                 self.lines.append(line)
+                self.kept(1)
             return
         self.close()
         self.found.saw(sample, self.keep, self.prefixes)
@@ -276,6 +298,7 @@ class _Walk:
                 self.singles = []
                 self.found.chunks.append(_Chunk("", lines=self.singles))
             self.singles.append(line)
+            self.kept(1)
 
     def comment(self, line: str) -> None:
         parts = line.split(None, 3)
@@ -320,25 +343,28 @@ def _lines(text: str, pos: int, stop: int) -> Iterator[str]:
 def _fast(chunk: _Chunk) -> list[Family]:
     """A kept chunk's families without prometheus-client's per-character walk (about 35
     µs a labelled sample); gives up (:class:`_Unusual`) on anything it does not follow."""
+    names: dict[str, str] = {}  # one copy of each metric and label name per chunk
     if not chunk.name:
-        return [Family(s.name, "unknown", (s,)) for s in map(_sample, chunk.lines)]
+        return [Family(s.name, "unknown", (s,)) for s in (_sample(x, names) for x in chunk.lines)]
     kind = "unknown" if chunk.kind == "untyped" else chunk.kind
-    samples = [_sample(x) for x in chunk.lines if x[0] != "#"]
+    samples = [_sample(x, names) for x in chunk.lines if x[0] != "#"]
     if kind == "counter" and not chunk.raw.endswith("_total"):
         samples = [s._replace(name=s.name + "_total") for s in samples]
     return [Family(chunk.name, kind, tuple(samples))]
 
 
-def _sample(line: str) -> PromSample:
+def _sample(line: str, names: dict[str, str]) -> PromSample:
     match = _SAMPLE.fullmatch(line)
     if match is None:
         raise _Unusual
     name, inside, value, stamp = match.groups()
+    name = names.setdefault(name, name)
     labels: dict[str, str] = {}
     if inside:
         if not _LABELS.fullmatch(inside):
             raise _Unusual
         for key, raw in _PAIR.findall(inside):
+            key = names.setdefault(key, key)
             labels[key] = _ESCAPE.sub(lambda m: _UNESCAPE[m.group()], raw) if "\\" in raw else raw
     try:
         number = _number(value)
