@@ -100,7 +100,9 @@ _TYPES = frozenset(
 
 
 MAX_SAMPLES = 30_000
-"""Kept sample lines per body. A vLLM with 256 model x rank pairs has 3,600; each costs
+"""Kept sample lines per body (buckets are never kept). The 8 MiB vLLM body of
+bench/serving_body.py (256 model x rank pairs) keeps 4,890, so a body hits this only past
+about 50 MB of that shape or with far more series of the read families; each costs
 under a kilobyte once parsed, so this bounds a hostile body (one family with a model
 name per line) to about 25 MiB over its text, within the chart's 128 Mi. Past it the
 scrape fails (``body_too_large``): a partial reading would look like counters going down."""
@@ -227,9 +229,11 @@ class _Walk:
             stop = end if stop < 0 else stop + 1
             if self.name and self._owns(text, pos, stop):
                 if self.lines is not None:
-                    before = len(self.lines)
-                    self.lines += [x.strip() for x in text[pos:stop].split("\n") if x.strip()]
-                    self.kept(len(self.lines) - before)
+                    lines = (x.strip() for x in text[pos:stop].split("\n"))
+                    bucket = self.bucket()
+                    new = [x for x in lines if x and not (bucket and x.startswith(bucket))]
+                    self.lines += new
+                    self.kept(len(new))
             else:
                 for line in _lines(text, pos, stop):
                     line = line.strip()
@@ -251,6 +255,11 @@ class _Walk:
             return text.count("\n" + self.name, pos - 1, last) == text.count("\n", pos - 1, last)
         first, foreign = _owners(self.allowed)
         return bool(first.match(text, pos, last)) and foreign.search(text, pos, last) is None
+
+    def bucket(self) -> str:
+        """The open family's bucket sample name when it is a histogram: no table reads
+        buckets, so they are neither kept nor counted."""
+        return self.name + "_bucket" if self.kind == "histogram" else ""
 
     def kept(self, lines: int) -> None:
         self.samples += lines
@@ -287,7 +296,8 @@ class _Walk:
         if inside and not _LABELS.fullmatch(inside):
             raise _Unusual
         if sample in self.allowed:
-            if self.lines is not None:
+            bucket = self.bucket()
+            if self.lines is not None and not (bucket and sample == bucket):
                 self.lines.append(line)
                 self.kept(1)
             return
