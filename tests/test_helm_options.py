@@ -6,6 +6,8 @@ chart and, for the relabelings, in a real Prometheus."""
 from __future__ import annotations
 
 import http.server
+import json
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -72,7 +74,7 @@ def test_service_type_port_policy_and_annotations() -> None:
 
 
 def test_headless_service_needs_cluster_ip_type() -> None:
-    with pytest.raises(helm().HelmRenderError, match="service.headless needs"):
+    with pytest.raises(helm().HelmRenderError, match=r"service\.headless needs"):
         manifests({"service": {"type": "LoadBalancer"}})
     spec = one(manifests({"service": {"type": "LoadBalancer", "headless": False}}),
                "Service")["spec"]
@@ -86,7 +88,8 @@ def test_headless_service_needs_cluster_ip_type() -> None:
         ({"service": {"port": 0}}, "/service/port"),
         ({"service": {"internalTrafficPolicy": "local"}}, "/service/internalTrafficPolicy"),
         ({"namespaceOverride": "GPU_Telemetry"}, "/namespaceOverride"),
-        ({"commonLabels": {"app.kubernetes.io/name": "x"}}, "propertyName 'app.kubernetes.io/name'"),
+        ({"commonLabels": {"app.kubernetes.io/name": "x"}},
+         "propertyName 'app.kubernetes.io/name'"),
         ({"serviceMonitor": {"exporterPodLabels": "hide"}}, "/serviceMonitor/exporterPodLabels"),
         ({"serviceMonitor": {"relabelings": [{"source_labels": ["a"]}]}},
          "/serviceMonitor/relabelings/0"),
@@ -145,7 +148,7 @@ goodput_gpu_pod_info{node="n1",gpu="0",namespace="inference",pod="llama-0",conta
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
@@ -196,8 +199,6 @@ def _scrape(workdir: Path, target: str, mode: str) -> dict[str, dict[str, str]]:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    import subprocess
-
     proc = subprocess.Popen(
         [require("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
          f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
@@ -209,8 +210,6 @@ def _scrape(workdir: Path, target: str, mode: str) -> dict[str, dict[str, str]]:
         while time.monotonic() < deadline:
             q = urllib.parse.urlencode({"query": '{__name__=~"goodput_.*"}'})
             with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as resp:
-                import json
-
                 result = json.load(resp)["data"]["result"]
             if len(result) == 2:
                 return {r["metric"].pop("__name__"): r["metric"] for r in result}
