@@ -293,8 +293,9 @@ def test_panels_needing_more_than_the_defaults_say_why(path: Path) -> None:
 # --- the numbers on the panels, in promtool -------------------------------------------------
 
 
-def _target(board: str, title: str, ref: str = "A") -> str:
-    panel = next(p for p in panels(load(OUT / f"{board}.json")) if p["title"] == title)
+def _target(board: str, title: str, ref: str = "A", kind: str = "") -> str:
+    panel = next(p for p in panels(load(OUT / f"{board}.json"))
+                 if p["title"] == title and kind in ("", p["type"]))
     return str(next(t["expr"] for t in panel["targets"] if t["refId"] == ref))
 
 
@@ -333,7 +334,7 @@ def test_busy_but_unproductive_counts_gpus_not_reasons(tmp_path: Path) -> None:
          "values": "1x5"},
         {"series": f'{busy}{{{SEL}, node="b", gpu="0", reason="hollow_busy"}}', "values": "1x5"},
     ]
-    expr = _fill(_target("goodput-fleet", "Busy but unproductive GPUs"))
+    expr = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", kind="stat"))
     _promtool_expr(tmp_path, series, "1m",
                    [{"expr": expr, "eval_time": "4m", "exp_samples": [{"labels": "{}",
                                                                       "value": 2}]}])
@@ -404,3 +405,28 @@ def test_ttft_follows_the_node_filter(prom: tuple[PrometheusServer, float]) -> N
     assert _query(server, _fill(expr, node="sim-node"), end)
     assert _query(server, _fill(expr, node="other-node"), end) == []
     assert _query(server, _fill(expr, engine_job="no-such-job"), end) == []
+
+
+def test_busy_table_survives_both_reasons_and_an_exporter_rollover(tmp_path: Path) -> None:
+    """A GPU flagged for both reasons, reported by an old and a new exporter pod inside the
+    window, is one GPU in the table's joins (no many-to-many error) with both reasons."""
+    busy = "goodput_gpu_busy_unproductive"
+    series = []
+    for instance in ("old:9433", "new:9433"):
+        sel = f'job="gpu-goodput-exporter", instance="{instance}", node="a", gpu="0"'
+        series += [
+            {"series": f'{busy}{{{sel}, reason="hollow_busy"}}', "values": "1x5"},
+            {"series": f'{busy}{{{sel}, reason="busy_no_output"}}', "values": "1x5"},
+            {"series": f'goodput_gpu_info{{{sel}, uuid="GPU-0", name="H100"}}', "values": "1x5"},
+            {"series": f'goodput_gpu_pod_info{{{sel}, namespace="inference", pod="llm-0", '
+                       'container="main"}', "values": "1x5"},
+        ]
+    a = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", "A", "table"))
+    c = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", "C", "table"))
+    _promtool_expr(tmp_path, series, "1m", [
+        {"expr": f"count(group by (namespace, pod, name) ({a}))", "eval_time": "4m",
+         "exp_samples": [{"labels": "{}", "value": 1}]},
+        {"expr": c, "eval_time": "4m", "exp_samples": [
+            {"labels": '{node="a", gpu="0", reason="hollow_busy"}', "value": 1},
+            {"labels": '{node="a", gpu="0", reason="busy_no_output"}', "value": 1}]},
+    ])

@@ -69,9 +69,12 @@ def build(ctx: Ctx) -> dash.Dashboard:
 
     board.with_row(dash.Row("Busy but unproductive"))
     flagged = f"(goodput_gpu_busy_unproductive{{{gpu}}} == 1)"
-    with_model = (f"{flagged} * on ({gk}) group_left (model)"
+    # One series per GPU on the "one" side of every join: a GPU flagged for both reasons, or
+    # reported by an old and a new exporter pod, must not break the group_left/right joins.
+    one_per_gpu = f"max by ({gk}) {flagged}"
+    with_model = (f"{one_per_gpu} * on ({gk}) group_left (model)"
                   f" topk by ({gk}) (1, goodput:gpu_model:info{{{rgpu}}})"
-                  f" or on ({gk}) {flagged}")
+                  f" or on ({gk}) {one_per_gpu}")
     board.with_panel(
         table.Panel()
         .title("Busy but unproductive GPUs")
@@ -82,18 +85,20 @@ def build(ctx: Ctx) -> dash.Dashboard:
         .with_target(query(
             ctx,
             f"({ctx.q.with_pods(in_ns(with_model), ['model'])})"
-            f" * on ({gk}) group_left (name) goodput_gpu_info{{{gpu}}}",
+            f" * on ({gk}) group_left (name) group by ({gk}, name) (goodput_gpu_info{{{gpu}}})",
             ref="A", instant=True, table=True))
         .with_target(query(
             ctx,
-            f"goodput:gpu_hollow_utilization:ratio_rate5m{{{rgpu}}} and on ({gk})"
-            f" {in_ns(flagged)}",
+            f"max by ({gk}) (goodput:gpu_hollow_utilization:ratio_rate5m{{{rgpu}}})"
+            f" and on ({gk}) {in_ns(flagged)}",
             ref="B", instant=True, table=True))
+        .with_target(query(ctx, f"group by ({gk}, reason) {in_ns(flagged)}", ref="C",
+                           instant=True, table=True))
         .with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(model.DataTransformerConfig(
             id_val="organize",
-            options={"excludeByName": {"Time": True, "Value #A": True, "job": True,
-                                       "instance": True, "container": True},
+            options={"excludeByName": {"Time": True, "Value #A": True, "Value #C": True,
+                                       "job": True, "instance": True, "container": True},
                      "renameByName": {"Value #B": "hollow utilisation"}}))
         .data_links([drilldown_link(ctx)])
         .unit("percentunit").no_value("No GPU is busy but unproductive.")
