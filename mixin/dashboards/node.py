@@ -20,7 +20,8 @@ REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#
 def _regime_expr(ctx: Ctx) -> str:
     terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{name}"}} * {i}'
              for i, (name, _) in enumerate(REGIMES)]
-    return f"sum by ({ctx.gk}) (" + " or ".join(terms) + ")"
+    # max, not sum: an old and a new exporter pod reporting one GPU must not add up.
+    return f"max by ({ctx.gk}) (" + " or ".join(terms) + ")"
 
 
 def _regime_mappings() -> list[model.ValueMapping]:
