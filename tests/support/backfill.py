@@ -34,8 +34,7 @@ def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
     while len(level) < len(rules):
         progressed = False
         for r in rules:
-            # A rule reading its own earlier output (a sticky `or` branch) is no dependency:
-            # the backfill just sees none of its history.
+            # A rule may read its own last value (goodput:exporter_node:info): not a cycle.
             deps = set(RECORD_REF.findall(r["expr"])) & names - {r["record"]}
             if r["record"] not in level and deps <= level.keys():
                 level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
