@@ -91,10 +91,13 @@ def build(ctx: Ctx) -> dash.Dashboard:
         ctx, "Tokens per joule", "short",
         (in_ns(f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{rmodel}}}"),
          "{{node}} gpu {{gpu}} {{model}}"),
-        (in_ns(f"goodput_gpu_joules_per_token{{{GPU}}} and on ({gk}) {SERVING_GPUS}"),
-         "{{node}} gpu {{gpu}} J/token"),
-        description="Tokens per joule of board energy per GPU and model, and its inverse, "
-        "the exporter's joules per token."))
+        (in_ns(f"goodput:gpu_joules_per_token:ratio_rate5m{{{ctx.rule_gpu_f}}}"
+               f" and on ({gk}) {SERVING_GPUS}"),
+         "{{node}} gpu {{gpu}} J/generated token"),
+        description="Tokens (prompt + generation) per joule of board energy per GPU and "
+        "model, and joules per generated token, both over the rules' 5 m window "
+        "(goodput:gpu_tokens_per_joule:ratio_rate5m, "
+        "goodput:gpu_joules_per_token:ratio_rate5m)."))
     board.with_row(dash.Row("Queue and memory"))
     board.with_panel(series(
         ctx, "Queue: running and waiting requests", "none",
