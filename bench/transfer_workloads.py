@@ -8,7 +8,8 @@ back to back, so a phase costs seconds instead of a torch start-up each::
     python3 bench/transfer_workloads.py --phase-seconds 7 [--phases NAME,NAME] [--dry-run]
 
 JSON lines on stdout: ``ready`` once, then per phase ``phase`` (with ``wall``, the
-``time.time()`` it started) and ``phase_done`` (bytes moved, seconds, rate, the phase's own
+``time.time()`` it started), ``steady`` (buffers allocated, kernels compiled: the phase's
+clock starts) and ``phase_done`` (bytes moved, seconds, rate, the phase's own
 figures), then ``done``. ``bench/transfers.py`` maps the daemon's 1 s windows onto the phases.
 
 Managed memory is allocated with ``cudaMallocManaged`` (CuPy) at 512 MiB, far below the
@@ -93,9 +94,17 @@ def emit(event: str, **fields: Any) -> None:
 
 
 class Clock:
-    def __init__(self, seconds: float, stop: threading.Event) -> None:
+    """A phase's deadline. :meth:`start` (called once buffers are allocated and kernels
+    compiled) restarts it and tells the orchestrator that the steady loop begins."""
+
+    def __init__(self, name: str, seconds: float, stop: threading.Event) -> None:
+        self.name, self.seconds = name, seconds
         self.end = time.monotonic() + seconds
         self.stop = stop
+
+    def start(self) -> None:
+        self.end = time.monotonic() + self.seconds
+        emit("steady", name=self.name, wall=time.time())
 
     def __call__(self) -> bool:
         return self.stop.is_set() or time.monotonic() >= self.end
@@ -117,6 +126,7 @@ def run_copy(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
     batch = max(1, min(64, (256 * MIB) // n)) if p.rate is None else 1
     dst.copy_(src, non_blocking=p.pinned)
     torch.cuda.synchronize()
+    done.start()
     t0, moved, copies = time.monotonic(), 0, 0
     while not done():
         for _ in range(batch):
@@ -155,6 +165,10 @@ def run_overlap(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
                 stream.synchronize()
                 moved[0] += n
 
+    torch.randn(8, 8, device="cuda", dtype=torch.bfloat16) @ torch.randn(
+        8, 8, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    done.start()
     t0 = time.monotonic()
     thread = threading.Thread(target=copier, daemon=True)
     thread.start()
@@ -167,6 +181,8 @@ def run_feed(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
     host = torch.ones(p.size, dtype=torch.uint8)
     dev = torch.empty(p.size, dtype=torch.uint8, device="cuda")
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    torch.tanh(a @ a).float().mean().item()
+    done.start()
     t0, moved, steps = time.monotonic(), 0, 0
     while not done():
         dev.copy_(host)  # pageable: staged by the driver, the host thread waits
@@ -189,6 +205,11 @@ def run_managed(p: Phase, done: Clock) -> dict[str, Any]:
     host = numpy.ctypeslib.as_array(ctypes.cast(mem.ptr, ctypes.POINTER(ctypes.c_uint8)),
                                     shape=(n,))
     host[:] = 0
+    warm = cupy.zeros(4 * KIB, dtype=cupy.uint8)  # compile both kernels before timing
+    warm += 1
+    int(warm.sum(dtype=cupy.uint64))
+    cupy.cuda.Device().synchronize()
+    done.start()
     t0, rounds = time.monotonic(), 0
     while not done():
         if p.pinned:  # "full": every byte on both sides
@@ -208,6 +229,8 @@ def run_managed(p: Phase, done: Clock) -> dict[str, Any]:
 def run_hold(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
     held = torch.empty(GIB, dtype=torch.uint8, device="cuda")
     small = torch.ones(4, device="cuda")
+    torch.cuda.synchronize()
+    done.start()
     t0, kernels = time.monotonic(), 0
     while not done():
         if p.kind == "notebook":
@@ -264,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         p = BY_NAME[name]
         emit("phase", name=name, wall=time.time())
-        done = Clock(args.phase_seconds, stop)
+        done = Clock(name, args.phase_seconds, stop)
         try:
             if args.dry_run:
                 stop.wait(args.phase_seconds)

@@ -6,8 +6,9 @@ One command on the GPU machine (no network needed)::
     PYTHONUNBUFFERED=1 python3 bench/transfers.py --out "$OUT" [--phase-seconds 7]
 
 The phases run in one process (``bench/transfer_workloads.py``); the daemon is scraped every
-second and each 1 s window is given to the phase it lies in, leaving out the first ``--drop``
-windows of each phase (its buffers are allocated then). Per phase the table gives the rate the
+second and each 1 s window is given to the phase it lies in, counted from the phase's
+``steady`` event (buffers allocated, kernels compiled), leaving out the first ``--drop``
+windows. Per phase the table gives the rate the
 workload itself measured, NVML utilization (kernel time; copies count in it), GPM graphics
 activity (copies do not), their difference (copy-engine time where no kernel runs), SM
 active, PCIe rx/tx, the raw regime of most windows and the debounced regime at the phase's
@@ -215,6 +216,7 @@ class Run:
         with self.lock:
             events = list(self.events)
         starts = {e["name"]: e["wall"] for e in events if e.get("event") == "phase"}
+        starts.update({e["name"]: e["wall"] for e in events if e.get("event") == "steady"})
         for e in events:
             if e.get("event") != "phase_done" or e["name"] not in starts:
                 continue

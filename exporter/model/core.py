@@ -277,6 +277,12 @@ def _pcie_rate(w: Window) -> float:
                default=0.0)
 
 
+def _on_the_bus(w: Window, cfg: ModelConfig) -> bool:
+    """PCIe moves at least ``comm_min_bytes_per_second``: hollow kernel time is then the
+    bus's, not tiny kernels' (launch_bound) and not wasted (hollow_busy)."""
+    return _pcie_rate(w) >= cfg.comm_min_bytes_per_second
+
+
 def link_use(w: Window) -> float:
     """The busiest link's use of its usable peak (0 when no link is known)."""
     return max((use for _, use in w.link_use), default=0.0)
@@ -331,10 +337,11 @@ def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
         # A rank spinning in a collective looks hollow too, but moves data over the links.
         if (w.nvlink_bytes_per_second or 0.0) >= cfg.comm_min_bytes_per_second:
             return COMM_WAIT
-        if _pcie_rate(w) >= cfg.comm_min_bytes_per_second:
-            # Kernels resident but stalled while PCIe moves gigabytes: page faults on
-            # managed memory or zero-copy reads of host memory. The bus is the work.
-            return TRANSFER_BOUND
+        if _on_the_bus(w, cfg):
+            # Hollow "kernel" time while PCIe moves gigabytes: small pageable copies show as
+            # graphics activity with no SM active (0.31 at 3.5 GB/s measured). The bus, not
+            # the kernels, is the work; copy time names who paces it.
+            return fed_regime(w, cfg)
         return LAUNCH_BOUND
     host_max = cfg.host_util_max_queued if _waiting(w) > 0 else cfg.host_util_max
     if busy < host_max:
@@ -438,6 +445,7 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
         regime not in (COMM_WAIT, TRANSFER_BOUND)
+        and not _on_the_bus(w, cfg)
         and hollow is not None
         and fill is not None
         and hollow >= cfg.hollow_min
