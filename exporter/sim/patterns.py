@@ -1,4 +1,4 @@
-"""The workloads of the simulated 8-GPU node, one per GPU.
+"""The workloads of the simulated node, one per GPU (NODE; `--simulate` runs all of them).
 
 Each is a pattern an operator meets in practice, with the counter values such a workload
 shows on a Hopper GPU (see docs/simulation.md). Together they cover every regime the model
