@@ -12,7 +12,6 @@ simulated node, ``make run``, scrape sizes and footprint agrees with where each 
 
 from __future__ import annotations
 
-import gzip
 import re
 import shlex
 import subprocess
@@ -30,9 +29,9 @@ from exporter.sim.patterns import LOST_AFTER_SECONDS, NODE
 from tests.conftest import REPO
 from tests.support.daemon import DaemonProcess
 
-WORDS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen".split())}
+WORDS = {w: i for i, w in enumerate([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"])}
 N = r"(\d+|" + "|".join(WORDS) + r")"
 # Ways the docs state the simulated node's size.
 SIZE = [re.compile(p, re.I) for p in (
@@ -211,3 +210,28 @@ def test_documented_scrape_size_is_measured(default_node: str) -> None:
     assert abs(zipped - gz) <= 0.15 * gz, (
         f"gzipped it is {zipped:.1f} KB; SIM_SCRAPE_GZIP_KB says {gz}: update it and run "
         "`python -m exporter.metrics.docs`")
+
+
+def test_stack_alert_table_matches_the_node_and_rules() -> None:
+    """docs/dashboards.md's table of what `make stack` delivers names real alerts, each on
+    the GPU whose workload raises it (tests/test_alerts_on_sim.py EXPECTED; the XID comes
+    from the GPU that falls off the bus). The timing itself was measured by hand."""
+    import yaml
+
+    from tests.test_alerts_on_sim import EXPECTED
+
+    text = (REPO / "docs/dashboards.md").read_text()
+    table = text.split("| when | alerts", 1)[1].split("\n\n", 1)[0]
+    pairs = re.findall(r"`(\w+)` \(gpu (\d+)", table)
+    assert len(pairs) >= 6, table
+    rules = yaml.safe_load((REPO / "alerts/goodput_alerts.rules.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    lost = str(next(i for i, w in enumerate(NODE) if w.lost_after is not None))
+    for alert, gpu in pairs:
+        assert alert in alerts, f"docs/dashboards.md names alert {alert}, which does not exist"
+        if alert == "GPUXidCritical":
+            assert gpu == lost, f"the XID comes from gpu {lost}, the one that is lost"
+        elif EXPECTED.get(alert):
+            assert gpu in EXPECTED[alert], (
+                f"docs/dashboards.md: {alert} fires for gpu {sorted(EXPECTED[alert])} on the "
+                f"simulated node, not gpu {gpu}")

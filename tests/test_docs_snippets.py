@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +100,8 @@ def check_exporter_config(where: str, text: str) -> None:
 def check_prometheus_config(s: ds.Snippet, data: dict[str, Any], tmp: Path) -> None:
     path = tmp / "prometheus.yml"
     path.write_text(s.text)
+    if any(str(f).startswith("alerts/") for f in data.get("rule_files") or []):
+        shutil.copytree(REPO / "alerts", tmp / "alerts")  # "copied next to prometheus.yml"
     done = subprocess.run(["promtool", "check", "config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (
