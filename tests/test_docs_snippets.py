@@ -3,7 +3,8 @@
 - YAML: an exporter configuration loads with the daemon's config loader; a Prometheus
   configuration passes ``promtool check config`` and scrapes the exporter under the job the
   mixin selects (mixin/config.yaml); Helm values render with the chart and its schema.
-- PromQL parses and names only metric families and recording rules that exist.
+- PromQL (one query per line, indented lines continue it) parses and names only metric
+  families and recording rules that exist.
 - Shell: commands that start the product (``make run``, ``python -m exporter --simulate``)
   start it on a free loopback port and are scraped once; ``curl`` to it, ``helm install``
   of the local chart (rendered with its ``--set``/``-f`` values), ``python -m mixin`` and
@@ -163,14 +164,30 @@ def test_yaml_block(snippet: ds.Snippet, tmp_path: Path) -> None:
 NAME = re.compile(r"\bgoodput(?:_[a-z0-9_]+|:[a-z0-9_:]+)\b")
 
 
+def queries(text: str) -> list[str]:
+    """One query per line; an indented line, or one that starts with a closing bracket,
+    continues the query above it."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if (line[0].isspace() or line[0] in ")]}") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line.strip())
+    return out
+
+
 def check_promql(where: str, text: str) -> None:
-    expr = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    try:
-        promql_parser.parse(expr)
-    except Exception as exc:  # promql_parser raises ValueError subclasses
-        raise AssertionError(f"{where}: PromQL does not parse: {exc}\n  {expr}") from None
-    unknown = sorted(set(NAME.findall(expr)) - known_names())
-    assert not unknown, (f"{where}: names no metric family or recording rule: {unknown}")
+    for expr in queries(text):
+        try:
+            promql_parser.parse(expr)
+        except Exception as exc:  # promql_parser raises ValueError subclasses
+            raise AssertionError(
+                f"{where}: PromQL does not parse: {exc}\n  {expr}\n  (one query per line; "
+                "indent the lines that continue a query)") from None
+        unknown = sorted(set(NAME.findall(expr)) - known_names())
+        assert not unknown, f"{where}: names no metric family or recording rule: {unknown}"
 
 
 @pytest.mark.parametrize(
@@ -184,6 +201,7 @@ def test_promql_check_catches_a_wrong_name() -> None:
         check_promql("x.md:1", "rate(goodput_gpu_serving_tokens_total[5m])")
     with pytest.raises(AssertionError, match="does not parse"):
         check_promql("x.md:1", "rate(goodput_gpu_tokens_total[5m]")
+    check_promql("x.md:1", "sum by (gpu) (\n  rate(goodput_gpu_tokens_total[5m])\n)\nup")
 
 
 # ------------------------------------------------------------------------------- shell

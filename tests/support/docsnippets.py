@@ -56,7 +56,8 @@ class Snippet:
 
 
 def doc_files(root: Path = REPO) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")),
+            *sorted((root / "docs" / "runbooks").glob("*.md"))]
 
 
 def snippets(path: Path, root: Path = REPO) -> list[Snippet]:
