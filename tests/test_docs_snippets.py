@@ -36,10 +36,10 @@ import promql_parser
 import pytest
 import yaml
 
-from bench.harness import free_port
 from exporter.config import ConfigError, build
 from exporter.sim.patterns import NODE
 from tests.support import docsnippets as ds
+from tests.support.prometheus import free_port
 from tests.test_docs_names import known_names
 
 REPO = ds.REPO
