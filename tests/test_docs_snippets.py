@@ -512,3 +512,40 @@ def test_every_doc_has_been_read() -> None:
     files = {s.path for s in SNIPPETS}
     assert {"README.md", "docs/install.md", "docs/dashboards.md"} <= files
     assert len(SHELL_SNIPPETS) >= 5 and len(YAML_SNIPPETS) >= 5
+
+
+def test_checks_catch_wrong_snippets(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match=r"x.md:1: .*unknown config key 'intervall'"):
+        check_exporter_config("x.md:1", "intervall: 1\n")
+    bad = ds.Snippet("x.md", 1, "yaml", "scrape_configs:\n  - job_name: gpu-goodput\n"
+                     "    static_configs: [{targets: ['n:9433']}]\n")
+    with pytest.raises(AssertionError, match="name the job 'gpu-goodput-exporter'"):
+        check_prometheus_config(bad, yaml.safe_load(bad.text), tmp_path)
+    pytest.importorskip("helm_python")
+    with pytest.raises(AssertionError, match=r"x\.md:1: the chart refuses"):
+        check_helm_values("x.md:1", {"serviceMonitr": {"enabled": True}})
+
+
+def test_commands_split_like_a_shell() -> None:
+    text = ("X=1 python -m a --b \\\n  --c 'd e' &  # note\n"
+            "cat > /etc/f.yaml <<'YAML'\nlisten: \":1\"\nYAML\n"
+            "# only a comment\ncurl -s u | grep x")
+    cmds = ds.commands(ds.Snippet("x.md", 10, "sh", text))
+    assert [c.words for c in cmds] == [["python", "-m", "a", "--b", "--c", "d e"],
+                                       ["cat", ">", "/etc/f.yaml"],
+                                       ["curl", "-s", "u", "|", "grep", "x"]]
+    assert cmds[0].env == {"X": "1"} and cmds[0].background and cmds[0].comment == "note"
+    assert cmds[1].heredoc == 'listen: ":1"\n' and cmds[1].line == 13
+
+
+def test_every_marker_sits_on_a_fence() -> None:
+    """A marker separated from its block (an edit slipped text in between) marks nothing."""
+    stray = []
+    for path in ds.doc_files():
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if ds.MARKER.match(line):
+                nxt = next((x for x in lines[i + 1:] if x.strip()), "")
+                if not ds.FENCE.match(nxt):
+                    stray.append(f"{path.relative_to(REPO)}:{i + 1}")
+    assert not stray, "snippet markers not followed by a fence:\n" + "\n".join(stray)
