@@ -246,9 +246,9 @@ class Block:
 
     def local(self, text: str) -> str:
         """Documented loopback ports -> free ones; /tmp -> this test's directory."""
-        text = re.sub(r"(127\.0\.0\.1|localhost):(\d{2,5})",
+        text = re.sub(r"(127\.0\.0\.1|localhost):(\d{1,5})\b",
                       lambda m: f"127.0.0.1:{self.port(m[2])}", text)
-        text = re.sub(r"(--listen[ =]):(\d{2,5})", lambda m: f"{m[1]}127.0.0.1:{self.port(m[2])}",
+        text = re.sub(r"(--listen[ =]):(\d{1,5})\b", lambda m: f"{m[1]}127.0.0.1:{self.port(m[2])}",
                       text)
         return text.replace("/tmp/", f"{self.tmp}/")
 
