@@ -245,8 +245,9 @@ class Block:
         return self.ports[documented]
 
     def local(self, text: str) -> str:
-        """Documented loopback ports -> free ones; /tmp -> this test's directory."""
-        text = re.sub(r"(127\.0\.0\.1|localhost):(\d{1,5})\b",
+        """Documented ports -> free loopback ones (never every interface); /tmp -> this
+        test's directory."""
+        text = re.sub(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):(\d{1,5})\b",
                       lambda m: f"127.0.0.1:{self.port(m[2])}", text)
         text = re.sub(r"(--listen[ =]):(\d{1,5})\b", lambda m: f"{m[1]}127.0.0.1:{self.port(m[2])}",
                       text)
@@ -309,7 +310,7 @@ class Block:
 
     def exporter(self, cmd: ds.Command, args: list[str]) -> None:
         """``args``: ``-m exporter ...``; only the simulated node runs without a GPU."""
-        args = self.local(" ".join(args)).split()
+        args = self.local(" ".join(args)).replace("--listen=", "--listen ").split()
         if "--simulate" not in args:
             self.skip(cmd, "needs a GPU and its driver")
             return
