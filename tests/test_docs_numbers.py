@@ -93,7 +93,7 @@ def test_every_statement_of_the_node_size_agrees() -> None:
             found += 1
             if n != len(NODE):
                 wrong.append(f"{where}:{line}: says {n} GPUs")
-    assert found >= 6, "the patterns no longer find the statements (README, --help, Makefile...)"
+    assert found >= 4, "the patterns no longer find the statements (README, --help, Makefile...)"
     assert not wrong, (f"the simulated node has {len(NODE)} GPUs (exporter/sim/patterns.py "
                        "NODE; config default simulate_gpus):\n" + "\n".join(wrong))
 
