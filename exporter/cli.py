@@ -266,10 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             names=ignored,
             reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
         )
+    web_config_file = getattr(args, "web_config_file", None) or os.environ.get(
+        "GOODPUT_WEB_CONFIG_FILE"
+    )
     try:
-        web_config = webconfig.load(
-            getattr(args, "web_config_file", None) or os.environ.get("GOODPUT_WEB_CONFIG_FILE")
-        )
+        web_config = webconfig.load(web_config_file)
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -287,6 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     daemon = build_daemon(settings, session)
+    from exporter.reload import Reloader, WebLayer
+
+    web_layer = WebLayer(web_config)
+    daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
     host, port = parse_listen(settings.listen)
     log.info(
         "starting",
@@ -298,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         web.run_app(
-            daemon.app(middlewares=list(web_config.middlewares)),
+            daemon.app(middlewares=[web_layer.middleware]),
             ssl_context=web_config.ssl_context,
             host=host or None,
             port=port,

@@ -54,7 +54,23 @@ SOURCE_UP = SelfFamily(
     "1 if the last poll of a source succeeded, else 0 (see the errors counter for why).",
     ("node", "source"),
 )
-SELF_FAMILIES = (BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP)
+RELOAD_OK = SelfFamily(
+    "goodput_exporter_config_last_reload_successful",
+    "gauge",
+    "1 if the last configuration reload (SIGHUP: config file and web config) succeeded, 0 "
+    "if it was refused and the previous configuration still runs; 1 at start.",
+    ("node",),
+)
+RELOAD_TIME = SelfFamily(
+    "goodput_exporter_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful configuration load (start or SIGHUP).",
+    ("node",),
+    unit="seconds",
+)
+SELF_FAMILIES = (
+    BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, RELOAD_OK, RELOAD_TIME,
+)
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -75,4 +91,15 @@ class SelfMetrics:
         self.last_success = Gauge(f.name, f.help, f.labels, registry=registry)
         f = SOURCE_UP
         self.source_up = Gauge(f.name, f.help, f.labels, registry=registry)
+        f = RELOAD_OK
+        self.reload_ok = Gauge(f.name, f.help, f.labels, registry=registry)
+        f = RELOAD_TIME
+        self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
+        self.reloaded(True)
+
+    def reloaded(self, ok: bool) -> None:
+        """Record a configuration (re)load and whether it took."""
+        self.reload_ok.labels(self.node).set(1 if ok else 0)
+        if ok:
+            self.reload_time.labels(self.node).set_to_current_time()

@@ -43,7 +43,7 @@ from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.engines import SIGNALS
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
-from exporter.sources.serving.targets import Target, TargetProvider
+from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
 from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
@@ -122,8 +122,10 @@ class ServingSource(Source):
         self._log = OnChange(log)
 
     def reconfigure(self, config: ServingConfig) -> None:
-        """A reloaded serving section: new bounds and timings apply from the next poll;
-        targets come from the provider (the daemon replaces its static list)."""
+        """A reloaded serving section: its static targets, bounds and timings apply from
+        the next poll; targets no longer listed are forgotten there, with their series."""
+        if isinstance(self._targets, TargetSet):
+            self._targets.replace_static(static_targets(config), config.max_targets)
         self._config = config
         self.interval = config.interval
         self._limits = Limits.of(config)
