@@ -342,3 +342,40 @@ async def test_a_removed_target_takes_its_series_at_once(engine: tuple[Engine, s
         await src.close()
     assert exposition(result) == []
     assert src._states == {}
+
+
+async def test_model_name_churn_does_not_grow_memory(engine: tuple[Engine, str]) -> None:
+    """The fast version of bench/serving_churn.py: 1,200 scrapes of a new model name each,
+    through several stale_after cycles; Python memory after warm-up stays flat."""
+    import gc
+    import tracemalloc
+
+    state, base = engine
+    count = iter(range(10**6))
+    state.bodies = []
+    state.default = ""
+
+    async def churning() -> None:
+        state.bodies.append(vllm_text(5e8, 1e8, model=f"model-{next(count)}"))
+
+    clock = Clock()
+    src = source(config(f"{base}/metrics", stale_after=50.0), clock)
+    try:
+        for _ in range(200):  # warm-up: caches, the first stale cycles
+            await churning()
+            await src.poll()
+            clock.now += 1.0
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(1000):
+            await churning()
+            result = await src.poll()
+            clock.now += 1.0
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+    finally:
+        await src.close()
+    assert len(token_models(result)) <= 8
+    assert grown < 256 * 1024, f"{grown} bytes kept after 1,000 churning scrapes"

@@ -88,6 +88,8 @@ class TargetState:
     """(process start token, model id from /v1/models, when asked)."""
     seen: float = field(default_factory=time.monotonic)
     """When the target last answered (or was added)."""
+    once: OnChange = field(default_factory=lambda: OnChange(log))
+    """Its log-once states (model cap hit, implausible values, start-time flapping)."""
 
 
 class ServingSource(Source):
@@ -119,7 +121,6 @@ class ServingSource(Source):
         self._states: dict[str, TargetState] = {}
         """Target key (normalised URL) -> all that is kept about it."""
         self._published = Published()
-        self._log = OnChange(log)
 
     def reconfigure(self, config: ServingConfig) -> None:
         """A reloaded serving section: its static targets, bounds and timings apply from
@@ -350,8 +351,8 @@ class ServingSource(Source):
         )
         if step.restarted and reading.started:
             log.info("serving_target_restarted", target=target.name, engine=reading.engine)
-        self._log(
-            ("flapping", target.key),
+        state.once(
+            "flapping",
             step.flapped,
             False,
             event="serving_start_time_changed_without_restart",
@@ -380,8 +381,8 @@ class ServingSource(Source):
                     self._published.touch((gpu, model, reading.engine), target.key, now)
                     row = gauges.setdefault((gpu, model, reading.engine), {})
                     row.setdefault(signal, []).append(value)
-        self._log(
-            ("models", target.key),
+        state.once(
+            "models",
             ledger.dropped["max_models"] > 0,
             False,
             event="serving_target_over_model_cap",
@@ -390,8 +391,8 @@ class ServingSource(Source):
             max_models_per_target=self._limits.max_models,
             effect="values of further model names are dropped (max_models)",
         )
-        self._log(
-            ("implausible", target.key),
+        state.once(
+            "implausible",
             ledger.dropped["implausible"] > 0,
             False,
             event="serving_counter_implausible",

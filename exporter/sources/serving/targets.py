@@ -6,6 +6,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import urlsplit
 
 import structlog
@@ -63,7 +64,7 @@ class Target:
             return f"{self.namespace}/{self.pod}:{port}"
         return urls.label(self.key)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The identity of the endpoint: the normalised URL (the URL itself when it is
         malformed), so two spellings of one engine are one target."""
