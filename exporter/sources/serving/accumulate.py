@@ -134,7 +134,8 @@ class Step:
     deltas: dict[SignalKey, float]
     """Accepted growth per counter series (only these may reach a published total)."""
     restarted: bool = False
-    """The engine restarted (a counter went down, or a new start token after a gap)."""
+    """A new start token with a counter gone down or after failed scrapes: every counter
+    was counted whole. (A counter that goes down without a new token is reset alone.)"""
     flapped: bool = False
     """The start token changed but nothing showed a restart: it added nothing."""
 
@@ -231,12 +232,10 @@ class Ledger:
         restarted = flapped = False
         if started and self._started and started != self._started:
             if self._went_down(keys, values, jitter) or self._gap:
-                restarted = True
+                restarted = True  # every counter starts again: count each one whole
                 self._tracker.clear()
             else:
                 flapped = True
-        elif self._went_down(keys, values, jitter):
-            restarted = True
         if started:
             self._started = started
         elapsed = (
