@@ -335,3 +335,22 @@ def test_regime_seconds_count_every_windows_undebounced_class() -> None:
     seconds = dict(verdict.regime_seconds)
     assert seconds == {"compute_bound": 4.0, "launch_bound": 2.0}
     assert sum(seconds.values()) == 6.0
+
+
+def test_an_implausible_mfu_is_counted_by_the_model_step() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from exporter.daemon import ModelStep
+    from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.readings import NodeVerdicts
+    from exporter.snapshot import SnapshotStore, SourceResult
+
+    class Model:
+        def step(self, _snap: object, _interval: float) -> NodeVerdicts:
+            return NodeVerdicts(errors={"mfu_implausible": 1})
+
+    registry = CollectorRegistry()
+    step = ModelStep(SnapshotStore("n"), Model(), 1.0, SelfMetrics(registry, "n"))  # type: ignore[arg-type]
+    step(SourceResult(source="nvml"))
+    labels = {"node": "n", "source": "model", "reason": "mfu_implausible"}
+    assert registry.get_sample_value("goodput_exporter_source_errors_total", labels) == 1.0

@@ -159,3 +159,11 @@ def test_a_row_fed_by_two_targets_stays_until_both_are_gone() -> None:
     assert published.rows()[("0", "m", "vllm")]["tokens/generation"] == 12.0
     published.expire(100.0, 30.0)
     assert published.rows() == {}
+
+
+def test_engine_series_per_target_are_bounded_and_counted() -> None:
+    ledger = Ledger(Limits(max_models=1))
+    values = {("generation_tokens", "m", "", f"reason-{i}"): 1.0 for i in range(200)}
+    step = ledger.step(values, counters=KINDS, now=0.0, gpus=lambda _k: 1)
+    assert len(step.deltas) == 128
+    assert ledger.dropped["max_series"] == 72

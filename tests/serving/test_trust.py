@@ -128,7 +128,7 @@ async def test_model_name_churn_adds_at_most_the_cap_and_no_tokens(
     assert len(caps) == 1
     # Bounded state, not only bounded output.
     ledger = src._states[src._targets()[0].key].ledger
-    assert len(ledger.models) <= 4 and len(ledger._tracker) <= 64 * 4
+    assert len(ledger.models) <= 4 and len(ledger._tracker) <= 128 * 4
 
 
 async def test_one_body_with_thousands_of_models_publishes_the_cap(

@@ -47,8 +47,9 @@ exporter/model/flops.py (B200 FP4, 9e15)."""
 OTHER_PER_SECOND_PER_GPU = 1e6
 """Ceiling of any other counter (requests, preemptions, busy seconds summed over
 concurrent requests): far above what one GPU serves, far below an overflow."""
-SERIES_PER_MODEL = 64
-"""Engine series (signal x GPU UUID x reason label) tracked per admitted model."""
+SERIES_PER_MODEL = 128
+"""Engine series (signal x GPU UUID x reason label) tracked per admitted model, on average:
+a target tracks at most this times max_models (Triton: ~10 signals x 8 GPUs per model)."""
 TOKEN_SIGNALS = frozenset({"prompt_tokens", "prompt_cached_tokens", "generation_tokens"})
 
 
