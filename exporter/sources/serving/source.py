@@ -4,6 +4,11 @@ Each cycle reads the current targets, scrapes them with bounded concurrency (one
 broken target costs only its own timeout), attributes every reading to GPUs from the views
 it was given (inventory, pod devices, NVML processes) and turns engine counters into
 reset-proof per-GPU totals. Target health is published per target at node scope.
+
+Everything kept about a target lives in one :class:`TargetState` (keyed by its normalised
+URL), so adding, reloading and forgetting a target is one operation; its
+:class:`~exporter.sources.serving.accumulate.Ledger` bounds what the engine can add (model
+cap, label length, physical ceiling) before anything becomes a series or a count.
 """
 
 from __future__ import annotations
@@ -86,8 +91,6 @@ class TargetState:
     unattributed: str = ""
     v1_model: tuple[str, str, float] | None = None
     """(process start token, model id from /v1/models, when asked)."""
-    seen: float = field(default_factory=time.monotonic)
-    """When the target last answered (or was added)."""
     once: OnChange = field(default_factory=lambda: OnChange(log))
     """Its log-once states (model cap hit, implausible values, start-time flapping)."""
 
@@ -175,7 +178,6 @@ class ServingSource(Source):
             state = self._states[outcome.target.key]
             attribution = NONE
             if outcome.reading is not None:
-                state.seen = now
                 attribution = await self._attribution(state, outcome.reading, inventory)
                 self._account(state, outcome.reading, attribution, inventory, gauges, now)
             else:
