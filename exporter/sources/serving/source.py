@@ -89,6 +89,8 @@ class TargetState:
     pid: tuple[int | None, float] | None = None
     """(pid listening on the target's port, when looked up)."""
     unattributed: str = ""
+    models: tuple[str, ...] = ()
+    """Admitted model labels of the last reading."""
     v1_model: tuple[str, str, float] | None = None
     """(process start token, model id from /v1/models, when asked)."""
     once: OnChange = field(default_factory=lambda: OnChange(log))
@@ -336,6 +338,7 @@ class ServingSource(Source):
             for model, uuids in reading.model_gpus.items()
             if (name := model[: self._limits.max_label_length]) in ledger.models
         }
+        state.models = tuple(sorted({key[1] for key in values} | set(model_gpus)))
         gpus_of: dict[SignalKey, tuple[str, ...]] = {
             key: _gpus_for(key, model_gpus, attribution, inventory) or NODE_LEVEL
             for key in values
@@ -442,7 +445,7 @@ class ServingSource(Source):
     ) -> TargetStatus:
         target = state.target
         if outcome.reading is not None:
-            models = ",".join(m for m in state.ledger.models if m) or self._default_model(state)
+            models = ",".join(m for m in state.models if m) or self._default_model(state)
             state.identity = (outcome.reading.engine, models[: self._limits.max_label_length])
             state.attribution = attribution
         engine, model = state.identity or (
@@ -475,7 +478,7 @@ class ServingSource(Source):
                 target=target.name,
                 engine=outcome.reading.engine,
                 version=outcome.reading.version,
-                models=list(state.ledger.models),
+                models=list(state.models),
                 gpus=list(attribution.gpus),
                 via=attribution.via,
             )
