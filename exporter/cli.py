@@ -16,6 +16,7 @@ from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
+from exporter.server import address_of, bind_ephemeral
 from exporter.sources.nvml_session import NvmlUnavailable
 from exporter.sources.profiling.modes import MODES
 
@@ -45,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--listen",
         metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default :{DEFAULT_PORT})",
+        help=f"address to serve /metrics on (default :{DEFAULT_PORT}; port 0 picks a free "
+        "port and logs it)",
     )
     add(
         "--simulate",
@@ -288,6 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     daemon = build_daemon(settings, session)
+    if web_config.basic_auth is not None:
+        web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
+            webconfig.FAILURE_REASONS
+        )
     from exporter.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
@@ -302,14 +308,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         node=settings.node_name,
     )
     try:
+        where: dict[str, Any] = {"host": host or None, "port": port}
+        if port == 0:  # HOST:0: bind a free port now, so the log can say which
+            sock = bind_ephemeral(host)
+            where = {"sock": sock}
+            log.info("listening", address=address_of(sock), requested=settings.listen)
         web.run_app(
             daemon.app(middlewares=[web_layer.middleware]),
             ssl_context=web_config.ssl_context,
-            host=host or None,
-            port=port,
             print=None,
             shutdown_timeout=5.0,
             access_log=None,
+            **where,
         )
     except OSError as exc:  # the port is taken, or the address is not ours
         print(

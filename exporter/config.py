@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from exporter.sources.profiling.modes import Mode
+from exporter.names import COLLECTOR_NAMES, ENGINE_NAMES, Mode
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -31,6 +31,8 @@ CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
+MAX_INTERVAL = 3600.0
+"""No interval may exceed an hour: a longer one reads as a source that stopped."""
 
 
 class ConfigError(Exception):
@@ -38,7 +40,8 @@ class ConfigError(Exception):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Authorization(Section):
@@ -111,7 +114,7 @@ class ServingTarget(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        from exporter.sources.serving.urls import normalise
+        from exporter.urls import normalise
 
         normalise(value)  # BadUrl (a ValueError) names the URL, redacted
         return value
@@ -119,8 +122,6 @@ class ServingTarget(Section):
     @field_validator("engine")
     @classmethod
     def _check_engine(cls, value: str) -> str:
-        from exporter.sources.serving.engines import ENGINE_NAMES
-
         if value and value not in ENGINE_NAMES:
             raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
         return value
@@ -132,7 +133,7 @@ class ServingConfig(Section):
     targets: list[ServingTarget] = Field(default_factory=list)
     extra_targets: list[str] = Field(default_factory=list)
     """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
-    interval: float = Field(1.0, gt=0)
+    interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
     """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -167,7 +168,7 @@ class ServingConfig(Section):
     @field_validator("extra_targets")
     @classmethod
     def _check_extra(cls, value: list[str]) -> list[str]:
-        from exporter.sources.serving.urls import normalise
+        from exporter.urls import normalise
 
         for url in value:
             normalise(url)
@@ -193,7 +194,7 @@ class KubernetesConfig(Section):
     enabled: bool = False
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     # The kubelet rate-limits pod-resources (100 qps, burst 10); one List per interval.
-    interval: float = Field(10.0, gt=0)
+    interval: float = Field(10.0, gt=0, le=MAX_INTERVAL)
     timeout: float = Field(5.0, gt=0)
     # Keep the last mapping this long while the kubelet is unreachable (restarts), so labels
     # do not flap; after that GPUs show as unassigned.
@@ -214,7 +215,7 @@ class KubernetesConfig(Section):
     # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
     processes: bool = True
     proc_root: str = "/proc"
-    process_interval: float = Field(5.0, gt=0)
+    process_interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
     # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
     device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     # Read the labels of this node's pods from the API server (needs get/list on pods) to
@@ -227,7 +228,7 @@ class KubernetesConfig(Section):
             "training.kubeflow.org/job-name",
         ]
     )
-    pod_labels_interval: float = Field(30.0, gt=0)
+    pod_labels_interval: float = Field(30.0, gt=0, le=MAX_INTERVAL)
     pod_labels_timeout: float = Field(10.0, gt=0)
     # "" = in-cluster (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
     api_server: str = ""
@@ -388,11 +389,11 @@ class Settings(Section):
     @field_validator("collectors")
     @classmethod
     def _known_collectors(cls, value: dict[str, bool]) -> dict[str, bool]:
-        from exporter.collectors import NAMES
-
-        unknown = sorted(set(value) - set(NAMES))
+        unknown = sorted(set(value) - set(COLLECTOR_NAMES))
         if unknown:
-            raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(NAMES)}")
+            raise ValueError(
+                f"unknown collector(s) {unknown}; known: {', '.join(COLLECTOR_NAMES)}"
+            )
         return value
 
     @field_validator("listen")
@@ -409,22 +410,45 @@ def _hostname() -> str:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT`` to (host, port); host "" means all."""
+    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT`` to (host, port); host "" means all, port 0
+    a free port the kernel picks (the daemon logs which)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"listen address {value!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 
 
+def read_text(path: str | Path, what: str) -> str:
+    """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: {exc.strerror or exc}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+
+
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line report as one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML: {problem}{where}"
+
+
 def load_file(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+        text = read_text(path, "config file")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"config file {path}: {describe_yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

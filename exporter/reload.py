@@ -75,6 +75,10 @@ class Reloader:
             )
             metrics.reloaded(False)
             return False
+        if web_config.basic_auth is not None:  # failed logins keep being counted
+            web_config.basic_auth.on_failure = metrics.count_auth_failures(
+                webconfig.FAILURE_REASONS
+            )
         restart = self.daemon.apply(settings)
         if (web_config.ssl_context is None) != (self.web.config.ssl_context is None):
             restart.append("tls_server_config")

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from exporter.sources.serving import urls
+from exporter import urls
 from exporter.sources.serving.engines import default_path
 from exporter.sources.serving.targets import Target
 

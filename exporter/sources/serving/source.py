@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import structlog
 
+from exporter import urls
 from exporter.config import ServingConfig
 from exporter.readings import (
     Device,
@@ -34,7 +35,7 @@ from exporter.readings import (
 )
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
-from exporter.sources.serving import procfs, urls
+from exporter.sources.serving import procfs
 from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published
 from exporter.sources.serving.adapter import Reading, SignalKey
 from exporter.sources.serving.attribution import (

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import structlog
 
+from exporter import urls
 from exporter.config import ServingConfig
-from exporter.sources.serving import urls
 from exporter.sources.serving.auth import Access
 from exporter.util import OnChange
 

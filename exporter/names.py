@@ -1,0 +1,25 @@
+"""Names the settings are checked against: collectors, serving engines, profiling modes.
+
+A leaf module (it imports nothing from the exporter) so that ``config.py`` can validate
+against these without importing the collectors and sources, which import ``config``.
+tests/test_config_imports.py checks each list against the code that defines the thing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+COLLECTOR_NAMES: tuple[str, ...] = (
+    "nvml", "xid", "profiling", "kubelet", "cgroup", "serving", "model"
+)
+"""Every entry of ``exporter.collectors.REGISTRY``, in its order."""
+
+ENGINE_NAMES: frozenset[str] = frozenset({
+    "llama.cpp", "lmdeploy", "nim", "ray-vllm", "sglang", "tgi", "triton", "triton-vllm",
+    "trtllm-serve", "vllm",
+})
+"""Every engine of ``exporter.sources.serving.engines.TABLES``."""
+
+Mode = Literal["auto", "gpm", "dcgm", "dcgm-exporter", "off"]
+"""Where profiling counters come from (``profiling.mode``)."""
+MODES: tuple[str, ...] = get_args(Mode)
