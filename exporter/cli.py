@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -257,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # SIGHUP before the reload handler is in place must not end the process (its default).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     tune_malloc()
     shorten_switch_interval()
     configure(settings.log_format, settings.log_level)

@@ -123,12 +123,12 @@ class Daemon:
         )
 
         async def start(_: web.Application) -> None:
-            self.exposition.start()
-            await self.scheduler.start()
             loop = asyncio.get_running_loop()
-            loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
             if self.reload is not None:
                 loop.add_signal_handler(signal.SIGHUP, self.reload)
+            self.exposition.start()
+            await self.scheduler.start()
+            loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
 
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
