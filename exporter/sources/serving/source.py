@@ -92,6 +92,8 @@ class TargetState:
     unattributed: str = ""
     models: tuple[str, ...] = ()
     """Admitted model labels of the last reading."""
+    flapped: bool = False
+    """Its start time once changed with no sign of a restart (logged once)."""
     v1_model: tuple[str, str, float] | None = None
     """(process start token, model id from /v1/models, when asked)."""
     once: OnChange = field(default_factory=lambda: OnChange(log))
@@ -357,9 +359,10 @@ class ServingSource(Source):
         )
         if step.restarted and reading.started:
             log.info("serving_target_restarted", target=target.name, engine=reading.engine)
-        state.once(
+        state.flapped = state.flapped or step.flapped
+        state.once(  # once per target: a flapping engine would otherwise log every scrape
             "flapping",
-            step.flapped,
+            state.flapped,
             False,
             event="serving_start_time_changed_without_restart",
             level="warning",
