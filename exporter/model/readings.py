@@ -160,6 +160,7 @@ class WindowBuilder:
         """Per served model rates, or None when nothing is attributed (or not yet a rate,
         or the serving source stopped updating)."""
         models = snap.serving.gpus.get(gpu)
+        self._forget_models(gpu, {(m.model, m.engine) for m in models or ()})
         stamp = next((r.timestamp for r in snap.results.values() if r.serving is not None), None)
         if not models or stamp is None:
             return None
@@ -173,6 +174,16 @@ class WindowBuilder:
                 return None
             out.append(rates)
         return tuple(out)
+
+    def _forget_models(self, gpu: str, current: set[tuple[str, str]]) -> None:
+        """Drop the counter history of models no longer served on ``gpu`` (the serving
+        source dropped their series), so model-name churn cannot grow this table."""
+        gone = [
+            k for k in self._counters
+            if k[0] == gpu and k[3].startswith(("tokens/", "flops")) and (k[1], k[2]) not in current
+        ]
+        for key in gone:
+            del self._counters[key]
 
     def _model_rates(
         self, gpu: str, m: ServedModel, stamp: float, kinds: frozenset[str]
