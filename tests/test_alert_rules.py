@@ -1,7 +1,8 @@
 """The rule files: promtool accepts and tests them, and every alert is complete.
 
 Complete means: a severity, a summary, a description, a runbook_url pointing at an existing
-docs/runbooks/<AlertName>.md, and promtool unit tests with a firing case and a near miss.
+exporter/runbooks/<AlertName>.md (which the daemon serves: tests/test_runbooks.py), and
+promtool unit tests with a firing case and a near miss.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_alert_is_complete(rule: dict[str, Any]) -> None:
     assert notes["summary"].strip() and notes["description"].strip()
     url = notes["runbook_url"]
     assert url == f"{load().runbook_base_url}{name}.md"
-    assert (ROOT / "docs" / "runbooks" / f"{name}.md").is_file(), f"no runbook for {name}"
+    assert (ROOT / "exporter" / "runbooks" / f"{name}.md").is_file(), f"no runbook for {name}"
 
 
 def test_every_alert_has_firing_case_and_near_miss() -> None:

@@ -44,7 +44,17 @@ def test_the_template_replaces_the_mixins_default_job() -> None:
 
 
 def test_default_render_is_the_rule_files_unchanged() -> None:
+    """Unchanged but for the runbook links, which point at the chart's own Service
+    (tests/test_helm_chart.py checks them)."""
+    mixin_base = load().runbook_base_url
+    service_base = "http://gge-gpu-goodput-exporter.monitoring.svc:9433/runbooks/"
     for source, groups in rule_objects({}).items():
+        for group in groups:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    url = rule["annotations"]["runbook_url"]
+                    assert url.startswith(service_base)
+                    rule["annotations"]["runbook_url"] = url.replace(service_base, mixin_base)
         assert groups == yaml.safe_load((ROOT / source).read_text())["groups"]
 
 
@@ -79,6 +89,9 @@ def test_name_override_renames_the_job_in_every_rule_and_monitor(tmp_path: Path)
     tests = tmp_path / "tests"
     tests.mkdir()
     rollover = (ROOT / "alerts" / "tests" / "rollover.test.yml").read_text()
+    # The runbook links follow the rename too: the Service is gge-gpu-goodput.
+    rollover = rollover.replace(load().runbook_base_url,
+                                "http://gge-gpu-goodput.monitoring.svc:9433/runbooks/")
     (tests / "rollover.test.yml").write_text(rollover.replace("gpu-goodput-exporter",
                                                               "gpu-goodput"))
     result = subprocess.run([require("promtool"), "test", "rules", "rollover.test.yml"],
