@@ -52,14 +52,14 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--simulate",
         action="store_true",
-        help="run on the built-in simulated 11-GPU node (one regime per GPU) instead of NVML",
+        help="run on the built-in simulated 12-GPU node (one workload per GPU) instead of NVML",
     )
     add(
         "--simulate-gpus",
         type=int,
         dest="simulate_gpus",
         metavar="N",
-        help="number of simulated GPUs (default 8)",
+        help="number of simulated GPUs (default 12)",
     )
     add("--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)")
     add(
