@@ -17,9 +17,9 @@ import promql_parser
 import yaml
 
 from mixin.config import load
-from tests.test_dashboards import substitute, targets
 from tests.support.helm import by_kind, manifests
 from tests.support.prometheus import require
+from tests.test_dashboards import substitute, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MIXIN_JOB = 'job="gpu-goodput-exporter"'

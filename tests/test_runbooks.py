@@ -35,7 +35,7 @@ from exporter.sources.nvml_session import NvmlSession
 from mixin.config import load as load_mixin
 
 pytest.importorskip("cryptography.x509")
-from tests.support.pki import Pki, make_pki  # noqa: E402
+from tests.support.pki import Pki, make_pki
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "runbook-reader"
