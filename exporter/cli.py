@@ -12,7 +12,14 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__, webconfig
-from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
+from exporter.config import (
+    DEFAULT_PORT,
+    ConfigError,
+    Settings,
+    build,
+    ignored_env,
+    parse_listen,
+)
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
@@ -21,6 +28,8 @@ from exporter.sources.nvml_session import NvmlUnavailable
 from exporter.sources.profiling.modes import MODES
 
 EXIT_USAGE = 2
+# The help quotes the setting's own default, so the two cannot disagree.
+_SIM_GPUS = Settings.model_fields["simulate_gpus"].default
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,14 +61,15 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--simulate",
         action="store_true",
-        help="run on the built-in simulated 12-GPU node (one workload per GPU) instead of NVML",
+        help=f"run on the built-in simulated {_SIM_GPUS}-GPU node (one workload per GPU) "
+        "instead of NVML",
     )
     add(
         "--simulate-gpus",
         type=int,
         dest="simulate_gpus",
         metavar="N",
-        help="number of simulated GPUs (default 12)",
+        help=f"number of simulated GPUs (default {_SIM_GPUS})",
     )
     add("--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)")
     add(
