@@ -55,13 +55,15 @@ def panel_targets(board: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def substitute(expr: str, range_s: int, step: int) -> str:
-    """Grafana's substitutions with every variable at its default (All)."""
+def substitute(expr: str, range_s: int, step: int, node: str = ".*") -> str:
+    """Grafana's substitutions: every variable All, but ``node`` (the node board is about one
+    node; with All it would draw every GPU of the fleet)."""
     rate_interval = max(4 * 15, step + 15)
     for name, value in (("$__rate_interval", f"{rate_interval}s"), ("$__interval", f"{step}s"),
                         ("$__range_s", str(range_s)), ("$__range", f"{range_s}s")):
         expr = expr.replace(name, value)
-    return re.sub(r"\$\{?(cluster|node|namespace|model|gpu)\}?", ".*", expr)
+    expr = re.sub(r"\$\{?node\}?", node, expr)
+    return re.sub(r"\$\{?(cluster|namespace|model|gpu)\}?", ".*", expr)
 
 
 def timed_query(url: str, expr: str, at: float, range_s: int, step: int,
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                 row: dict[str, Any] = {"board": board_path.stem.removeprefix("goodput-"),
                                        "panel": title, "instant": instant}
                 for name, (range_s, step) in RANGES.items():
-                    q = substitute(expr, range_s, step)
+                    node = plan.nodes[0] if board_path.stem == "goodput-node" else ".*"
+                    q = substitute(expr, range_s, step, node)
                     runs = [timed_query(prom.url, q, end, range_s, step, instant)
                             for _ in range(args.reps)]
                     lat = [r[0] for r in runs]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +13,14 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__, webconfig
-from exporter.config import DEFAULT_PORT, ConfigError, build, ignored_env, parse_listen
+from exporter.config import (
+    DEFAULT_PORT,
+    ConfigError,
+    Settings,
+    build,
+    ignored_env,
+    parse_listen,
+)
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
@@ -21,6 +29,8 @@ from exporter.sources.nvml_session import NvmlUnavailable
 from exporter.sources.profiling.modes import MODES
 
 EXIT_USAGE = 2
+# The help quotes the setting's own default, so the two cannot disagree.
+_SIM_GPUS = Settings.model_fields["simulate_gpus"].default
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,14 +62,15 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--simulate",
         action="store_true",
-        help="run on the built-in simulated 11-GPU node (one regime per GPU) instead of NVML",
+        help=f"run on the built-in simulated {_SIM_GPUS}-GPU node (one workload per GPU) "
+        "instead of NVML",
     )
     add(
         "--simulate-gpus",
         type=int,
         dest="simulate_gpus",
         metavar="N",
-        help="number of simulated GPUs (default 8)",
+        help=f"number of simulated GPUs (default {_SIM_GPUS})",
     )
     add("--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)")
     add(
@@ -257,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # SIGHUP before the reload handler is in place must not end the process (its default).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     tune_malloc()
     shorten_switch_interval()
     configure(settings.log_format, settings.log_level)
@@ -268,10 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             names=ignored,
             reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
         )
+    web_config_file = getattr(args, "web_config_file", None) or os.environ.get(
+        "GOODPUT_WEB_CONFIG_FILE"
+    )
     try:
-        web_config = webconfig.load(
-            getattr(args, "web_config_file", None) or os.environ.get("GOODPUT_WEB_CONFIG_FILE")
-        )
+        web_config = webconfig.load(web_config_file)
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -293,6 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
         )
+    from exporter.reload import Reloader, WebLayer
+
+    web_layer = WebLayer(web_config)
+    daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
     host, port = parse_listen(settings.listen)
     log.info(
         "starting",
@@ -309,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = {"sock": sock}
             log.info("listening", address=address_of(sock), requested=settings.listen)
         web.run_app(
-            daemon.app(middlewares=list(web_config.middlewares)),
+            daemon.app(middlewares=[web_layer.middleware]),
             ssl_context=web_config.ssl_context,
             print=None,
             shutdown_timeout=5.0,

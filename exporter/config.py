@@ -114,8 +114,9 @@ class ServingTarget(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"serving target {value!r} is not an http(s) URL")
+        from exporter.urls import normalise
+
+        normalise(value)  # BadUrl (a ValueError) names the URL, redacted
         return value
 
     @field_validator("engine")
@@ -140,6 +141,21 @@ class ServingConfig(Section):
     discover_pods: bool = False
     """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
     annotation_prefix: str = "serving.goodput.dev/"
+    max_targets: int = Field(64, gt=0, le=10_000)
+    """Targets scraped at most (static and discovered together); a config listing more is
+    refused, discovered pods past it are dropped and counted. Each target costs about ten
+    series, a scrape slot and a parse per interval."""
+    max_models_per_target: int = Field(8, gt=0, le=1000)
+    """Model label values one target may publish; more are dropped and counted
+    (max_models), so an engine that renames its model every scrape cannot grow series."""
+    max_label_length: int = Field(200, ge=16, le=4096)
+    """Model label values are cut to this many characters (counted as label_too_long)."""
+    stale_after: float = Field(300.0, gt=0, le=86400)
+    """Seconds after which a model (or a down target) no reading mentioned loses its series
+    and its place under max_models_per_target."""
+    max_tokens_per_second_per_gpu: float = Field(2e6, gt=0, allow_inf_nan=False)
+    """Token growth per GPU per second above this is implausible: dropped and counted. See
+    docs/serving.md "Trust" for how the default was chosen."""
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -152,10 +168,21 @@ class ServingConfig(Section):
     @field_validator("extra_targets")
     @classmethod
     def _check_extra(cls, value: list[str]) -> list[str]:
+        from exporter.urls import normalise
+
         for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"serving target {url!r} is not an http(s) URL")
+            normalise(url)
         return value
+
+    @model_validator(mode="after")
+    def _under_cap(self) -> ServingConfig:
+        count = len(self.targets) + len(self.extra_targets)
+        if count > self.max_targets:
+            raise ValueError(
+                f"{count} serving targets configured, more than max_targets "
+                f"({self.max_targets}); raise serving.max_targets or list fewer"
+            )
+        return self
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
@@ -291,9 +318,18 @@ class ModelConfig(Section):
     """PCIe or NVLink traffic in one direction at or above this share of the link's usable
     peak, with the SMs nearly idle, is transfer_bound (58.7 of 63 GB/s measured on a
     pinned host-to-device stream)."""
+    bus_floor_bytes_per_second: float = Field(default=50e6, ge=0)
+    """PCIe or NVLink traffic (the busiest link direction) at or above this means the GPU is
+    fed over the bus: never idle or allocated_idle. An idle H100/H200 reads 0.3-0.6 MB/s."""
+    transfer_copy_time_min: float = Field(default=0.4, ge=0, le=1)
+    """In a bus-fed window with few kernels, copy-engine time (NVML utilization minus GPM
+    graphics activity) at or above this is transfer_bound; below it the host sets the pace
+    (pageable staging, a throttled producer): host_bound."""
     comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
     """NVLink traffic (both directions) at or above this, with kernels that barely fill the
-    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound)."""
+    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
+    traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
+    host_bound by copy-engine time, never launch_bound or hollow_busy."""
     straggler_gap: float = Field(default=0.3, ge=0, le=1)
     """A GPU of a multi-GPU job whose work (max of SM active and tensor activity) exceeds
     every busy peer's by this much, while the peers wait in collectives, holds the job back."""
@@ -346,7 +382,8 @@ class Settings(Section):
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
-    simulate_gpus: int = Field(11, ge=1, le=64)
+    simulate_gpus: int = Field(12, ge=1, le=64)
+    """GPUs on the simulated node: one per workload of exporter/sim/patterns.py NODE."""
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()

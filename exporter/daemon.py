@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,15 @@ from exporter.sources.nvml_session import NvmlSession
 # Counters' _created series double the series of every counter for a value Prometheus
 # does not use (it has its own reset detection): off.
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+LIVE_SERVING_KEYS = frozenset(
+    {
+        "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
+        "max_models_per_target", "max_label_length", "stale_after",
+        "max_tokens_per_second_per_gpu",
+    }
+)
+"""Serving settings a reload applies to the running source; others need a restart."""
 
 MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
 """Sources whose publish is a GPU poll: the model steps after them."""
@@ -62,10 +73,17 @@ class ModelStep:
     """Runs the node model after GPU polls, at most once per model interval, and publishes
     its verdicts into the next snapshot."""
 
-    def __init__(self, store: SnapshotStore, model: NodeModel, interval: float) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        model: NodeModel,
+        interval: float,
+        metrics: SelfMetrics | None = None,
+    ) -> None:
         self.store = store
         self.model = model
         self.interval = interval
+        self.metrics = metrics
         self._last = -float("inf")
 
     def __call__(self, result: SourceResult) -> None:
@@ -76,7 +94,11 @@ class ModelStep:
         if now - self._last < 0.5 * self.interval:
             return
         self._last = now
-        self.store.publish_verdicts(self.model.step(self.store.current, self.interval))
+        verdicts = self.model.step(self.store.current, self.interval)
+        if self.metrics is not None:  # implausible inputs (MFU above 1, non-finite): counted
+            for reason, count in verdicts.errors.items():
+                self.metrics.errors.labels(self.metrics.node, "model", reason).inc(count)
+        self.store.publish_verdicts(verdicts)
 
 
 @dataclass
@@ -88,6 +110,8 @@ class Daemon:
     scheduler: Scheduler
     exposition: ExpositionCache
     sources: list[Source] = field(default_factory=list)
+    reload: Callable[[], bool] | None = None
+    """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
 
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
@@ -99,9 +123,12 @@ class Daemon:
         )
 
         async def start(_: web.Application) -> None:
+            loop = asyncio.get_running_loop()
+            if self.reload is not None:
+                loop.add_signal_handler(signal.SIGHUP, self.reload)
             self.exposition.start()
             await self.scheduler.start()
-            asyncio.get_running_loop().call_later(FREEZE_AFTER_S, freeze_startup_heap)
+            loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
 
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
@@ -111,6 +138,38 @@ class Daemon:
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
         return app
+
+
+    def apply(self, settings: Settings) -> list[str]:
+        """Apply a reloaded configuration: the serving section takes effect at the next
+        poll (targets added, removed ones and their series gone). Returns the settings
+        that changed but only take effect at a restart."""
+        restart = [
+            key
+            for key, value in settings.model_dump().items()
+            if key != "serving" and value != self.settings.model_dump()[key]
+        ]
+        old, new = self.settings.serving, settings.serving
+        restart += [
+            f"serving.{key}"
+            for key in type(new).model_fields
+            if key not in LIVE_SERVING_KEYS and getattr(old, key) != getattr(new, key)
+        ]
+        self.settings = self.settings.model_copy(update={"serving": new})
+        source = next((s for s in self.sources if s.name == "serving"), None)
+        if source is not None:
+            source.reconfigure(new)  # type: ignore[attr-defined]
+        elif collectors.is_enabled(_serving_collector(), self.settings):
+            ctx = collectors.Context(self.settings, self.session, self.store)
+            for added in _serving_collector().sources(ctx):
+                self.scheduler.add(added)
+                if added not in self.sources:
+                    self.sources.append(added)
+        return restart
+
+
+def _serving_collector() -> collectors.Collector:
+    return next(c for c in collectors.REGISTRY if c.name == "serving")
 
 
 def build(settings: Settings, session: NvmlSession) -> Daemon:
@@ -144,6 +203,6 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     step = None
     if "model" in names:
         interval = settings.model.interval or settings.interval
-        step = ModelStep(store, NodeModel(settings.model), interval)
+        step = ModelStep(store, NodeModel(settings.model), interval, metrics)
     scheduler = Scheduler(sources, store, metrics, after_publish=step)
     return Daemon(settings, session, store, registry, scheduler, exposition, sources)

@@ -65,6 +65,11 @@ class Scheduler:
             if not source.readiness:
                 self._spawn(source, None)
 
+    def add(self, source: Source) -> None:
+        """Start polling a source created after start (a reload added serving targets)."""
+        self.sources.append(source)
+        self._spawn(source, None)
+
     def _spawn(self, source: Source, first_poll: asyncio.Event | None) -> None:
         self._tasks.append(
             asyncio.create_task(self._run(source, first_poll), name=f"poll-{source.name}")

@@ -92,7 +92,8 @@ GPU = GpuFamilies[GpuVerdict](
             "Board power over the attributed (generated) token rate, both over the serving "
             "source's last scrape interval (1 s by default); absent when no such tokens were "
             "made in it. Exact over any range in PromQL: rate(goodput_gpu_energy_joules_total) "
-            "/ rate(goodput_gpu_serving_tokens_total{kind=\"generation\"}).",
+            "/ on (node, gpu) sum by (node, gpu) "
+            "(rate(goodput_gpu_tokens_total{kind=\"generation\"})).",
             lambda v: v.joules_per_token,
             unit="joules",
         ),
@@ -102,7 +103,9 @@ GPU = GpuFamilies[GpuVerdict](
             "(or MIG slice's) peak dense FLOP/s for the model's dtype. Per model, the FLOPs "
             "come from the engine's own estimate where it exports one (vLLM and SGLang "
             "estimated_flops_per_gpu), else from tokens/s x 2 x model.model_parameters; "
-            "absent when neither is known.",
+            "absent when neither is known, and absent (counted in "
+            "goodput_exporter_source_errors_total{source=\"model\",reason=\"mfu_implausible\"}) "
+            "when it would exceed 1, never clipped.",
             lambda v: v.mfu,
             unit="ratio",
         ),

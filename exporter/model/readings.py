@@ -53,6 +53,18 @@ def _link_use(device: Device, window: ProfilingWindow | None) -> tuple[tuple[str
     return tuple(out)
 
 
+def _bus_rates(window: ProfilingWindow | None) -> tuple[tuple[str, str, float], ...]:
+    """(link, direction, bytes/s) of every finite link rate in the profiling window."""
+    if window is None:
+        return ()
+    return tuple(
+        (link, direction, rate)
+        for link in ("pcie", "nvlink")
+        for direction, rate in window.link_rates(link)
+        if math.isfinite(rate)
+    )
+
+
 class WindowBuilder:
     """Keeps the counter history needed to turn snapshots into windows, per GPU."""
 
@@ -131,6 +143,7 @@ class WindowBuilder:
                 else None
             ),
             link_use=_link_use(device, window),
+            bus_bytes_per_second=_bus_rates(window),
             gpu_name=device.name,
             mig_profile=device.mig_profile,
         )
@@ -147,6 +160,7 @@ class WindowBuilder:
         """Per served model rates, or None when nothing is attributed (or not yet a rate,
         or the serving source stopped updating)."""
         models = snap.serving.gpus.get(gpu)
+        self._forget_models(gpu, {(m.model, m.engine) for m in models or ()})
         stamp = next((r.timestamp for r in snap.results.values() if r.serving is not None), None)
         if not models or stamp is None:
             return None
@@ -160,6 +174,16 @@ class WindowBuilder:
                 return None
             out.append(rates)
         return tuple(out)
+
+    def _forget_models(self, gpu: str, current: set[tuple[str, str]]) -> None:
+        """Drop the counter history of models no longer served on ``gpu`` (the serving
+        source dropped their series), so model-name churn cannot grow this table."""
+        gone = [
+            k for k in self._counters
+            if k[0] == gpu and k[3].startswith(("tokens/", "flops")) and (k[1], k[2]) not in current
+        ]
+        for key in gone:
+            del self._counters[key]
 
     def _model_rates(
         self, gpu: str, m: ServedModel, stamp: float, kinds: frozenset[str]
