@@ -209,13 +209,17 @@ def main(argv: list[str] | None = None) -> int:
             durations[group] = round(float(line.split()[-1]), 3)
         report["rule_group_seconds"] = durations
         log(f"rule groups: {durations}")
+        # Measure at a moment the groups have evaluated live (the backfilled rules end where
+        # the fresh tail begins) while the tail's raw samples are within the lookback.
+        at = float(int(time.time()))
+        report["measured_at_minus_data_end_s"] = at - end
 
         counts = {}
         for kind, selector in (("raw", '{__name__=~"goodput_.+"}'),
                                ("recorded", '{__name__=~"goodput:.+"}'),
                                ("engines", '{__name__=~"vllm:.+"}'),
                                ("all", '{__name__=~".+"}')):
-            result = prom.query(f"count({selector})", at=end)
+            result = prom.query(f"count({selector})", at=at)
             counts[kind] = int(float(result[0]["value"][1])) if result else 0
         report["series"] = counts
         report["series_per_gpu"] = {k: round(v / gpus, 1) for k, v in counts.items()}
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, (range_s, step) in RANGES.items():
                     node = plan.nodes[0] if board_path.stem == "goodput-node" else ".*"
                     q = substitute(expr, range_s, step, node)
-                    runs = [timed_query(prom.url, q, end, range_s, step, instant)
+                    runs = [timed_query(prom.url, q, at, range_s, step, instant)
                             for _ in range(args.reps)]
                     lat = [r[0] for r in runs]
                     row[name] = {"p50_s": round(statistics.median(lat), 3),

@@ -191,6 +191,11 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:namespace_allocated_idle_gpus:sum",
               f"sum by ({nn}) (\n"
               f"{in_ns(allocated_idle)}\n)\n"),
+        # GPUs in each regime per cluster: what the fleet dashboard plots over 24 h. Per node
+        # (goodput:regime_gpus:sum) that is a series per node and regime, per GPU a join per
+        # step; per cluster it is a handful of series (docs/scaling.md).
+        _rule("goodput:cluster_regime_gpus:sum",
+              f"sum by ({q.target}, regime) ({rec('goodput:regime_gpus:sum')})"),
     ]
 
     cm = f"{q.target}, model"

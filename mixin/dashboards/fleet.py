@@ -110,25 +110,29 @@ def build(ctx: Ctx) -> dash.Dashboard:
         timeseries.Panel()
         .title("Regime mix over time")
         .description("How many GPUs sit in each bottleneck regime (the exporter's debounced "
-                     "state)." + RULE_SCOPE.format(rule="goodput:regime_gpus:sum",
+                     "state)." + RULE_SCOPE.format(rule="goodput:cluster_regime_gpus:sum",
                                                   by="cluster and regime")
                      + NO_NAMESPACE)
         .datasource(ctx.ds)
-        .with_target(query(ctx, f"goodput:regime_gpus:sum{{{ctx.rule_cluster_f}}}",
-                           "{{regime}}"))
+        .with_target(query(ctx, f"sum by (regime) (goodput:cluster_regime_gpus:sum"
+                                f"{{{ctx.rule_cluster_f}}})", "{{regime}}"))
         .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
         .fill_opacity(60).unit("none").height(8).span(12)
     )
-    regime = in_ns(f"max by ({gk}, regime) (goodput:gpu_regime:ratio_rate5m{{{rgpu}}})")
+    # Per cluster, not per GPU: joining every GPU to its pods at every step cost 5 s at
+    # 1,000 GPUs (docs/benchmarks.md, fleet scale).
+    regime = f"goodput:cluster_regime_gpus:sum{{{ctx.rule_cluster_f}}}"
     board.with_panel(
         timeseries.Panel()
         .title("Share of GPU time per regime")
         .description("Every window counted, undebounced (goodput_gpu_regime_seconds_total): "
                      "a burst of a few seconds shows here even when the regime state above "
-                     "never switched.")
+                     "never switched." + RULE_SCOPE.format(rule="goodput:cluster_regime_gpus:sum",
+                                                           by="cluster and regime")
+                     + NO_NAMESPACE)
         .datasource(ctx.ds)
         .with_target(query(ctx, f"sum by (regime) ({regime})"
-                                f" / scalar(count({util}))", "{{regime}}"))
+                                f" / scalar(sum({regime}))", "{{regime}}"))
         .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
         .fill_opacity(60).unit("percentunit").height(8).span(12)
     )
@@ -152,20 +156,23 @@ def build(ctx: Ctx) -> dash.Dashboard:
         .height(8).span(12)
     )
     step = ctx.cfg.rule_interval or "1m"
-    idle_share = (f"max by ({gk}) (goodput:gpu_regime:ratio_rate5m"
-                  f'{{{rgpu}, regime="allocated_idle"}})')
+    # The namespace rule, one sample per rule evaluation: a per-GPU join per minute of the
+    # range cost 2 s over 24 h at 1,000 GPUs (docs/benchmarks.md, fleet scale).
+    idle_gpus = (f"goodput:namespace_allocated_idle_gpus:sum"
+                 f'{{{ctx.rule_ns_f}, {ctx.cfg.labels.node}=~"$node"}}')
     board.with_panel(
         bargauge.Panel()
         .title("Allocated-idle GPU-hours by namespace")
         .description("GPU-hours in the time range during which a GPU was held by a pod of the "
                      "namespace but idle: the exact time (goodput_gpu_regime_seconds_total, "
                      "through goodput:gpu_regime:ratio_rate5m), each rule evaluation "
-                     "attributed to the namespace holding the GPU then.")
+                     "attributed to the namespace holding the GPU then. Read from the recording "
+                     "rule goodput:namespace_allocated_idle_gpus:sum, which is per node and "
+                     "namespace: the GPU filter does not apply.")
         .datasource(ctx.ds)
         .with_target(query(
             ctx,
-            f"sum by ({ns}) (sum_over_time((\n{ctx.by_namespace(idle_share)}\n)[$__range:{step}]))"
-            f" * {seconds(step):g} / 3600",
+            f"sum by ({ns}) (sum_over_time({idle_gpus}[$__range])) * {seconds(step):g} / 3600",
             f"{{{{{ns}}}}}", instant=True))
         .unit("h").orientation(cm.VizOrientation.HORIZONTAL)
         .no_value("No GPU was allocated and idle (needs pod attribution).")
