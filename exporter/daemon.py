@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import platform
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__, collectors
@@ -23,19 +22,11 @@ from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.model.node import NodeModel
-from exporter.scheduler import Scheduler
+from exporter.scheduler import ModelStep, Scheduler
 from exporter.server import build_app
-from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.snapshot import SnapshotStore
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
-
-# Counters' _created series double the series of every counter for a value Prometheus
-# does not use (it has its own reset detection): off.
-disable_created_metrics()  # type: ignore[no-untyped-call]
-
-MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
-"""Sources whose publish is a GPU poll: the model steps after them."""
 
 
 def open_nvml(settings: Settings) -> NvmlSession:
@@ -56,27 +47,6 @@ def open_nvml(settings: Settings) -> NvmlSession:
     session = NvmlSession(nvml, backend)
     session.open()
     return session
-
-
-class ModelStep:
-    """Runs the node model after GPU polls, at most once per model interval, and publishes
-    its verdicts into the next snapshot."""
-
-    def __init__(self, store: SnapshotStore, model: NodeModel, interval: float) -> None:
-        self.store = store
-        self.model = model
-        self.interval = interval
-        self._last = -float("inf")
-
-    def __call__(self, result: SourceResult) -> None:
-        if result.source not in MODEL_TRIGGERS:
-            return
-        now = time.monotonic()
-        # nvml and a profiling backend both poll each interval: step once per interval.
-        if now - self._last < 0.5 * self.interval:
-            return
-        self._last = now
-        self.store.publish_verdicts(self.model.step(self.store.current, self.interval))
 
 
 @dataclass
@@ -143,7 +113,6 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     store.subscribe(exposition.published)
     step = None
     if "model" in names:
-        interval = settings.model.interval or settings.interval
-        step = ModelStep(store, NodeModel(settings.model), interval)
+        step = ModelStep.for_settings(store, settings)
     scheduler = Scheduler(sources, store, metrics, after_publish=step)
     return Daemon(settings, session, store, registry, scheduler, exposition, sources)

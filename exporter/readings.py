@@ -292,6 +292,38 @@ class Availability:
         return not self.reason
 
 
+# one reading per collector (the payload of its SourceResult) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading:
+    """What one NVML poll read: the device inventory and every GPU's state."""
+
+    inventory: tuple[Device, ...] = ()
+    gpus: Mapping[str, GpuState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class XidReading:
+    """XID counts and last codes per GPU."""
+
+    gpus: Mapping[str, XidState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingReading:
+    """One profiling backend's status (and window) per GPU; several backends may answer."""
+
+    gpus: Mapping[str, ProfilingStatus] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsageReading:
+    """GPU processes and memory per pod's container (from cgroups)."""
+
+    pods: tuple[PodUsage, ...] = ()
+
+
 # verdicts ------------------------------------------------------------------------------------
 
 

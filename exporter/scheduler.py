@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import structlog
 
+from exporter.config import Settings
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.model.node import NodeModel
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 
@@ -29,6 +31,36 @@ stuck in NVML or DCGM) must not keep the process from exiting."""
 
 AfterPublish = Callable[[SourceResult], None]
 """Called on the event loop after each publish (the daemon runs the model from it)."""
+
+
+MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
+"""Sources whose publish is a GPU poll: the model steps after them."""
+
+
+class ModelStep:
+    """Runs the node model after GPU polls, at most once per model interval, and publishes
+    its verdicts into the next snapshot."""
+
+    def __init__(self, store: SnapshotStore, model: NodeModel, interval: float) -> None:
+        self.store = store
+        self.model = model
+        self.interval = interval
+        self._last = -float("inf")
+
+    @classmethod
+    def for_settings(cls, store: SnapshotStore, settings: Settings) -> ModelStep:
+        """The model's window is ``model.interval``, else the GPU poll interval."""
+        return cls(store, NodeModel(settings.model), settings.model.interval or settings.interval)
+
+    def __call__(self, result: SourceResult) -> None:
+        if result.source not in MODEL_TRIGGERS:
+            return
+        now = time.monotonic()
+        # nvml and a profiling backend both poll each interval: step once per interval.
+        if now - self._last < 0.5 * self.interval:
+            return
+        self._last = now
+        self.store.publish_verdicts(self.model.step(self.store.current, self.interval))
 
 
 class Scheduler:
@@ -48,11 +80,11 @@ class Scheduler:
         self._last_state: dict[str, tuple[bool, str]] = {}
 
     async def start(self) -> None:
-        """Start every source's loop. The inventory sources (``readiness``) start first and
+        """Start every source's loop. The inventory sources (``starts_first``) start first and
         the others once those have published (or after ``FIRST_POLL_WAIT``), so the kubelet,
         cgroup and profiling-off sources match GPUs at their first poll instead of ten
         seconds later."""
-        first = [s for s in self.sources if s.readiness]
+        first = [s for s in self.sources if s.starts_first]
         started = [asyncio.Event() for _ in first]
         for source, event in zip(first, started, strict=True):
             self._spawn(source, event)
@@ -62,7 +94,7 @@ class Scheduler:
                     asyncio.gather(*(e.wait() for e in started)), FIRST_POLL_WAIT
                 )
         for source in self.sources:
-            if not source.readiness:
+            if not source.starts_first:
                 self._spawn(source, None)
 
     def _spawn(self, source: Source, first_poll: asyncio.Event | None) -> None:

@@ -94,7 +94,7 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
     (off,) = [s for s in daemon.sources if isinstance(s, ProfilingOffSource)]
     off.inventory = lambda: (Device("0", "GPU-0"), Device("1", "GPU-1"))
     result = await off.poll()
-    assert {g: (s.backend, s.available, s.reason) for g, s in (result.profiling or {}).items()} == {
+    assert {g: (s.backend, s.available, s.reason) for g, s in (result.reading.gpus if result.reading else {}).items()} == {
         "0": ("none", False, "off"), "1": ("none", False, "off")}
 
 

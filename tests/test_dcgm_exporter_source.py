@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from exporter.readings import NvmlReading
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.profiling.dcgm_exporter import DcgmExporterSource, parse
 from exporter.sources.profiling.select import ProfilingSelector
@@ -133,12 +134,12 @@ async def server() -> AsyncIterator[Server]:
 @pytest.fixture
 def store() -> SnapshotStore:
     s = SnapshotStore("n1")
-    s.publish(SourceResult(source="nvml", inventory=(
+    s.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=(
         Device(gpu="0", uuid=UUID0),
         Device(gpu="1", uuid=UUID1),
         Device(gpu="1-2", uuid="MIG-abcd", parent_uuid=UUID1, gpu_instance_id="2",
                compute_instance_id="0"),
-    )))
+    ))))
     return s
 
 
@@ -268,13 +269,13 @@ async def test_auto_mode_only_gpus_nobody_else_serves(server, store) -> None:
     selector = ProfilingSelector(("gpm", "dcgm", "dcgm-exporter"))
     src = await source(store, server.url, selector=selector)
     try:
-        assert not (await src.poll()).profiling
+        assert not (lambda r: r.reading and r.reading.gpus)(await src.poll())
         for gpu in ("0", "1", "1-2"):
             selector.report("gpm", gpu, gpu == "0", "" if gpu == "0" else "unsupported")
             selector.report("dcgm", gpu, False, "not_installed")
         result = await src.poll()
     finally:
         await src.close()
-    assert set(result.profiling or {}) == {"1", "1-2"}
+    assert set(result.reading.gpus if result.reading else {}) == {"1", "1-2"}
     assert selector.owner("1") == "dcgm-exporter"
     assert selector.owner("1-2") == ""

@@ -19,6 +19,8 @@ load_bindings(FAKE_DIR, search_paths=())  # puts the fake modules on sys.path
 import fake_dcgm_engine  # noqa: E402
 from fake_dcgm_engine import FakeGpu, FakeHostEngine  # noqa: E402
 
+from exporter.readings import NvmlReading
+
 VALUES = {1001: 0.9, 1002: 0.8, 1003: 0.4, 1004: 0.5, 1005: 0.3, 1006: 0.0, 1007: 0.2,
           1008: 0.1, 1009: 1000.0, 1010: 2000.0, 1011: 3000.0, 1012: 4000.0, 1013: 0.05,
           1014: 0.45, 1015: 0.0, 1016: 0.15}
@@ -43,10 +45,10 @@ def engine() -> FakeHostEngine:
 @pytest.fixture
 def store() -> SnapshotStore:
     s = SnapshotStore("node1")
-    s.publish(SourceResult(source="nvml", inventory=(
+    s.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=(
         Device(gpu="0", uuid="GPU-AAAA", name="NVIDIA A100"),
         Device(gpu="1", uuid="GPU-bbbb", name="NVIDIA A100"),
-    )))
+    ))))
     return s
 
 
@@ -277,12 +279,12 @@ def test_connect_v2_unix_socket_and_embedded(engine, store, clock, monkeypatch) 
 def test_auto_mode_polls_only_gpus_gpm_declined(engine, store, clock) -> None:
     selector = ProfilingSelector(("gpm", "dcgm"))
     src = make(store, clock, selector=selector, required=False)
-    assert not step(src, engine, clock).profiling  # GPM has not probed yet: wait
+    assert not (lambda r: r.reading and r.reading.gpus)(step(src, engine, clock))  # GPM has not probed yet: wait
     assert not any(c[0].startswith("dcgmConnect") for c in engine.calls)
     selector.report("gpm", "0", True)
     selector.report("gpm", "1", False, "unsupported")
     result = step(src, engine, clock)
-    assert set(result.profiling or {}) == {"1"}
+    assert set(result.reading.gpus if result.reading else {}) == {"1"}
     assert selector.owner("1") == "dcgm" and selector.owner("0") == "gpm"
 
 

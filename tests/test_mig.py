@@ -32,7 +32,7 @@ def mig_node(clock: ManualClock):  # type: ignore[no-untyped-def]
 
 
 def identity(result: SourceResult, gpu: str) -> dict[str, str]:
-    device = {d.gpu: d for d in result.inventory or ()}[gpu]
+    device = {d.gpu: d for d in result.reading.inventory or ()}[gpu]
     ((values, _),) = IDENTITY.families[0].rows(device)
     return dict(zip(IDENTITY.families[0].labels, values, strict=True))
 
@@ -45,7 +45,7 @@ def test_instances_carry_the_profile_from_their_nvml_name(clock: ManualClock) ->
         result = source.collect()
     finally:
         source.shutdown()
-    gpus = {d.gpu: d for d in result.inventory or ()}
+    gpus = {d.gpu: d for d in result.reading.inventory or ()}
     assert set(gpus) == {"0", *SLICES}
     assert gpus["0"].mig_profile == "" and not gpus["0"].is_mig
     for gpu, profile in SLICES.items():
@@ -73,7 +73,7 @@ def run(clock: ManualClock, steps: int) -> NodeVerdicts:
                 store.publish(source.collect())
             models = {gpu: (served(1000.0 * i, flops=ENGINE_FLOPS * i),) for gpu in SLICES}
             store.publish(
-                SourceResult(source="serving", timestamp=clock(), serving=ServingState(gpus=models))
+                SourceResult(source="serving", timestamp=clock(), reading=ServingState(gpus=models))
             )
             verdicts = model.step(store.current, 1.0)
             store.publish_verdicts(verdicts)

@@ -18,8 +18,8 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
     """What /metrics would show for ``gpu``: the typed reading through the declared family
     (optional families included)."""
     readings = {
-        id(FAMILIES): (result.gpus or {}).get(gpu),
-        id(IDENTITY): {d.gpu: d for d in result.inventory or ()}.get(gpu),
+        id(FAMILIES): (result.reading.gpus if result.reading else {}).get(gpu),
+        id(IDENTITY): {d.gpu: d for d in result.reading.inventory or ()}.get(gpu),
     }
     for group in (FAMILIES, IDENTITY):
         reading = readings[id(group)]
@@ -33,7 +33,7 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
 
 
 def processes(result: SourceResult) -> list[ProcessInfo]:
-    return [p for state in (result.gpus or {}).values() for p in state.processes]
+    return [p for state in (result.reading.gpus if result.reading else {}).values() for p in state.processes]
 
 
 def poll(nvml, clock: ManualClock, steps: int = 2, dt: float = 1.0) -> SourceResult:
@@ -49,7 +49,7 @@ def poll(nvml, clock: ManualClock, steps: int = 2, dt: float = 1.0) -> SourceRes
 def test_healthy_node_reports_every_gpu(sim, clock):
     result = poll(sim, clock)
     assert result.ok
-    assert [d.gpu for d in result.inventory] == [str(i) for i in range(8)]
+    assert [d.gpu for d in result.reading.inventory] == [str(i) for i in range(8)]
     for gpu in map(str, range(8)):
         assert value(result, gpu, "goodput_gpu_up") == 1.0
         assert value(result, gpu, "goodput_gpu_memory_total_bytes") == 80 * 1024**3
@@ -177,7 +177,7 @@ def test_mig_instances_are_discovered_with_their_identity(clock):
         FakeMig(2, 0, "MIG-bbbb", 20 * 1024**3, 0),
     ]
     result = poll(nvml, clock, steps=1)
-    gpus = {d.gpu: d for d in result.inventory}
+    gpus = {d.gpu: d for d in result.reading.inventory}
     assert set(gpus) == {"0", "0-1", "0-2"}
     assert gpus["0-1"].uuid == "MIG-aaaa" and gpus["0-1"].parent_uuid == nvml.gpus[0].uuid
     assert value(result, "0-1", "goodput_gpu_memory_used_bytes") == 5 * 1024**3

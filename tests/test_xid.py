@@ -19,14 +19,14 @@ def test_xid_events_are_counted(sim, clock):
         while time.monotonic() < deadline:
             result = source.collect()
             counts = {
-                (g, code, n) for g, state in (result.xid or {}).items() for code, n in state.counts
+                (g, code, n) for g, state in (result.reading.gpus if result.reading else {}).items() for code, n in state.counts
             }
             if len(counts) == 2:
                 break
             time.sleep(0.02)
         assert ("3", 48, 2) in counts
         assert ("1", 13, 1) in counts
-        last = {g: state.last for g, state in (result.xid or {}).items()}
+        last = {g: state.last for g, state in (result.reading.gpus if result.reading else {}).items()}
         assert last["3"] == 48 and last["0"] == 0
     finally:
         source.shutdown()
@@ -41,7 +41,7 @@ def test_lost_gpu_raises_xid_79(sim, clock):
         seen = None
         while time.monotonic() < deadline and not seen:
             result = source.collect()
-            state = (result.xid or {}).get("7")
+            state = (result.reading.gpus if result.reading else {}).get("7")
             seen = state.counts if state else None
             time.sleep(0.05)
         assert seen and seen[0][0] == 79

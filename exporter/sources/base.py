@@ -18,8 +18,9 @@ class Source(abc.ABC):
 
     name: str = "source"
     interval: float = 1.0
-    #: Whether a successful poll of this source makes the daemon ready (GPU sources do).
-    readiness: bool = False
+    #: Lists the GPUs others match against (NVML): started first, so the rest see an inventory
+    #: at their first poll.
+    starts_first: bool = False
 
     async def start(self) -> None:
         """Acquire resources (open libraries, register events). Errors here are reported

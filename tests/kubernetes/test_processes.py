@@ -74,10 +74,10 @@ PROCESSES = (
 
 def usage_by_pod(result: SourceResult, gpu: str) -> Usage:
     """(namespace, pod, container) -> (processes, memory used) on ``gpu``."""
-    assert result.pod_usage is not None
+    assert result.reading is not None
     return {
         (u.namespace, u.pod, u.container): (u.processes, u.memory_used_bytes)
-        for u in result.pod_usage
+        for u in result.reading.pods
         if u.gpu == gpu
     }
 
@@ -134,7 +134,7 @@ async def setup(
         enabled=True, kubelet_socket=path, proc_root=str(proc), device_checkpoint=str(ckpt)
     )
     kubelet_source = KubeletSource(config, inventory=lambda: INVENTORY)
-    pods = (await kubelet_source.poll()).pods
+    pods = (await kubelet_source.poll()).reading
     await kubelet_source.close()
     return cgroup_source(config, pods=pods), config
 
@@ -171,14 +171,14 @@ async def test_no_host_pid_and_missing_proc(tmp_path: Path) -> None:
     config = KubernetesConfig(enabled=True, proc_root=str(tmp_path / "proc"))
     result = cgroup_source(config, processes=(ProcessInfo("0", 4242, GiB),)).collect()
     assert not result.ok and status(result) == "no_host_pid"
-    assert "hostPID" in result.error and result.pod_usage == ()
+    assert "hostPID" in result.error and result.reading.pods == ()
     missing = cgroup_source(config.model_copy(update={"proc_root": str(tmp_path / "x")}))
     assert status(missing.collect()) == "proc_missing"
 
 
 async def test_no_processes_is_fine(tmp_path: Path) -> None:
     result = cgroup_source(KubernetesConfig(proc_root=str(tmp_path)), processes=()).collect()
-    assert result.ok and status(result) == "" and result.pod_usage == ()
+    assert result.ok and status(result) == "" and result.reading.pods == ()
 
 
 def test_checkpoint_formats() -> None:
@@ -228,4 +228,4 @@ async def test_waits_for_the_kubelets_first_answer(tmp_path: Path) -> None:
     assert snap.pods_known is None and snap.pods == PodAssignments()
     src = PodProcessSource(config, processes=lambda: PROCESSES, pods=lambda: snap.pods_known)
     result = src.collect()
-    assert result.ok and result.pod_usage is None and status(result) == "kubelet_pending"
+    assert result.ok and result.reading is None and status(result) == "kubelet_pending"

@@ -8,7 +8,7 @@ from exporter.sources.profiling.families import AVAILABILITY, FAMILIES
 
 
 def status(result: SourceResult, gpu: str) -> ProfilingStatus | None:
-    return (result.profiling or {}).get(gpu)
+    return (result.reading.gpus if result.reading else {}).get(gpu)
 
 
 def sample_value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:

@@ -12,7 +12,9 @@ from exporter.readings import (
     ContainerGpus,
     Device,
     GpuState,
+    NvmlReading,
     PodAssignments,
+    ProfilingReading,
     ProfilingStatus,
     ProfilingWindow,
     ServedModel,
@@ -120,17 +122,16 @@ def results(
         SourceResult(
             source="nvml",
             timestamp=timestamp,
-            inventory=devices,
-            gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices}),
+            reading=NvmlReading(inventory=devices, gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices})),
         )
     ]
     if windows is not None:
-        out.append(SourceResult(source="gpm", timestamp=timestamp, profiling=dict(windows)))
+        out.append(SourceResult(source="gpm", timestamp=timestamp, reading=ProfilingReading(dict(windows))))
     if pods is not None:
-        out.append(SourceResult(source="kubelet", timestamp=timestamp, pods=pods))
+        out.append(SourceResult(source="kubelet", timestamp=timestamp, reading=pods))
     if serving is not None:
         state = ServingState(gpus=dict(serving))
-        out.append(SourceResult(source="serving", timestamp=timestamp, serving=state))
+        out.append(SourceResult(source="serving", timestamp=timestamp, reading=state))
     return out
 
 

@@ -28,6 +28,7 @@ from exporter.readings import (
     ContainerGpus,
     PodAssignments,
     PodUsage,
+    PodUsageReading,
     ProcessInfo,
 )
 from exporter.snapshot import SourceResult
@@ -142,7 +143,7 @@ class PodProcessSource(BlockingSource):
         return SourceResult(
             source=SOURCE,
             errors=errors,
-            pod_usage=usage(found),
+            reading=PodUsageReading(usage(found)),
             availability=(Availability(SOURCE),),
         )
 
@@ -176,6 +177,6 @@ class PodProcessSource(BlockingSource):
             ok=False,
             reason=reason,
             error=error,
-            pod_usage=(),
+            reading=PodUsageReading(),
             availability=(Availability(SOURCE, reason),),
         )

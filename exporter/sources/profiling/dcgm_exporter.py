@@ -27,7 +27,7 @@ import aiohttp
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.readings import Device, ProfilingStatus
+from exporter.readings import Device, ProfilingReading, ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.profiling.fields import NAMES, RATIO_FIELDS, build_window, normalise_uuid
@@ -208,7 +208,7 @@ class DcgmExporterSource(Source):
             self._gpu_state(device, reason)
             if self._publish(device.gpu, reason):
                 out[device.gpu] = status
-        return SourceResult(source=SOURCE, profiling=out, errors=errors)
+        return SourceResult(source=SOURCE, reading=ProfilingReading(out), errors=errors)
 
     def _wanted(self) -> list[Device]:
         return [
@@ -248,9 +248,13 @@ class DcgmExporterSource(Source):
                 out[device.gpu] = self._integrator.unavailable(device.gpu, SOURCE, exc.reason)
         if self.required:
             return SourceResult(
-                source=SOURCE, ok=False, reason=exc.reason, error=str(exc), profiling=out
+                source=SOURCE,
+                ok=False,
+                reason=exc.reason,
+                error=str(exc),
+                reading=ProfilingReading(out),
             )
-        return SourceResult(source=SOURCE, profiling=out, errors={exc.reason: 1})
+        return SourceResult(source=SOURCE, reading=ProfilingReading(out), errors={exc.reason: 1})
 
     def _publish(self, gpu: str, reason: str) -> bool:
         if self.selector is None:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from exporter.config import ModelConfig
 from exporter.model.core import ModelRates, Window
-from exporter.readings import Device, GpuState, ProfilingStatus, ProfilingWindow, ServedModel
+from exporter.readings import (
+    Device,
+    GpuState,
+    ProfilingStatus,
+    ProfilingWindow,
+    ServedModel,
+    ServingState,
+)
 from exporter.snapshot import Snapshot
 
 FP_PIPES = ("fp64", "fp32", "fp16")
@@ -146,8 +153,9 @@ class WindowBuilder:
     def _serving(self, gpu: str, snap: Snapshot, now: float) -> tuple[ModelRates, ...] | None:
         """Per served model rates, or None when nothing is attributed (or not yet a rate,
         or the serving source stopped updating)."""
-        models = snap.serving.gpus.get(gpu)
-        stamp = next((r.timestamp for r in snap.results.values() if r.serving is not None), None)
+        serving = snap.get(ServingState)
+        models = serving.gpus.get(gpu) if serving is not None else None
+        stamp = snap.stamp(ServingState)
         if not models or stamp is None:
             return None
         if self._age(gpu, "serving_result", stamp, now) > self.cfg.stale_after_seconds:
