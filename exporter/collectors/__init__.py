@@ -36,8 +36,8 @@ def is_enabled(collector: Collector, settings: Settings) -> bool:
     return collector.default(settings) if choice is None else choice
 
 
-def enabled(settings: Settings, registry: Iterable[Collector] = REGISTRY) -> list[Collector]:
-    return [c for c in registry if is_enabled(c, settings)]
+def enabled(settings: Settings) -> list[Collector]:
+    return [c for c in REGISTRY if is_enabled(c, settings)]
 
 
 def families(collectors: Iterable[Collector], settings: Settings) -> list[Group]:
