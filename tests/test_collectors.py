@@ -14,6 +14,7 @@ from exporter.daemon import build as build_daemon
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import REPO
+from tests.support.typed import gpus_of
 
 ON_FOR = {  # settings that switch a default-off collector on
     "kubelet": {"kubernetes": {"enabled": True}},
@@ -94,7 +95,7 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
     (off,) = [s for s in daemon.sources if isinstance(s, ProfilingOffSource)]
     off.inventory = lambda: (Device("0", "GPU-0"), Device("1", "GPU-1"))
     result = await off.poll()
-    assert {g: (s.backend, s.available, s.reason) for g, s in (result.reading.gpus if result.reading else {}).items()} == {
+    assert {g: (s.backend, s.available, s.reason) for g, s in gpus_of(result).items()} == {
         "0": ("none", False, "off"), "1": ("none", False, "off")}
 
 

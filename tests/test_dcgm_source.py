@@ -8,18 +8,18 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.readings import NvmlReading
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.profiling.dcgm import DcgmSource, HostEngineAddress
 from exporter.sources.profiling.dcgm_bindings import load_bindings
 from exporter.sources.profiling.select import ProfilingSelector
 from tests.support.profiling import profiling_available, sample_value
+from tests.support.typed import gpus_of
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())  # puts the fake modules on sys.path
 import fake_dcgm_engine  # noqa: E402
 from fake_dcgm_engine import FakeGpu, FakeHostEngine  # noqa: E402
-
-from exporter.readings import NvmlReading
 
 VALUES = {1001: 0.9, 1002: 0.8, 1003: 0.4, 1004: 0.5, 1005: 0.3, 1006: 0.0, 1007: 0.2,
           1008: 0.1, 1009: 1000.0, 1010: 2000.0, 1011: 3000.0, 1012: 4000.0, 1013: 0.05,
@@ -279,12 +279,12 @@ def test_connect_v2_unix_socket_and_embedded(engine, store, clock, monkeypatch) 
 def test_auto_mode_polls_only_gpus_gpm_declined(engine, store, clock) -> None:
     selector = ProfilingSelector(("gpm", "dcgm"))
     src = make(store, clock, selector=selector, required=False)
-    assert not (lambda r: r.reading and r.reading.gpus)(step(src, engine, clock))  # GPM has not probed yet: wait
+    assert not gpus_of(step(src, engine, clock))  # GPM has not probed yet: wait
     assert not any(c[0].startswith("dcgmConnect") for c in engine.calls)
     selector.report("gpm", "0", True)
     selector.report("gpm", "1", False, "unsupported")
     result = step(src, engine, clock)
-    assert set(result.reading.gpus if result.reading else {}) == {"1"}
+    assert set(gpus_of(result)) == {"1"}
     assert selector.owner("1") == "dcgm" and selector.owner("0") == "gpm"
 
 

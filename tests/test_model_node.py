@@ -104,7 +104,8 @@ class Node:
                          energy_joules=self.energy, memory_used_bytes=70e9,
                          memory_total_bytes=80e9, process_count=1)
         self.store.publish(SourceResult(source="nvml", timestamp=self.t,
-                                        reading=NvmlReading(inventory=self.devices, gpus={d.gpu: state for d in self.devices})))
+                                        reading=NvmlReading(self.devices, {
+                                            d.gpu: state for d in self.devices})))
         if move:
             self.sequence += 1
         profiling = {
@@ -112,7 +113,8 @@ class Node:
                                  sequence=self.sequence)
             for gpu, w in windows.items()
         }
-        self.store.publish(SourceResult(source="gpm", timestamp=self.t, reading=ProfilingReading(profiling)))
+        self.store.publish(SourceResult(source="gpm", timestamp=self.t,
+                                        reading=ProfilingReading(profiling)))
         if tokens_per_second is not None:
             self.tokens += tokens_per_second
             if flops_per_second is not None:
@@ -206,7 +208,7 @@ def test_non_finite_input_is_an_error_not_a_nan() -> None:
     node = Node()
     node.run(3, GEMM)
     bad = GpuState(utilization=math.nan, power_watts=500.0)
-    node.store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=node.devices, gpus={"0": bad})))
+    node.store.publish(SourceResult(source="nvml", reading=NvmlReading(node.devices, {"0": bad})))
     verdicts = node.model.step(node.store.current, 1.0)
     assert verdicts.errors["non_finite_input"] == 1
     v = one(verdicts)

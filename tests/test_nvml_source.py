@@ -12,13 +12,14 @@ from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml import FAMILIES, IDENTITY, NvmlSource
 from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from tests.conftest import ManualClock, make_node
+from tests.support.typed import gpus_of
 
 
 def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | None:
     """What /metrics would show for ``gpu``: the typed reading through the declared family
     (optional families included)."""
     readings = {
-        id(FAMILIES): (result.reading.gpus if result.reading else {}).get(gpu),
+        id(FAMILIES): gpus_of(result).get(gpu),
         id(IDENTITY): {d.gpu: d for d in result.reading.inventory or ()}.get(gpu),
     }
     for group in (FAMILIES, IDENTITY):
@@ -33,7 +34,7 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
 
 
 def processes(result: SourceResult) -> list[ProcessInfo]:
-    return [p for state in (result.reading.gpus if result.reading else {}).values() for p in state.processes]
+    return [p for state in gpus_of(result).values() for p in state.processes]
 
 
 def poll(nvml, clock: ManualClock, steps: int = 2, dt: float = 1.0) -> SourceResult:

@@ -19,6 +19,7 @@ from exporter.sources.profiling.dcgm_bindings import load_bindings
 from exporter.sources.profiling.families import AVAILABILITY
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.profiling.select import ProfilingSelector
+from tests.support.typed import gpus_of
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())
@@ -64,7 +65,7 @@ def _inventory() -> tuple[Device, ...]:
 
 def _rows(result: SourceResult, gpu: str) -> list[tuple[str, float, dict[str, str]]]:
     """goodput_gpu_profiling_available as /metrics shows it for this backend's status."""
-    status = (result.reading.gpus if result.reading else {}).get(gpu)
+    status = gpus_of(result).get(gpu)
     if status is None:
         return []
     fam = AVAILABILITY.families[0]
@@ -134,10 +135,10 @@ def test_mixed_node_gpm_on_hopper_dcgm_on_ampere() -> None:
         d2 = dcgm.collect()
     assert _rows(g1, "1") == [("goodput_gpu_profiling_available", 0.0,
                                {"source": "gpm", "reason": "unsupported"})]
-    assert set(d1.reading.gpus if d1.reading else {}) == {"1"}  # DCGM never touches the H100
+    assert set(gpus_of(d1)) == {"1"}  # DCGM never touches the H100
     assert _rows(d2, "1") == [("goodput_gpu_profiling_available", 1.0,
                                {"source": "dcgm", "reason": ""})]
-    assert "1" not in (g2.reading.gpus if g2.reading else {})  # GPM steps aside once DCGM serves GPU 1
+    assert "1" not in gpus_of(g2)  # GPM steps aside once DCGM serves GPU 1
     assert selector.owner("0") == "gpm" and selector.owner("1") == "dcgm"
     chosen = [e for e in logs if e["event"] == "profiling_source_selected"]
     assert [(e["gpu"], e["source"]) for e in chosen] == [("0", "gpm"), ("1", "dcgm")]

@@ -25,7 +25,7 @@ DEVICES = (Device("0", "GPU-0"), Device("1", "GPU-1"))
 
 def test_publish_swaps_and_shares_the_other_results() -> None:
     store = SnapshotStore("n")
-    nvml = SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES, gpus={"0": GpuState()}))
+    nvml = SourceResult(source="nvml", reading=NvmlReading(DEVICES, {"0": GpuState()}))
     first = store.publish(nvml)
     second = store.publish(SourceResult(source="xid"))
     assert second.version == first.version + 1
@@ -108,7 +108,7 @@ def test_debug_json_is_plain() -> None:
     import json
 
     store = SnapshotStore("n")
-    store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES, gpus={"0": GpuState()})))
+    store.publish(SourceResult(source="nvml", reading=NvmlReading(DEVICES, {"0": GpuState()})))
     doc = json.loads(json.dumps(store.current.to_json()))
     assert doc["sources"]["nvml"]["inventory"][1]["uuid"] == "GPU-1"
 
@@ -125,7 +125,8 @@ def test_results_and_verdicts_racing_lose_neither_and_readers_see_a_growing_vers
 
     def results() -> None:
         for i in range(rounds):
-            store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES), timestamp=float(i)))
+            reading = NvmlReading(inventory=DEVICES)
+            store.publish(SourceResult(source="nvml", reading=reading, timestamp=float(i)))
 
     def verdicts() -> None:
         for i in range(rounds):

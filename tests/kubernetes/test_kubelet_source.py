@@ -169,7 +169,8 @@ async def test_erroring_server_reports_error_and_drops_stale_mapping(
     standin.fail = grpc.StatusCode.INTERNAL
     result = await src.poll()
     assert status(result) == "error" and "INTERNAL" in result.error
-    assert holders(result, "0") == () and result.reading is not None and not result.reading.containers
+    assert holders(result, "0") == ()
+    assert result.reading is not None and not result.reading.containers
     standin.fail = grpc.StatusCode.RESOURCE_EXHAUSTED
     assert status(await src.poll()) == "rate_limited"
     standin.fail = None

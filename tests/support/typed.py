@@ -122,11 +122,15 @@ def results(
         SourceResult(
             source="nvml",
             timestamp=timestamp,
-            reading=NvmlReading(inventory=devices, gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices})),
+            reading=NvmlReading(
+                inventory=devices,
+                gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices}),
+            ),
         )
     ]
     if windows is not None:
-        out.append(SourceResult(source="gpm", timestamp=timestamp, reading=ProfilingReading(dict(windows))))
+        reading = ProfilingReading(dict(windows))
+        out.append(SourceResult(source="gpm", timestamp=timestamp, reading=reading))
     if pods is not None:
         out.append(SourceResult(source="kubelet", timestamp=timestamp, reading=pods))
     if serving is not None:
@@ -141,3 +145,9 @@ def snapshot_with(*published: SourceResult, node: str = "node-a") -> Snapshot:
     for result in published:
         store.publish(result)
     return store.current
+
+
+def gpus_of(result: SourceResult) -> Mapping[str, object]:
+    """A per-GPU reading's map (NVML, XID, profiling), empty when the poll read nothing."""
+    reading = result.reading
+    return getattr(reading, "gpus", {}) if reading is not None else {}
