@@ -37,6 +37,13 @@ class ConfigError(Exception):
     """A bad key or value; the message names it. The CLI exits 2 on this."""
 
 
+def http_url(value: str, what: str) -> str:
+    """The one URL check: scrape targets must be http(s) URLs (the message names ``what``)."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"{what} {value!r} is not an http(s) URL")
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -111,9 +118,7 @@ class ServingTarget(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"serving target {value!r} is not an http(s) URL")
-        return value
+        return http_url(value, "serving target")
 
     @field_validator("engine")
     @classmethod
@@ -151,10 +156,7 @@ class ServingConfig(Section):
     @field_validator("extra_targets")
     @classmethod
     def _check_extra(cls, value: list[str]) -> list[str]:
-        for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"serving target {url!r} is not an http(s) URL")
-        return value
+        return [http_url(url, "serving target") for url in value]
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
@@ -246,10 +248,8 @@ class ProfilingConfig(Section):
     def _check_mode(self) -> ProfilingConfig:
         if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
             raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
-        if self.dcgm_exporter_url and not self.dcgm_exporter_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ValueError("profiling.dcgm_exporter_url must start with http:// or https://")
+        if self.dcgm_exporter_url:
+            http_url(self.dcgm_exporter_url, "profiling.dcgm_exporter_url")
         return self
 
 

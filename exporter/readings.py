@@ -125,10 +125,6 @@ class ProfilingWindow:
         """(direction, bytes/s) of ``link`` (pcie | nvlink)."""
         return self.pcie_bytes_per_second if link == "pcie" else self.nvlink_bytes_per_second
 
-    def link_rate(self, link: str, direction: str) -> float | None:
-        return dict(self.link_rates(link)).get(direction)
-
-
 @dataclass(frozen=True, slots=True)
 class ProfilingTotals:
     """Window ratios integrated over time, so ``rate()`` of them is exact over any range."""
@@ -247,10 +243,6 @@ class ServedModel:
     """Cumulative FLOPs the engine estimates it ran on this GPU."""
     preemptions: float | None = None
     busy_seconds: float | None = None
-
-    def token_total(self, kinds: frozenset[str] | None = None) -> float:
-        return sum(v for k, v in self.tokens if kinds is None or k in kinds)
-
 
 @dataclass(frozen=True, slots=True)
 class TargetStatus:

@@ -19,6 +19,7 @@ from exporter.metrics.self_metrics import SelfMetrics
 from exporter.model.node import NodeModel
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
+from exporter.util import OnChange
 
 log = structlog.get_logger("scheduler")
 
@@ -77,7 +78,7 @@ class Scheduler:
         self.after_publish = after_publish
         self._tasks: list[asyncio.Task[None]] = []
         self._task_sources: list[Source] = []
-        self._last_state: dict[str, tuple[bool, str]] = {}
+        self._log = OnChange(log)
 
     async def start(self) -> None:
         """Start every source's loop. The inventory sources (``starts_first``) start first and
@@ -183,12 +184,12 @@ class Scheduler:
         for reason, count in result.errors.items():
             m.errors.labels(m.node, name, reason).inc(count)
         state = (result.ok, result.reason)
-        if self._last_state.get(name) != state:
-            if result.ok:
-                log.info("source_ok", source=name, duration_seconds=round(duration, 4))
-            else:
-                log.error("source_failed", source=name, reason=result.reason, error=result.error)
-            self._last_state[name] = state
+        if result.ok:
+            self._log(name, state, None, event="source_ok", source=name,
+                      duration_seconds=round(duration, 4))
+        else:
+            self._log(name, state, None, event="source_failed", level="error", source=name,
+                      reason=result.reason, error=result.error)
 
 
 def _with_duration(result: SourceResult, duration: float) -> SourceResult:

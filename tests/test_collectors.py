@@ -43,8 +43,8 @@ def test_no_collector_flag_removes_its_sources_and_families(name: str) -> None:
     entry = next(c for c in collectors.REGISTRY if c.name == name)
     assert collectors.is_enabled(entry, on_settings)
     assert not collectors.is_enabled(entry, off_settings)
-    on_families = {f.name for _, f in on.exposition._encoder.families()}
-    off_families = {f.name for _, f in off.exposition._encoder.families()}
+    on_families = {f.name for g in on.exposition._encoder.groups for f in g.families}
+    off_families = {f.name for g in off.exposition._encoder.groups for f in g.families}
     mine = {f.name for group in entry.families(on_settings) for f in group.families}
     assert not (mine & off_families)
     assert mine & on_families or not mine

@@ -23,6 +23,7 @@ from exporter.readings import (
     ServingState,
 )
 from exporter.snapshot import Snapshot
+from exporter.util import finite as _finite
 
 FP_PIPES = ("fp64", "fp32", "fp16")
 NO_FORWARD_PASS = frozenset({"prompt_cached"})
@@ -42,10 +43,6 @@ class _Seen:
 
     value: float
     changed_at: float
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _link_use(device: Device, window: ProfilingWindow | None) -> tuple[tuple[str, float], ...]:

@@ -33,6 +33,7 @@ from exporter.sources.base import Source
 from exporter.sources.profiling.fields import NAMES, RATIO_FIELDS, build_window, normalise_uuid
 from exporter.sources.profiling.integrator import ProfilingIntegrator
 from exporter.sources.profiling.select import ProfilingSelector
+from exporter.util import OnChange
 
 log = structlog.get_logger("dcgm_exporter")
 
@@ -162,7 +163,7 @@ class DcgmExporterSource(Source):
         self._last_scrape_at = 0.0
         self._scrape_reason = "pending"
         self._gpu_reason: dict[str, str] = {}
-        self._vocabulary = ""
+        self._log = OnChange(log)
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -186,9 +187,9 @@ class DcgmExporterSource(Source):
         except _ScrapeError as exc:
             return self._failed(devices, exc)
         self._scrape_state("", "")
-        if scrape.vocabulary and scrape.vocabulary != self._vocabulary:
-            self._vocabulary = scrape.vocabulary
-            log.info("dcgm_exporter_vocabulary", url=self.url, vocabulary=scrape.vocabulary)
+        if scrape.vocabulary:
+            self._log("vocabulary", scrape.vocabulary, "", event="dcgm_exporter_vocabulary",
+                      url=self.url)
         gap = now - self._last_scrape_at if self._last_scrape_at else self.interval
         self._last_scrape_at = now
         seconds = min(gap, MAX_WINDOW)
