@@ -66,7 +66,7 @@ def make(store: SnapshotStore, clock: Clock, host: str = "localhost:5555", **kw:
 def step(src: DcgmSource, engine: FakeHostEngine, clock: Clock, dt: float = 1.0) -> SourceResult:
     clock.t += dt
     engine.advance(dt)
-    return src.collect()
+    return src.poll_blocking()
 
 
 def value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:
@@ -108,7 +108,7 @@ def test_no_new_dcgm_sample_repeats_without_integrating(engine, store, clock) ->
     src = make(store, clock)
     step(src, engine, clock)
     clock.t += 1
-    again = src.collect()  # engine did not sample again
+    again = src.poll_blocking()  # engine did not sample again
     assert value(again, "0", "goodput_gpu_profiled_seconds_total") == pytest.approx(1.0)
     assert value(again, "0", "goodput_gpu_sm_active_ratio") == pytest.approx(0.8)
 

@@ -42,7 +42,7 @@ def test_instances_carry_the_profile_from_their_nvml_name(clock: ManualClock) ->
     source = NvmlSource(session, clock=clock)
     source.open()
     try:
-        result = source.collect()
+        result = source.poll_blocking()
     finally:
         source.shutdown()
     gpus = {d.gpu: d for d in result.reading.inventory or ()}
@@ -70,7 +70,7 @@ def run(clock: ManualClock, steps: int) -> NodeVerdicts:
         for i in range(1, steps + 1):
             clock.advance(1.0)
             for source in sources:
-                store.publish(source.collect())
+                store.publish(source.poll_blocking())
             models = {gpu: (served(1000.0 * i, flops=ENGINE_FLOPS * i),) for gpu in SLICES}
             store.publish(
                 SourceResult(source="serving", timestamp=clock(), reading=ServingState(gpus=models))

@@ -128,11 +128,11 @@ def test_mixed_node_gpm_on_hopper_dcgm_on_ampere() -> None:
     dcgm = DcgmSource(_inventory, bindings_path=FAKE_DIR, selector=selector,
                       loader=lambda p: load_bindings(p, search_paths=()))
     with capture_logs() as logs:
-        g1 = gpm.collect()
-        d1 = dcgm.collect()
+        g1 = gpm.poll_blocking()
+        d1 = dcgm.poll_blocking()
         fake_dcgm_engine.ENGINE.advance()
-        g2 = gpm.collect()
-        d2 = dcgm.collect()
+        g2 = gpm.poll_blocking()
+        d2 = dcgm.poll_blocking()
     assert _rows(g1, "1") == [("goodput_gpu_profiling_available", 0.0,
                                {"source": "gpm", "reason": "unsupported"})]
     assert set(gpus_of(d1)) == {"1"}  # DCGM never touches the H100

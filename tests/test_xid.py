@@ -18,7 +18,7 @@ def test_xid_events_are_counted(sim, clock):
         sim.inject_xid(1, 13)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            result = source.collect()
+            result = source.poll_blocking()
             counts = {
                 (g, code, n) for g, state in gpus_of(result).items() for code, n in state.counts
             }
@@ -41,7 +41,7 @@ def test_lost_gpu_raises_xid_79(sim, clock):
         deadline = time.monotonic() + 5
         seen = None
         while time.monotonic() < deadline and not seen:
-            result = source.collect()
+            result = source.poll_blocking()
             state = gpus_of(result).get("7")
             seen = state.counts if state else None
             time.sleep(0.05)

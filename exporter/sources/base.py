@@ -49,7 +49,7 @@ class BlockingSource(Source):
         await asyncio.get_running_loop().run_in_executor(self._executor, self.open)
 
     async def poll(self) -> SourceResult:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.collect)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.poll_blocking)
 
     async def close(self) -> None:
         try:
@@ -61,7 +61,8 @@ class BlockingSource(Source):
         """Blocking part of :meth:`start`."""
 
     @abc.abstractmethod
-    def collect(self) -> SourceResult: ...
+    def poll_blocking(self) -> SourceResult:
+        """Blocking part of :meth:`poll` (one verb for a source's act: poll)."""
 
     def shutdown(self) -> None:
         """Blocking part of :meth:`close`."""

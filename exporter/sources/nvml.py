@@ -92,7 +92,7 @@ class NvmlSource(SessionSource):
         self._polls = 0
         self._cached: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         now = self.clock()
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now

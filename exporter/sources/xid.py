@@ -98,7 +98,7 @@ class XidSource(SessionSource):
                 self._last[gpu] = xid
             log.error("xid_event", gpu=gpu, xid=xid)
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         with self._lock:
             if self._error and self._thread is None:
                 return SourceResult(source=SOURCE, ok=False, reason=self._reason, error=self._error)

@@ -73,7 +73,7 @@ def render(openmetrics: bool = False) -> str:
         for _ in range(POLLS):
             clock.now += 1.0
             for s in sources:
-                store.publish(s.collect())
+                store.publish(s.poll_blocking())
             store.publish_verdicts(model.step(store.current, 1.0))
         return encoder.encode(store.current, openmetrics=openmetrics).decode()
     finally:

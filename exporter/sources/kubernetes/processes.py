@@ -103,7 +103,7 @@ class PodProcessSource(BlockingSource):
         self._pods = pods
         self._log = OnChange(log)
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         root = self._config.proc_root
         if not os.path.isdir(root):
             return self._failed("proc_missing", f"proc root {root} is not a directory")

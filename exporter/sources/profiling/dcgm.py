@@ -181,7 +181,7 @@ class DcgmSource(BlockingSource):
     def shutdown(self) -> None:
         self._disconnect()
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         devices = self._wanted()
         if not devices:
             return SourceResult(source=SOURCE)  # GPM (or nothing) covers every GPU: stay idle

@@ -70,7 +70,7 @@ class GpmSource(SessionSource):
         self._states.clear()
         super().shutdown()
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         statuses: dict[str, ProfilingStatus] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:
