@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.config import Settings
+from exporter.config import Section, Settings
 from exporter.metrics.families import Group
 from exporter.snapshot import SnapshotStore
 from exporter.sources.base import Source
@@ -39,6 +39,8 @@ class Collector:
     owner, so ``Snapshot.get(kind)`` finds it."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
+    config: type[Section] | None = None
+    """That section's schema (``exporter/config.py``), from which its flags are made."""
 
 
 def always(_: Settings) -> bool:

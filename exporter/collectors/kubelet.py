@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.collectors.base import Collector, Context
-from exporter.config import Settings
+from exporter.config import KubernetesConfig, Settings
 from exporter.metrics.families import Group, erase
 from exporter.readings import PodAssignments, PodJobs
 from exporter.sources.base import Source
@@ -42,4 +42,5 @@ COLLECTOR = Collector(
     _families,
     readings=(PodAssignments, PodJobs),
     section="kubernetes",
+    config=KubernetesConfig,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.collectors.base import Collector, always, no_sources
-from exporter.config import Settings
+from exporter.config import ModelConfig, Settings
 from exporter.metrics.families import Group, erase
 
 
@@ -20,4 +20,5 @@ COLLECTOR = Collector(
     no_sources,
     _families,
     section="model",
+    config=ModelConfig,
 )

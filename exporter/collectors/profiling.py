@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
+from exporter.config import ProfilingConfig, Settings
 from exporter.metrics.families import Group, erase
 from exporter.readings import ProfilingReading
 from exporter.sources.base import Source
@@ -33,4 +33,5 @@ COLLECTOR = Collector(
     _families,
     readings=(ProfilingReading,),
     section="profiling",
+    config=ProfilingConfig,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
+from exporter.config import ServingConfig, Settings
 from exporter.metrics.families import Group, erase
 from exporter.readings import ServingState
 from exporter.sources.base import Source
@@ -38,4 +38,5 @@ COLLECTOR = Collector(
     _families,
     readings=(ServingState,),
     section="serving",
+    config=ServingConfig,
 )
