@@ -439,9 +439,6 @@ class GpuModel:
             for reason in UNPRODUCTIVE_REASONS
         }
 
-    def evaluate(self, window: Window) -> Verdict:
-        return self.debounce(assess(window, self.cfg))
-
     def debounce(self, a: Assessment) -> Verdict:
         """Feed one window's assessment (possibly adjusted by the node step) through the
         hysteresis of the regime and of both flags."""

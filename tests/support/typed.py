@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from exporter.model.core import GpuModel, Verdict, Window, assess
 from exporter.readings import (
     ContainerGpus,
     Device,
@@ -151,3 +152,8 @@ def gpus_of(result: SourceResult) -> Mapping[str, object]:
     """A per-GPU reading's map (NVML, XID, profiling), empty when the poll read nothing."""
     reading = result.reading
     return getattr(reading, "gpus", {}) if reading is not None else {}
+
+
+def evaluate(model: GpuModel, window: Window) -> Verdict:
+    """One GPU's verdict for one window, as the node step makes it when no peer adjusts it."""
+    return model.debounce(assess(window, model.cfg))
