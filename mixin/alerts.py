@@ -26,12 +26,16 @@ HEADER = """\
 
 POD = "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
 # For alerts with several series per GPU (one per XID, one per model), which cannot join
-# goodput_gpu_pod_info one-to-many: the pods are looked up when the notification is made.
-# Query results come in no fixed order: sort them (sortByLabel is stable).
+# goodput_gpu_pod_info one-to-many: the pods are looked up when the notification is made,
+# grouped so that an old and a new exporter pod reporting the same pod name it once.
+# Query results come in no fixed order: sort them (sortByLabel is stable). Every lookup is
+# scoped by cluster too: a global ruler sees the GPU 0 of every cluster's node "n1".
 SORT_PODS = '| sortByLabel "POD" | sortByLabel "NAMESPACE"'
-PODS_LOOKUP = ('{{ range printf "goodput_gpu_pod_info{NODE=%q,GPU=%q}" $labels.node '
-               f'$labels.gpu | query {SORT_PODS} }}}} (pod {{{{ .Labels.namespace }}}}/'
-               '{{ .Labels.pod }}){{ end }}')
+GPU_ARGS = "$labels.cluster $labels.node $labels.gpu"
+PODS_QUERY = ('group by (NAMESPACE, POD) '
+              '(goodput_gpu_pod_info{CLUSTER=%q,NODE=%q,GPU=%q})')
+PODS_LOOKUP = (f'{{{{ range printf "{PODS_QUERY}" {GPU_ARGS} | query {SORT_PODS} }}}}'
+               ' (pod {{ .Labels.namespace }}/{{ .Labels.pod }}){{ end }}')
 
 
 def human(duration: str) -> str:
@@ -43,8 +47,9 @@ def human(duration: str) -> str:
 
 
 def _value(query: str, fmt: str) -> str:
-    """A template that runs ``query`` (a printf pattern over node and gpu) and formats it."""
-    return (f'{{{{ with printf "{query}" $labels.node $labels.gpu | query }}}}'
+    """A template that runs ``query`` (a printf pattern over cluster, node and gpu) and
+    formats it."""
+    return (f'{{{{ with printf "{query}" {GPU_ARGS} | query }}}}'
             f"{{{{ . | first | value | {fmt} }}}}{{{{ end }}}}")
 
 
@@ -55,8 +60,10 @@ def _labels(cfg: Config, text: str) -> str:
              "cluster": lb.cluster}
     text = re.sub(r"(\$labels|\.Labels)\.(\w+)", lambda m: f"{m[1]}.{names.get(m[2], m[2])}",
                   text)
-    for placeholder, name in (("NODE=%q", f"{lb.node}=%q"), ("GPU=%q", f"{lb.gpu}=%q"),
-                              ('"POD"', f'"{lb.pod}"'), ('"NAMESPACE"', f'"{lb.namespace}"')):
+    for placeholder, name in (("CLUSTER=%q", f"{lb.cluster}=%q"), ("NODE=%q", f"{lb.node}=%q"),
+                              ("GPU=%q", f"{lb.gpu}=%q"), ('"POD"', f'"{lb.pod}"'),
+                              ('"NAMESPACE"', f'"{lb.namespace}"'),
+                              ("(NAMESPACE, POD)", f"({lb.namespace}, {lb.pod})")):
         text = text.replace(placeholder, name)
     return text
 
@@ -64,7 +71,7 @@ def _labels(cfg: Config, text: str) -> str:
 def alert_rules(cfg: Config) -> dict[str, Any]:
     q = PromQL(cfg)
     w = cfg.windows
-    gk = q.gpu_key
+    gk, gb, nb = q.gpu_key, q.gpu_by, q.node_by
     util = q.s("goodput:gpu_utilization:ratio_rate5m")
     sm = q.s("goodput:gpu_sm_active:ratio_rate5m")
     th = {name: a.thresholds for name, a in cfg.alerts.items()}
@@ -98,18 +105,20 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} had a kernel running "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate}, but its SMs were "
             "active only "
-            + _value("goodput:gpu_sm_active:ratio_rate5m{NODE=%q,GPU=%q}", "humanizePercentage")
+            + _value("goodput:gpu_sm_active:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
+                     "humanizePercentage")
             + " of the time: utilisation is hollow (tiny kernels, launch or sync bound)."),
         alert("GPUBusyNoOutput", q.with_pods(
             f"{util} >= {no_out['min_utilization']:g}\n  and on ({gk})\n"
-            f"  (sum by ({gk}) ({q.s('goodput:gpu_tokens:rate5m')})"
+            f"  (sum by ({gb}) ({q.s('goodput:gpu_tokens:rate5m')})"
             f" < {no_out['max_tokens_per_second']:g})"),
             "GPU {{ $labels.gpu }} on {{ $labels.node }} is busy but its serving engine "
             "produces almost no tokens",
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} ran kernels "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate} while the serving "
             "engine attached to it produced "
-            + _value("sum(goodput:gpu_tokens:rate5m{NODE=%q,GPU=%q})", 'printf "%.2f"')
+            + _value("sum(goodput:gpu_tokens:rate5m{CLUSTER=%q,NODE=%q,GPU=%q})",
+                     'printf "%.2f"')
             + " tokens/s."),
         alert("GPUAllocatedIdle", q.with_pods(
             f"{util} < {idle['max_utilization']:g}\n  and on ({gk})\n"
@@ -125,11 +134,13 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             "On average {{ $value | printf \"%.1f\" }} requests waited in the queue of the engine "
             f"on GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} over {w.rate}, yet the "
             "GPU ran kernels only "
-            + _value("goodput:gpu_utilization:ratio_rate5m{NODE=%q,GPU=%q}",
+            + _value("goodput:gpu_utilization:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
                      "humanizePercentage")
             + " of the time: the host side (scheduler, tokenizer, input pipeline) is the "
             "bottleneck."),
-        alert("GPUJobStraggler", "goodput:job_straggler:gap_rate5m",
+        alert("GPUJobStraggler",
+              f"{q.s('goodput:job_straggler:gap_rate5m')}"
+              f" >= {th['GPUJobStraggler']['min_sm_active_gap']:g}",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} holds job {{ $labels.namespace }}/"
               "{{ $labels.job_name }} back",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} kept its SMs busy "
@@ -139,46 +150,54 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "noisy neighbour on that node."),
         alert("GPULowGoodputVsFleet",
               f"{q.s('goodput:gpu_tokens_per_sm_second:ratio_rate5m')}\n"
-              f"  < on (model) group_left ()\n"
+              f"  < on ({q.target}, model) group_left ()\n"
               f"  ({fleet['max_share_of_median']:g}"
-              " * goodput:model_tokens_per_sm_second:median_rate5m)\n"
-              f"and on (model) (goodput:model_gpus:count >= {fleet['min_fleet_gpus']:g})",
+              f" * {q.s('goodput:model_tokens_per_sm_second:median_rate5m')})\n"
+              f"and on ({q.target}, model)\n"
+              f"  ({q.s('goodput:model_gpus:count')} >= {fleet['min_fleet_gpus']:g})",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} makes far fewer tokens per SM-second "
               "than the fleet for {{ $labels.model }}",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{PODS_LOOKUP} produced "
               "{{ $value | printf \"%.1f\" }} {{ $labels.model }} tokens per SM-second over "
               f"{w.rate}; the fleet median for that model is "
-              '{{ with printf "goodput:model_tokens_per_sm_second:median_rate5m{model=%q}" '
-              '$labels.model | query }}{{ . | first | value | printf "%.1f" }}{{ end }}.'),
+              '{{ with printf "goodput:model_tokens_per_sm_second:median_rate5m'
+              '{CLUSTER=%q,model=%q}" $labels.cluster $labels.model | query }}'
+              '{{ . | first | value | printf "%.1f" }}{{ end }}.'),
     ]
 
     stale = th["GoodputExporterStale"]
     errors = th["GoodputExporterSourceErrors"]
     up = f"(up{{{cfg.selector}}} == 0)"
+    avail = q.s("goodput_gpu_profiling_available")
+    tk = f"{q.target}, instance"  # one scrape target
     exporter = [
         alert("GPUProfilingUnavailable",
-              f"{q.s('goodput_gpu_profiling_available')} == 0\n"
-              f"unless on ({gk}) ({q.s('goodput_gpu_profiling_available')} == 1)",
+              f"max by ({gb}, source, reason) ({avail}) == 0\n"
+              f"unless on ({gk}) (max by ({gb}) ({avail}) == 1)",
               "No profiling counters for GPU {{ $labels.gpu }} on {{ $labels.node }}",
               "Profiling source {{ $labels.source }} is unavailable for GPU {{ $labels.gpu }} on "
               "{{ $labels.node }} (reason: {{ $labels.reason }}) and no other source provides "
               "SM activity: busy-but-unproductive cannot be detected on it."),
-        alert("GPUProfilingStale", f"{q.s('goodput_gpu_profiling_stale')} == 1",
+        alert("GPUProfilingStale",
+              f"min by ({gb}) ({q.s('goodput_gpu_profiling_stale')}) == 1",
               "Profiling counters of GPU {{ $labels.gpu }} on {{ $labels.node }} are stale",
               "The exporter marked the profiling counters of GPU {{ $labels.gpu }} on "
               "{{ $labels.node }} stale (silent zeros while the GPU is busy, or too old) for "
               f"{human(cfg.alerts['GPUProfilingStale'].for_)}; its SM activity, tensor activity "
               "and "
               "regime cannot be trusted. Kernel-time utilisation is "
-              + _value("goodput:gpu_utilization:ratio_rate5m{NODE=%q,GPU=%q}",
+              + _value("goodput:gpu_utilization:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
                        "humanizePercentage") + "."),
-        # The node label comes from the target's last build_info; a target that never came up
-        # is matched by the job selector alone.
+        # The node label comes from goodput:exporter_node:info, which remembers each
+        # target's node for as long as the target exists, however long it has been down; a
+        # target that never came up keeps the node label of `up` if the scrape config sets
+        # one. Exporter pod labels (namespace, pod) stay out: they would route the alert to
+        # the monitoring namespace's team.
         alert("GoodputExporterDown",
-              f"{up}\n  * on (job, instance) group_left ({cfg.labels.node})\n"
-              "  topk by (job, instance) (1, last_over_time("
-              f"{q.s('goodput_exporter_build_info')}[{w.build_info_lookback}]))\n"
-              f"or on (job, instance)\n{up}",
+              f"max by ({tk}, {cfg.labels.node}) (\n"
+              f"  {up}\n    * on ({tk}) group_left ({cfg.labels.node})\n"
+              f"    {q.s('goodput:exporter_node:info')}\n"
+              f"  or on ({tk})\n  {up}\n)",
               "gpu-goodput-exporter {{ $labels.instance }}{{ with $labels.node }} on {{ . }}"
               "{{ end }} is down",
               "Prometheus failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) for "
@@ -186,7 +205,8 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "hardware "
               "alert can fire for {{ with $labels.node }}node {{ . }}{{ else }}its node{{ end }}."),
         alert("GoodputExporterStale",
-              f"time() - {q.s('goodput_exporter_last_success_timestamp_seconds')}"
+              f"time() - max by ({nb}, source) "
+              f"({q.s('goodput_exporter_last_success_timestamp_seconds')})"
               f" > {stale['max_age_seconds']:g}",
               "Source {{ $labels.source }} of the exporter on {{ $labels.node }} has not "
               "succeeded for {{ $value | humanizeDuration }}",
@@ -194,7 +214,7 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "{{ $labels.source }} source last succeeded {{ $value | humanizeDuration }} ago: "
               "the metrics it serves from that source are frozen."),
         alert("GoodputExporterSourceErrors",
-              "sum without (reason) (increase("
+              f"sum by ({nb}, source) (increase("
               f"{q.s('goodput_exporter_source_errors_total')}[{w.source_errors}]))"
               f" >= {errors['min_errors']:g}",
               "Source {{ $labels.source }} of the exporter on {{ $labels.node }} keeps failing",
@@ -202,13 +222,16 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "{{ $value | printf \"%.0f\" }} times in " + human(w.source_errors) + ", for "
               f"{human(cfg.alerts['GoodputExporterSourceErrors'].for_)}; see the `reason` label of "
               "goodput_exporter_source_errors_total."),
-        alert("ServingTargetDown", f"{q.s('goodput_serving_target_up')} == 0",
+        # Down as long as no exporter pod of the node reaches it.
+        alert("ServingTargetDown",
+              f"max by ({nb}, target, engine, model) ({q.s('goodput_serving_target_up')}) == 0",
               "Serving engine {{ $labels.target }} on {{ $labels.node }} cannot be scraped",
               "The exporter on {{ $labels.node }} failed to scrape the {{ $labels.engine }} "
               "engine at {{ $labels.target }} ({{ $labels.model }}) for "
               f"{human(cfg.alerts['ServingTargetDown'].for_)} "
-              '({{ with printf "goodput_serving_target_error_info{NODE=%q,target=%q}" '
-              "$labels.node $labels.target | query }}reason: {{ (. | first).Labels.reason }}"
+              '({{ with printf "goodput_serving_target_error_info{CLUSTER=%q,NODE=%q,target=%q}" '
+              "$labels.cluster $labels.node $labels.target | query }}"
+              "reason: {{ (. | first).Labels.reason }}"
               "{{ else }}no reason reported{{ end }}): tokens, queue and KV cache of its GPUs "
               "are unknown."),
     ]
@@ -230,7 +253,7 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "GPU {{ $labels.gpu }} on {{ $labels.node }} is thermally throttled",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} had its clocks held down for "
               f"temperature {{{{ $value | humanizePercentage }}}} of the time over {w.rate}; it "
-              "is at " + _value("goodput_gpu_temperature_celsius{NODE=%q,GPU=%q}",
+              "is at " + _value("goodput_gpu_temperature_celsius{CLUSTER=%q,NODE=%q,GPU=%q}",
                                 'printf "%.0f"') + " °C."),
         alert("GPUPowerBrake",
               f"{q.s('goodput:gpu_power_brake:ratio_rate5m')} > {brake['max_brake_ratio']:g}",
@@ -240,18 +263,19 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               f"{w.rate}: the system (power supply or baseboard) asserted it, not the GPU's own "
               "power limit."),
         alert("GPUEccUncorrectable", q.with_pods(
-            f"increase({ecc}"
-            f"[{w.ecc}]) > 0", ["type"]),
+            q.per_gpu("sum", f"increase({ecc}[{w.ecc}])", "type") + " > 0", ["type"]),
             "Uncorrectable ECC errors on GPU {{ $labels.gpu }} on {{ $labels.node }}",
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} counted "
             "{{ $value | printf \"%.0f\" }} uncorrectable ECC error(s) in "
             f"{human(w.ecc)}: results computed on it may be corrupt."),
-        alert("GPURowRemapFailure", f"{q.s('goodput_gpu_row_remap_failure')} == 1",
+        alert("GPURowRemapFailure",
+              f"max by ({gb}) ({q.s('goodput_gpu_row_remap_failure')}) == 1",
               "Row remapping failed on GPU {{ $labels.gpu }} on {{ $labels.node }}",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} could not remap a failing memory row "
               "(value {{ $value }}): its memory has no spare rows left for that bank and the GPU "
               "should be replaced."),
-        alert("GPURowRemapPending", f"{q.s('goodput_gpu_row_remap_pending')} == 1",
+        alert("GPURowRemapPending",
+              f"max by ({gb}) ({q.s('goodput_gpu_row_remap_pending')}) == 1",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} needs a reset to apply a row remap",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} has a memory row remap pending (value "
               f"{{{{ $value }}}}) for {human(cfg.alerts['GPURowRemapPending'].for_)}; it takes "
@@ -259,14 +283,13 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
               "the next GPU reset."),
         # Not joined to the pods: a GPU shared by two namespaces must make one notification;
         # the description names every pod instead.
-        alert("GPULost", f"{q.s('goodput_gpu_up')} == 0",
+        alert("GPULost", f"max by ({gb}, reason) ({q.s('goodput_gpu_up')}) == 0",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} is unreachable ({{ $labels.reason }})",
               "NVML could not read GPU {{ $labels.gpu }}"
-              '{{ with printf "goodput_gpu_info{NODE=%q,GPU=%q}" $labels.node $labels.gpu | '
+              f'{{{{ with printf "goodput_gpu_info{{CLUSTER=%q,NODE=%q,GPU=%q}}" {GPU_ARGS} | '
               "query }} (uuid {{ (. | first).Labels.uuid }}){{ end }} on {{ $labels.node }} for "
               f"{human(cfg.alerts['GPULost'].for_)}, reason {{{{ $labels.reason }}}}"
-              '{{ range printf "goodput_gpu_pod_info{NODE=%q,GPU=%q}" $labels.node $labels.gpu'
-              f" | query {SORT_PODS} }}}}"
+              f'{{{{ range printf "{PODS_QUERY}" {GPU_ARGS} | query {SORT_PODS} }}}}'
               "; pod {{ .Labels.namespace }}/{{ .Labels.pod }} has lost it{{ end }}. "
               "Its other alerts are inhibited while this one fires."),
     ]

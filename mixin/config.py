@@ -60,7 +60,6 @@ class Windows(Strict):
     xid: str = "10m"
     ecc: str = "10m"
     source_errors: str = "15m"
-    build_info_lookback: str = "1h"
 
     _check = field_validator("*")(classmethod(lambda cls, v: _duration(v)))
 
@@ -80,7 +79,7 @@ THRESHOLDS: dict[str, set[str]] = {
     "GPUAllocatedIdle": {"max_utilization"},
     "GPUHostBound": {"min_waiting_requests", "max_utilization"},
     "GPULowGoodputVsFleet": {"max_share_of_median", "min_fleet_gpus"},
-    "GPUJobStraggler": set(),
+    "GPUJobStraggler": {"min_sm_active_gap"},
     "GPUProfilingUnavailable": set(),
     "GPUProfilingStale": set(),
     "GoodputExporterDown": set(),
@@ -102,9 +101,6 @@ class Config(Strict):
     labels: Labels = Labels()
     runbook_base_url: str
     gpu_hour_price_dollars: float = Field(gt=0)
-    straggler_gap: float = Field(default=0.3, gt=0, le=1)
-    """SM-active lead of a job's busiest GPU over its peers' average that makes it the
-    straggler (goodput:job_straggler:gap_rate5m, GPUJobStraggler)."""
     grafana: Grafana = Grafana()
     windows: Windows = Windows()
     rule_interval: str | None = "1m"

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from mixin.config import Config
+
+# Label names a selector matches on: `job="x", env=~"p.*"` -> job, env.
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 
 
 class PromQL:
-    """Selectors and joins for one configuration."""
+    """Selectors, aggregations and joins for one configuration.
+
+    A GPU is (cluster, node, gpu). A series also carries its scrape target's identity
+    (instance, and whatever target labels the scrape config adds); when an exporter pod is
+    replaced, both targets' series of one GPU sit inside every rate window. Every rule
+    therefore first aggregates ``by`` the labels it means to keep (``self.gpu_by``: the
+    selector's labels, cluster, node, gpu), never ``without``: target labels nobody listed
+    (instance, the exporter pod's namespace/pod/container, service, endpoint) cannot leak
+    into a rule's result or split one GPU in two.
+    """
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -16,6 +30,14 @@ class PromQL:
         # The labels that identify one GPU; every join between per-GPU series uses them.
         self.gpu_key = f"{lb.cluster}, {lb.node}, {lb.gpu}"
         self.node_key = f"{lb.cluster}, {lb.node}"
+        # The labels the selector matches on survive every aggregation, so recorded series
+        # still answer to the selector (job="gpu-goodput-exporter"); instance never does.
+        target = [n for n in dict.fromkeys(_MATCHER.findall(cfg.selector))
+                  if n not in {"instance", lb.cluster, lb.node, lb.gpu, *self.pod_labels}]
+        self.target = ", ".join([lb.cluster, *target])
+        # Aggregation keys: one series per GPU / node, the target's identity summed away.
+        self.gpu_by = f"{self.target}, {lb.node}, {lb.gpu}"
+        self.node_by = f"{self.target}, {lb.node}"
 
     def s(self, metric: str, matchers: str = "") -> str:
         """``metric`` restricted to the exporter's series (the configured selector)."""
@@ -25,22 +47,35 @@ class PromQL:
     def rate(self, metric: str, window: str | None = None, matchers: str = "") -> str:
         return f"rate({self.s(metric, matchers)}[{window or self.cfg.windows.rate}])"
 
+    def per_gpu(self, op: str, expr: str, *extra: str) -> str:
+        """``op by (<gpu_by>, extra...) (expr)``: one series per GPU (and extra labels),
+        whichever exporter pod (instance) reported it."""
+        by = ", ".join([self.gpu_by, *extra])
+        return f"{op} by ({by}) ({expr})"
+
+    def pod_info(self, info_matchers: str = "", pod_labels: list[str] | None = None) -> str:
+        """goodput_gpu_pod_info, one series per (GPU, pod labels): the same pod reported by
+        an old and a new exporter pod counts once."""
+        labels = self.pod_labels if pod_labels is None else pod_labels
+        return (f"group by ({self.gpu_by}, {', '.join(labels)}) "
+                f"({self.s('goodput_gpu_pod_info', info_matchers)})")
+
     def with_pods(self, expr: str, keep: list[str] | None = None, *,
                   only_attributed: bool = False, pod_labels: list[str] | None = None,
                   info_matchers: str = "") -> str:
         """``expr`` (at most one series per GPU) with the pod labels of goodput_gpu_pod_info
         attached: one result per (GPU, pod, container) of the GPU, so a GPU shared by two
         pods gives two series. ``keep`` names the labels of ``expr`` to carry over besides
-        the info series' own (job, instance, cluster, node, gpu and the pod labels).
+        the info series' own (the selector's labels, cluster, node, gpu and the pod labels).
 
         ``info_matchers`` restricts the pods joined (e.g. to some namespaces). A GPU without a
         pod (or without a matching one) keeps its series unchanged, unless ``only_attributed``.
-        ``pod_labels`` narrows the attached labels (e.g. to the namespace only): the info
-        series are then grouped by those, so two pods of one namespace on one GPU count once.
+        ``pod_labels`` narrows the attached labels (e.g. to the namespace only), so two pods
+        of one namespace on one GPU count once. The info series are grouped either way: the
+        target's own labels (instance, the exporter pod's namespace/pod when the scrape
+        config keeps them) never reach the result.
         """
-        info = self.s("goodput_gpu_pod_info", info_matchers)
-        if pod_labels is not None:
-            info = f"group by ({self.gpu_key}, {', '.join(pod_labels)}) ({info})"
+        info = self.pod_info(info_matchers, pod_labels)
         joined = (f"({expr})\n  * on ({self.gpu_key}) group_right ({', '.join(keep or [])})\n"
                   f"  {info}")
         if only_attributed:

@@ -19,7 +19,11 @@ HEADER = """\
 # interval. Ratios above one GPU divide sums of rates (time-weighted); they never average
 # per-GPU ratios.
 #
-# Naming: goodput:<level>_<quantity>:<operation>, level = gpu | node | namespace | model.
+# Naming: goodput:<level>_<quantity>:<operation>, level = gpu | node | namespace | model | job.
+# Exporter pod replacements: every rule first sums (or groups) by the labels it keeps -
+# cluster, the selector's labels (job), node, gpu - so the series of an old and a new exporter
+# pod of one GPU, both inside a rate window, make one GPU, never a duplicate; `instance` and
+# the exporter pod's own namespace/pod/container never reach a recorded series.
 # Aggregations group by the cluster label too; where it does not exist it is simply empty.
 # Tokens are prompt + generation tokens (the `kind` label summed away). Per-model figures
 # join GPU counters to the models a GPU served (goodput:gpu_model:info); per-namespace
@@ -42,74 +46,93 @@ def _group(cfg: Config, name: str, rules: list[dict[str, Any]]) -> dict[str, Any
 def recording_rules(cfg: Config) -> dict[str, Any]:
     q = PromQL(cfg)
     w = cfg.windows
-    gk, nk = q.gpu_key, q.node_key
+    gk, gb, nb = q.gpu_key, q.gpu_by, q.node_by
     ns = cfg.labels.namespace
-    util = q.rate("goodput_gpu_utilization_seconds_total")
-    prof = q.rate("goodput_gpu_profiled_seconds_total")
-    sm = q.rate("goodput_gpu_sm_active_seconds_total")
-    tensor = q.rate("goodput_gpu_tensor_active_seconds_total")
-    dram = q.rate("goodput_gpu_dram_active_seconds_total")
-    energy = q.rate("goodput_gpu_energy_joules_total")
-    generated = q.rate("goodput_gpu_tokens_total", matchers='kind="generation"')
+
+    def per_gpu(metric: str, *extra: str, matchers: str = "") -> str:
+        """The per-GPU rate of a counter, summed over the exporter pods that reported it
+        (an old and a new pod each cover part of the window)."""
+        return q.per_gpu("sum", q.rate(metric, matchers=matchers), *extra)
+
+    def rec(name: str, matchers: str = "") -> str:
+        return q.s(name, matchers)
+
+    util = per_gpu("goodput_gpu_utilization_seconds_total")
+    prof = per_gpu("goodput_gpu_profiled_seconds_total")
+    sm = per_gpu("goodput_gpu_sm_active_seconds_total")
     price = "scalar(goodput:gpu_hour_price_dollars)"
-    tokens = q.s("goodput:gpu_tokens:rate5m")
-    model_info = q.s("goodput:gpu_model:info")
+    tokens = rec("goodput:gpu_tokens:rate5m")
+    model_info = rec("goodput:gpu_model:info")
+    r_util = rec("goodput:gpu_utilization:ratio_rate5m")
+    r_prof = rec("goodput:gpu_profiled:ratio_rate5m")
+    r_sm = rec("goodput:gpu_sm_active_seconds:rate5m")
+    r_power = rec("goodput:gpu_power:watts_rate5m")
     waiting = q.s("goodput_gpu_serving_requests", 'state="waiting"')
-    allocated_idle = q.s("goodput_gpu_regime", 'regime="allocated_idle"')
+    xid = q.s("goodput_gpu_xid_errors_total")
+    generated = per_gpu("goodput_gpu_tokens_total", matchers='kind="generation"')
+    allocated_idle = rec("goodput:gpu_regime:ratio_rate5m", 'regime="allocated_idle"')
+
+    def active(metric: str) -> str:
+        return f"{per_gpu(metric)}\n  / ({prof} > 0)\n"
 
     gpu = [
         _rule("goodput:gpu_utilization:ratio_rate5m", util),
         _rule("goodput:gpu_profiled:ratio_rate5m", prof),
         _rule("goodput:gpu_sm_active_seconds:rate5m", sm),
-        _rule("goodput:gpu_sm_active:ratio_rate5m", f"{sm}\n  / ({prof} > 0)\n"),
-        _rule("goodput:gpu_tensor_active:ratio_rate5m", f"{tensor}\n  / ({prof} > 0)\n"),
-        _rule("goodput:gpu_dram_active:ratio_rate5m", f"{dram}\n  / ({prof} > 0)\n"),
+        _rule("goodput:gpu_sm_active:ratio_rate5m", active("goodput_gpu_sm_active_seconds_total")),
+        _rule("goodput:gpu_tensor_active:ratio_rate5m",
+              active("goodput_gpu_tensor_active_seconds_total")),
+        _rule("goodput:gpu_dram_active:ratio_rate5m",
+              active("goodput_gpu_dram_active_seconds_total")),
         # Kernel time during which the SMs did nothing.
         _rule("goodput:gpu_hollow_utilization:ratio_rate5m",
-              f"clamp_min(\n  {util}\n    - {sm}\n      / ({prof} > 0),\n  0\n)\n"),
-        _rule("goodput:gpu_power:watts_rate5m", energy),
+              f"clamp_min(\n  {r_util}\n    - {r_sm}\n      / ({r_prof} > 0),\n  0\n)\n"),
+        _rule("goodput:gpu_power:watts_rate5m", per_gpu("goodput_gpu_energy_joules_total")),
         _rule("goodput:gpu_tokens:rate5m",
-              f"sum without (kind) ({q.rate('goodput_gpu_tokens_total')})"),
+              per_gpu("goodput_gpu_tokens_total", "model", "engine")),
         # 1 for every (GPU, model, engine) that produced tokens in the window.
-        _rule("goodput:gpu_model:info",
-              f"group without (kind) (increase({q.s('goodput_gpu_tokens_total')}[{w.rate}]) > 0)"),
+        _rule("goodput:gpu_model:info", q.per_gpu(
+            "group", f"increase({q.s('goodput_gpu_tokens_total')}[{w.rate}]) > 0",
+            "model", "engine")),
+        # Samples of every exporter pod in the window weigh alike: the time average of the
+        # queue, summed over the engines of the GPU.
         _rule("goodput:gpu_requests_waiting:avg5m",
-              "sum without (state, model, engine) (\n"
-              f"  avg_over_time({waiting}[{w.rate}])\n)\n"),
+              f"sum by ({gb}) (\n"
+              f"  {q.per_gpu('sum', f'sum_over_time({waiting}[{w.rate}])', 'model', 'engine')}"
+              "\n  /\n"
+              f"  {q.per_gpu('sum', f'count_over_time({waiting}[{w.rate}])', 'model', 'engine')}"
+              "\n)\n"),
         _rule("goodput:gpu_tokens_per_joule:ratio_rate5m",
-              f"{tokens}\n  / on ({gk}) group_left ()\n"
-              f"(sum by ({gk}) ({q.s('goodput:gpu_power:watts_rate5m')}) > 0)\n"),
+              f"{tokens}\n  / on ({gk}) group_left ()\n  ({r_power} > 0)\n"),
         # Board energy per generated token; absent for a GPU that made none in the window.
         _rule("goodput:gpu_joules_per_token:ratio_rate5m",
-              f"sum by ({gk}) ({energy})\n  / on ({gk})\n"
-              f"(sum by ({gk}) ({generated}) > 0)\n"),
+              f"{r_power}\n  /\n"
+              f"(\n  {generated} > 0\n)\n"),
         # The exact share of time in each regime, every window counted (bursts included).
-        _rule("goodput:gpu_regime:ratio_rate5m", q.rate("goodput_gpu_regime_seconds_total")),
+        _rule("goodput:gpu_regime:ratio_rate5m",
+              per_gpu("goodput_gpu_regime_seconds_total", "regime")),
         _rule("goodput:gpu_tokens_per_sm_second:ratio_rate5m",
-              f"{tokens}\n  / on ({gk}) group_left ()\n"
-              f"(sum by ({gk}) ({q.s('goodput:gpu_sm_active_seconds:rate5m')}) > 0)\n"),
-        _rule("goodput:gpu_cost_per_million_tokens:dollars_rate5m",
-              f"{price} / 3600 * 1e6\n  / ({tokens} > 0)\n"),
-        _rule("goodput:gpu_throttled:ratio_rate5m",
-              "sum without (reason) (\n  " + q.rate(
-                  "goodput_gpu_clock_event_seconds_total",
-                  matchers='reason=~"sw_thermal_slowdown|hw_thermal_slowdown"') + "\n)\n"),
-        _rule("goodput:gpu_power_brake:ratio_rate5m",
-              q.rate("goodput_gpu_clock_event_seconds_total",
-                     matchers='reason="hw_power_brake_slowdown"')),
+              f"{tokens}\n  / on ({gk}) group_left ()\n  ({r_sm} > 0)\n"),
+        _rule("goodput:gpu_throttled:ratio_rate5m", per_gpu(
+            "goodput_gpu_clock_event_seconds_total",
+            matchers='reason=~"sw_thermal_slowdown|hw_thermal_slowdown"')),
+        _rule("goodput:gpu_power_brake:ratio_rate5m", per_gpu(
+            "goodput_gpu_clock_event_seconds_total", matchers='reason="hw_power_brake_slowdown"')),
         # XIDs by class: hardware (the GPU or its memory/links failed), firmware (driver or
         # GSP firmware crashed), memory_contained (ECC handled by killing the application or
         # remapping a row), application (the program faulted; the GPU is fine), other. An XID
         # seen for the first time creates its series at 1, which increase() cannot see: count
-        # series that are new while the exporter was up (`* 1` drops the metric name).
+        # series that are new while an exporter of the node was up (`* 1` drops the metric
+        # name). The full label set decides what is new, so a new exporter pod's first XID
+        # counts too.
         _rule("goodput:gpu_xid_errors:increase10m",
               "label_replace(label_replace(label_replace(label_replace(label_replace(\n"
-              "  (\n"
-              f"    increase({q.s('goodput_gpu_xid_errors_total')}[{w.xid}]) > 0\n"
+              f"  sum by ({gb}, xid) (\n"
+              f"    increase({xid}[{w.xid}]) > 0\n"
               "    or (\n"
-              f"      {q.s('goodput_gpu_xid_errors_total')} * 1\n"
-              f"        unless {q.s('goodput_gpu_xid_errors_total')} offset {w.xid}\n"
-              f"    ) and on ({nk}) ({q.s('goodput_exporter_build_info')} offset {w.xid})\n"
+              f"      {xid} * 1\n"
+              f"        unless {xid} offset {w.xid}\n"
+              f"    ) and on ({q.node_key}) ({q.s('goodput_exporter_build_info')} offset {w.xid})\n"
               "  ),\n"
               '  "xid_class", "other", "xid", ".*"),\n'
               '  "xid_class", "application", "xid", "13|31|43|45|68"),\n'
@@ -118,129 +141,115 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
               '  "xid_class", "hardware", "xid", "48|64|74|79|92|95|140")\n'),
     ]
 
-    def ratio(level: str, by: str, num: str, den: str) -> str:
-        return f"sum by ({by}) ({num})\n  / (sum by ({by}) ({den}) > 0)\n"
-
-    def hollow(by: str, util_e: str, prof_e: str, sm_e: str) -> str:
-        # kernel time of the profiled GPUs minus SM activity, both time-weighted
-        return ("clamp_min(\n"
-                f"  sum by ({by}) ({util_e} and on ({gk}) ({prof_e} > 0))\n"
-                f"    / count by ({by}) ({prof_e} > 0)\n"
-                f"  - sum by ({by}) ({sm_e})\n"
-                f"    / (sum by ({by}) ({prof_e}) > 0),\n"
-                "  0\n)\n")
-
-    gpu_tokens = f"sum by ({gk}) ({tokens})"
+    # Above the GPU: sums keep the node (a panel filtered by node sums them again); ratios of
+    # a namespace or a model are per cluster. All read the per-GPU rules, which already hold
+    # one series per GPU.
     node = [
         # Every GPU of the node, allocated or not: elapsed time is one second per second per
         # GPU, so kernel-time utilisation is sum(rate) / count.
         _rule("goodput:node_utilization:ratio_avg_rate5m",
-              f"sum by ({nk}) ({util})\n  / count by ({nk}) ({util})\n"),
-        _rule("goodput:node_sm_active:ratio_avg_rate5m", ratio("node", nk, sm, prof)),
-        _rule("goodput:node_tensor_active:ratio_avg_rate5m", ratio("node", nk, tensor, prof)),
-        _rule("goodput:node_hollow_utilization:ratio_avg_rate5m", hollow(nk, util, prof, sm)),
-        _rule("goodput:node_tokens:rate5m", f"sum by ({nk}) ({tokens})"),
-        _rule("goodput:node_tokens_per_joule:ratio_rate5m",
-              f"goodput:node_tokens:rate5m\n  / (sum by ({nk}) ({energy}) > 0)\n"),
+              f"sum by ({nb}) ({r_util})\n  / count by ({nb}) ({r_util})\n"),
+        _rule("goodput:node_sm_active:ratio_avg_rate5m",
+              f"sum by ({nb}) ({r_sm})\n  / (sum by ({nb}) ({r_prof}) > 0)\n"),
+        _rule("goodput:node_tokens:rate5m", f"sum by ({nb}) ({tokens})"),
         _rule("goodput:node_cost_per_million_tokens:dollars_rate5m",
-              f"count by ({nk}) ({util})\n  * {price} / 3600 * 1e6\n"
-              "  / (goodput:node_tokens:rate5m > 0)\n"),
+              f"count by ({nb}) ({r_util})\n  * {price} / 3600 * 1e6\n"
+              f"  / ({rec('goodput:node_tokens:rate5m')} > 0)\n"),
+        # GPUs in each regime, averaged over the window (time in regime, not the regime of
+        # the moment): a GPU that changed regime counts in each for its share of the time.
+        _rule("goodput:regime_gpus:sum",
+              f"sum by ({nb}, regime) ({rec('goodput:gpu_regime:ratio_rate5m')})"),
     ]
 
-    nb = f"{q.cluster}, {ns}"
+    cn = f"{q.target}, {ns}"
+    nn = f"{nb}, {ns}"
 
     def in_ns(expr: str) -> str:
         return q.with_pods(expr, only_attributed=True, pod_labels=[ns])
 
     namespace = [
-        # GPUs attributed to a pod of the namespace (goodput_gpu_pod_info).
-        _rule("goodput:namespace_utilization:ratio_avg_rate5m",
-              f"sum by ({nb}) (\n{in_ns(util)}\n)\n  / count by ({nb}) (\n{in_ns(util)}\n)\n"),
-        _rule("goodput:namespace_sm_active:ratio_avg_rate5m",
-              f"sum by ({nb}) (\n{in_ns(sm)}\n)\n  / (sum by ({nb}) (\n{in_ns(prof)}\n) > 0)\n"),
-        _rule("goodput:namespace_tensor_active:ratio_avg_rate5m",
-              f"sum by ({nb}) (\n{in_ns(tensor)}\n)\n"
-              f"  / (sum by ({nb}) (\n{in_ns(prof)}\n) > 0)\n"),
+        # GPUs attributed to a pod of the namespace (goodput_gpu_pod_info); a GPU shared by
+        # two namespaces counts for both.
         _rule("goodput:namespace_hollow_utilization:ratio_avg_rate5m",
               "clamp_min(\n"
-              f"  sum by ({nb}) (\n{in_ns(f'{util} and on ({gk}) ({prof} > 0)')}\n)\n"
-              f"  / count by ({nb}) (\n{in_ns(f'{prof} > 0')}\n)\n"
-              f"  - sum by ({nb}) (\n{in_ns(sm)}\n)\n"
-              f"  / (sum by ({nb}) (\n{in_ns(prof)}\n) > 0),\n"
+              f"  sum by ({cn}) (\n{in_ns(f'{r_util} and on ({gk}) ({r_prof} > 0)')}\n)\n"
+              f"  / count by ({cn}) (\n{in_ns(f'{r_prof} > 0')}\n)\n"
+              f"  - sum by ({cn}) (\n{in_ns(r_sm)}\n)\n"
+              f"  / (sum by ({cn}) (\n{in_ns(r_prof)}\n) > 0),\n"
               "  0\n)\n"),
-        _rule("goodput:namespace_tokens:rate5m", f"sum by ({nb}) (\n{in_ns(gpu_tokens)}\n)\n"),
+        _rule("goodput:namespace_tokens:rate5m",
+              f"sum by ({nn}) (\n{in_ns(f'sum by ({gb}) ({tokens})')}\n)\n"),
         _rule("goodput:namespace_tokens_per_joule:ratio_rate5m",
-              f"goodput:namespace_tokens:rate5m\n  / (sum by ({nb}) (\n{in_ns(energy)}\n) > 0)\n"),
+              f"sum by ({cn}) ({rec('goodput:namespace_tokens:rate5m')})\n"
+              f"  / (sum by ({cn}) (\n{in_ns(r_power)}\n) > 0)\n"),
         _rule("goodput:namespace_cost_per_million_tokens:dollars_rate5m",
-              f"count by ({nb}) (\n{in_ns(util)}\n)\n  * {price} / 3600 * 1e6\n"
-              "  / (goodput:namespace_tokens:rate5m > 0)\n"),
+              f"count by ({cn}) (\n{in_ns(r_util)}\n)\n  * {price} / 3600 * 1e6\n"
+              f"  / (sum by ({cn}) ({rec('goodput:namespace_tokens:rate5m')}) > 0)\n"),
+        # Allocated but idle GPUs of the namespace, averaged over the window (time in the
+        # allocated_idle regime, goodput_gpu_regime_seconds_total).
         _rule("goodput:namespace_allocated_idle_gpus:sum",
-              f"sum by ({nb}) (\n"
+              f"sum by ({nn}) (\n"
               f"{in_ns(allocated_idle)}\n)\n"),
     ]
 
-    mb = f"{q.cluster}, model"
+    cm = f"{q.target}, model"
 
     def per_model(expr: str) -> str:
-        return f"{expr}\n    * on ({gk}) group_right {model_info}"
+        # model_info has one series per (GPU, model, engine): count each GPU once per model.
+        return (f"{expr}\n    * on ({gk}) group_right ()\n"
+                f"    group by ({gb}, model) ({model_info})")
 
     model = [
         # GPUs that produced tokens for the model in the window.
-        _rule("goodput:model_tokens:rate5m", f"sum by ({mb}) ({tokens})"),
-        _rule("goodput:model_sm_active:ratio_avg_rate5m",
-              f"sum by ({mb}) (\n  {per_model(sm)}\n)\n"
-              f"  / (sum by ({mb}) (\n  {per_model(prof)}\n) > 0)\n"),
-        _rule("goodput:model_tensor_active:ratio_avg_rate5m",
-              f"sum by ({mb}) (\n  {per_model(tensor)}\n)\n"
-              f"  / (sum by ({mb}) (\n  {per_model(prof)}\n) > 0)\n"),
-        _rule("goodput:model_hollow_utilization:ratio_avg_rate5m",
-              "clamp_min(\n"
-              f"  sum by ({mb}) (\n  {per_model(f'({util} and on ({gk}) ({prof} > 0))')}\n)\n"
-              f"  / count by ({mb}) (\n  {per_model(f'({prof} > 0)')}\n)\n"
-              f"  - sum by ({mb}) (\n  {per_model(sm)}\n)\n"
-              f"  / (sum by ({mb}) (\n  {per_model(prof)}\n) > 0),\n"
-              "  0\n)\n"),
+        _rule("goodput:model_tokens:rate5m", f"sum by ({nb}, model) ({tokens})"),
         _rule("goodput:model_tokens_per_joule:ratio_rate5m",
-              "goodput:model_tokens:rate5m\n"
-              f"  / (sum by ({mb}) (\n  {per_model(energy)}\n) > 0)\n"),
+              f"sum by ({cm}) ({rec('goodput:model_tokens:rate5m')})\n"
+              f"  / (sum by ({cm}) (\n  {per_model(r_power)}\n) > 0)\n"),
         _rule("goodput:model_cost_per_million_tokens:dollars_rate5m",
-              f"count by ({mb}) ({model_info})\n  * {price} / 3600 * 1e6\n"
-              "  / (goodput:model_tokens:rate5m > 0)\n"),
-        # The baseline for GPULowGoodputVsFleet: the fleet-wide median over GPUs serving the
-        # model (all clusters of this Prometheus), with how many GPUs it is the median of. A
-        # median is a per-GPU statistic by design: it is not a fleet ratio.
+              f"count by ({cm}) (group by ({gb}, model) ({model_info}))\n"
+              f"  * {price} / 3600 * 1e6\n"
+              f"  / (sum by ({cm}) ({rec('goodput:model_tokens:rate5m')}) > 0)\n"),
+        # The baseline for GPULowGoodputVsFleet: the median over the cluster's GPUs serving
+        # the model, with how many GPUs it is the median of. A median is a per-GPU statistic
+        # by design: it is not a fleet ratio.
         _rule("goodput:model_tokens_per_sm_second:median_rate5m",
-              f"quantile by (model) (0.5, {q.s('goodput:gpu_tokens_per_sm_second:ratio_rate5m')})"),
+              f"quantile by ({cm}) (0.5, "
+              f"{rec('goodput:gpu_tokens_per_sm_second:ratio_rate5m')})"),
         _rule("goodput:model_gpus:count",
-              f"count by (model) ({q.s('goodput:gpu_tokens_per_sm_second:ratio_rate5m')})"),
-        # The regime mix: how many GPUs sit in each regime.
-        _rule("goodput:regime_gpus:sum",
-              f"sum by ({q.cluster}, regime) ({q.s('goodput_gpu_regime')})"),
+              f"count by ({cm}) (group by ({gb}, model) "
+              f"({rec('goodput:gpu_tokens_per_sm_second:ratio_rate5m')}))"),
     ]
-    jk = f"{q.cluster}, {ns}, {cfg.labels.job_name}"
-    job_sm = "goodput:job_gpu_sm_active:ratio_rate5m"  # recorded without the job label
+    jn = cfg.labels.job_name
+    jk = f"{q.target}, {ns}, {jn}"
+    job_sm = rec("goodput:job_gpu_sm_active:ratio_rate5m")
     job = [
         # Each GPU of a job (pods sharing a job_name label, on any node) with its SM activity.
         _rule("goodput:job_gpu_sm_active:ratio_rate5m", q.with_pods(
-            q.s("goodput:gpu_sm_active:ratio_rate5m"), only_attributed=True,
-            pod_labels=[ns, cfg.labels.job_name],
-            info_matchers=f'{cfg.labels.job_name}!=""')),
-        # The straggler: the job's busiest GPU, when it works at least `straggler_gap` more
-        # than the average of the job's other GPUs (they wait on it in collectives). The
-        # value is that gap. A balanced job records nothing.
+            rec("goodput:gpu_sm_active:ratio_rate5m"), only_attributed=True,
+            pod_labels=[ns, jn], info_matchers=f'{jn}!=""')),
+        # The busiest GPU of every job of two GPUs or more, valued at how much more of the
+        # time its SMs were busy than the average of the job's other GPUs (they wait on it in
+        # collectives). GPUJobStraggler applies the threshold.
         _rule("goodput:job_straggler:gap_rate5m",
               f"(\n  {job_sm}\n    - on ({jk}) group_left ()\n"
               f"  (\n    (sum by ({jk}) ({job_sm}) - max by ({jk}) ({job_sm}))\n"
               f"      / (count by ({jk}) ({job_sm}) - 1 > 0)\n  )\n)\n"
-              f"  >= {cfg.straggler_gap:g}\n"
-              f"and on ({jk}, {q.node}, {q.gpu})\n"
-              f"({job_sm} == on ({jk}) group_left () max by ({jk}) ({job_sm}))\n"),
+              f"  > 0\nand on ({jk}, {q.node}, {q.gpu})\n"
+              f"  ({job_sm} == on ({jk}) group_left () max by ({jk}) ({job_sm}))\n"),
     ]
+    tk = f"{q.target}, instance"
+    exporter_node = _rule(
+        # The node of every scrape target, remembered (the rule reads its own last value)
+        # for as long as Prometheus keeps the target, however long it has been down, so that
+        # GoodputExporterDown keeps the node label that inhibition matches on.
+        "goodput:exporter_node:info",
+        f"group by ({tk}, {q.node}) ({q.s('goodput_exporter_build_info')})\n"
+        f"or on ({tk})\n"
+        f"  ({rec('goodput:exporter_node:info')} and on ({tk}) up{{{cfg.selector}}})\n")
     price_rule = _rule("goodput:gpu_hour_price_dollars",
                        f"vector({cfg.gpu_hour_price_dollars:g})")
     return {"groups": [
-        _group(cfg, "goodput.price", [price_rule]),
         _group(cfg, "goodput.gpu", gpu),
-        _group(cfg, "goodput.aggregate", node + namespace + model),
+        _group(cfg, "goodput.aggregate", [price_rule, exporter_node, *node, *namespace, *model]),
         _group(cfg, "goodput.job", job),
     ]}

@@ -66,8 +66,7 @@ def stack_override(cap_seconds: int, window: str) -> dict[str, Any]:
     cfg = load()
     return {
         "rule_interval": None,
-        "windows": {name: window for name in cfg.windows.model_dump()
-                    if name != "build_info_lookback"},
+        "windows": dict.fromkeys(cfg.windows.model_dump(), window),
         "alerts": {name: {"for": f"{int(min(seconds(a.for_), cap_seconds))}s"}
                    for name, a in cfg.alerts.items()},
     }

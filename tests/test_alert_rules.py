@@ -6,6 +6,7 @@ docs/runbooks/<AlertName>.md, and promtool unit tests with a firing case and a n
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -78,3 +79,127 @@ def test_every_alert_has_firing_case_and_near_miss() -> None:
     names = {r["alert"] for r in alert_rules()}
     assert names - firing == set(), "alerts without a firing test"
     assert names - quiet == set(), "alerts without a near-miss test"
+
+
+# --- The rule set's structure (issue 23): lean, ordered, rollover-proof. -------------------
+
+RECORDED = re.compile(r"goodput:[a-z0-9_]+(?::[a-z0-9_]+)?")
+DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+ROLLOVER = ALERTS / "tests" / "rollover.test.yml"
+# Kept with no consumer yet: a panel computes the same aggregate inline (node and GPU panels
+# read raw rates over $__rate_interval). Switch the panel, then drop the name from this list.
+KEPT_FOR_PANELS = {
+    "goodput:gpu_tensor_active:ratio_rate5m",  # node: "The utilization lie"
+    "goodput:gpu_dram_active:ratio_rate5m",  # node: "The utilization lie"
+    "goodput:gpu_joules_per_token:ratio_rate5m",  # serving: "Tokens per joule" (1 s gauge)
+    "goodput:node_utilization:ratio_avg_rate5m",  # fleet: "Kernel time"
+    "goodput:node_sm_active:ratio_avg_rate5m",  # fleet: "SM active (real work)"
+    "goodput:node_cost_per_million_tokens:dollars_rate5m",  # fleet: "Cost per million tokens"
+    "goodput:regime_gpus:sum",  # fleet: "Regime mix over time"
+    "goodput:namespace_hollow_utilization:ratio_avg_rate5m",  # fleet: by namespace
+    "goodput:namespace_tokens_per_joule:ratio_rate5m",  # fleet: by namespace
+    "goodput:namespace_cost_per_million_tokens:dollars_rate5m",  # fleet: by namespace
+    "goodput:namespace_allocated_idle_gpus:sum",  # fleet: "Allocated-idle GPUs by namespace"
+    "goodput:model_tokens_per_joule:ratio_rate5m",  # fleet: "Tokens per joule by model"
+    "goodput:model_cost_per_million_tokens:dollars_rate5m",  # fleet: by model
+}
+
+
+def ordered_rules() -> list[tuple[str, dict[str, Any]]]:
+    """(group name, rule) in evaluation order: the recording file's groups, then the alerts'."""
+    out = []
+    for path in sorted(RULE_FILES, key=lambda p: "alerts" in p.name):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out.extend((group["name"], rule) for rule in group["rules"])
+    return out
+
+
+def recording() -> dict[str, str]:
+    return {r["record"]: r["expr"] for _, r in ordered_rules() if "record" in r}
+
+
+def promtool_exprs(path: Path | None = None) -> str:
+    """Every promql_expr_test expression of the unit tests (of one file), joined."""
+    exprs = []
+    for test_file in [path] if path else TEST_FILES:
+        for case in yaml.safe_load(test_file.read_text())["tests"]:
+            exprs.extend(check["expr"] for check in case.get("promql_expr_test", []))
+    return "\n".join(exprs)
+
+
+def test_every_recording_rule_has_a_consumer() -> None:
+    rules = ordered_rules()
+    panels = "\n".join(p.read_text() for p in DASHBOARDS)
+    unused = []
+    for name in recording():
+        readers = [r for _, r in rules if r.get("record") != name
+                   and name in RECORDED.findall(r["expr"])]
+        if not readers and name not in RECORDED.findall(panels):
+            unused.append(name)
+    assert sorted(set(unused) - KEPT_FOR_PANELS) == [], "no alert, rule or panel reads these"
+    assert set(recording()) >= KEPT_FOR_PANELS, "KEPT_FOR_PANELS names a rule that is gone"
+
+
+def test_every_recording_rule_has_a_promtool_test() -> None:
+    tested = set(RECORDED.findall(promtool_exprs()))
+    assert sorted(set(recording()) - tested) == []
+
+
+def test_rule_inputs_are_evaluated_before_the_rule() -> None:
+    """A rule reads recorded series of its own group (earlier in it) or of an earlier group:
+    a reference forward, or back into a later group, lags a whole evaluation interval."""
+    groups: list[str] = []
+    done: dict[str, str] = {}  # recorded name -> group
+    late = []
+    for group, rule in ordered_rules():
+        if not groups or groups[-1] != group:
+            groups.append(group)
+        for name in set(RECORDED.findall(rule["expr"])) - {rule.get("record")}:
+            if name not in done:
+                late.append(f"{rule.get('record') or rule['alert']} reads {name}")
+        if "record" in rule:
+            done[rule["record"]] = group
+    assert late == []
+
+
+def test_groups_hold_at_most_twenty_rules() -> None:
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            assert len(group["rules"]) <= 20, group["name"]
+
+
+def test_no_rule_keeps_labels_by_exclusion() -> None:
+    """`without` keeps every label nobody named, the scrape target's instance and pod among
+    them: a replaced exporter pod would split a GPU in two. Rules aggregate `by`."""
+    for _, rule in ordered_rules():
+        assert "without" not in rule["expr"], rule.get("record") or rule["alert"]
+
+
+def test_pod_replacement_covers_every_alert_and_joining_rule() -> None:
+    """rollover.test.yml replaces node n1's exporter pod: every alert is evaluated across the
+    replacement (each fires but GoodputExporterDown, which must stay quiet), and so is every
+    recording rule that joins series."""
+    firing: set[str] = set()
+    evaluated: set[str] = set()
+    for case in yaml.safe_load(ROLLOVER.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            evaluated.add(check["alertname"])
+            if check["exp_alerts"]:
+                firing.add(check["alertname"])
+    names = {r["alert"] for r in alert_rules()}
+    assert names - evaluated == set()
+    assert names - firing == {"GoodputExporterDown"}
+    joining = {name for name, expr in recording().items()
+               if re.search(r"\bon \(|group_(left|right)", expr)}
+    assert len(joining) >= 10
+    assert sorted(joining - set(RECORDED.findall(promtool_exprs(ROLLOVER)))) == []
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
+def test_thresholds_sit_in_the_alert_expression(rule: dict[str, Any]) -> None:
+    """The number an alert fires at is read in its own expression, not hidden in a
+    recording rule, so the rule file alone says when it fires."""
+    expr = rule["expr"]
+    for name, value in load().alerts[rule["alert"]].thresholds.items():
+        assert re.search(rf"(?<![\w.]){re.escape(f'{value:g}')}(?![\w.])", expr), name
+    assert re.search(r"(==|>=|<=|>|<) *[\d.]+", expr), "no comparison with a number"

@@ -34,7 +34,8 @@ def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
     while len(level) < len(rules):
         progressed = False
         for r in rules:
-            deps = set(RECORD_REF.findall(r["expr"])) & names
+            # A rule may read its own last value (goodput:exporter_node:info): not a cycle.
+            deps = set(RECORD_REF.findall(r["expr"])) & names - {r["record"]}
             if r["record"] not in level and deps <= level.keys():
                 level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
                 progressed = True
