@@ -19,6 +19,7 @@ from exporter.config import ConfigError, Settings, build, ignored_env, parse_lis
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
+from exporter.server import address_of, bind_ephemeral
 from exporter.sources.nvml_session import NvmlUnavailable
 
 EXIT_USAGE = 2
@@ -222,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     daemon = build_daemon(settings, session)
+    if web_config.basic_auth is not None:
+        web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
+            webconfig.FAILURE_REASONS
+        )
     host, port = parse_listen(settings.listen)
     log.info(
         "starting",
@@ -232,14 +237,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         node=settings.node_name,
     )
     try:
+        where: dict[str, Any] = {"host": host or None, "port": port}
+        if port == 0:  # HOST:0: bind a free port now, so the log can say which
+            sock = bind_ephemeral(host)
+            where = {"sock": sock}
+            log.info("listening", address=address_of(sock), requested=settings.listen)
         web.run_app(
             daemon.app(middlewares=list(web_config.middlewares)),
             ssl_context=web_config.ssl_context,
-            host=host or None,
-            port=port,
             print=None,
             shutdown_timeout=5.0,
             access_log=None,
+            **where,
         )
     except OSError as exc:  # the port is taken, or the address is not ours
         print(

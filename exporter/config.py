@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from exporter.sources.profiling.modes import Mode
+from exporter import names
+from exporter.names import ENGINE_NAMES, Mode
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -31,6 +32,8 @@ CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
+MAX_INTERVAL = 3600.0
+"""No interval may exceed an hour: a longer one reads as a source that stopped."""
 
 
 class ConfigError(Exception):
@@ -45,8 +48,11 @@ def http_url(value: str, what: str) -> str:
 
 
 class Section(BaseModel):
+    # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
     # Field docstrings are the descriptions: the CLI's help text comes from them.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
 
 class Authorization(Section):
@@ -124,8 +130,6 @@ class ServingTarget(Section):
     @field_validator("engine")
     @classmethod
     def _check_engine(cls, value: str) -> str:
-        from exporter.sources.serving.engines import ENGINE_NAMES
-
         if value and value not in ENGINE_NAMES:
             raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
         return value
@@ -137,7 +141,7 @@ class ServingConfig(Section):
     targets: list[ServingTarget] = Field(default_factory=list)
     extra_targets: list[str] = Field(default_factory=list)
     """Scrape this serving engine's /metrics (repeatable), in addition to targets."""
-    interval: float = Field(1.0, gt=0)
+    interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
     """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -171,7 +175,7 @@ class KubernetesConfig(Section):
     """Label GPU series with the pods the kubelet assigned them to."""
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     """Kubelet pod-resources socket."""
-    interval: float = Field(10.0, gt=0)
+    interval: float = Field(10.0, gt=0, le=MAX_INTERVAL)
     """How often to ask the kubelet, in seconds (it rate-limits pod-resources to 100 qps,
     burst 10; one List per interval)."""
     timeout: float = Field(5.0, gt=0)
@@ -198,7 +202,7 @@ class KubernetesConfig(Section):
     processes: bool = True
     proc_root: str = "/proc"
     """Where the host's /proc is mounted, for PID-to-pod mapping."""
-    process_interval: float = Field(5.0, gt=0)
+    process_interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
     # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
     device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
     pod_labels: bool = False
@@ -211,7 +215,7 @@ class KubernetesConfig(Section):
             "training.kubeflow.org/job-name",
         ]
     )
-    pod_labels_interval: float = Field(30.0, gt=0)
+    pod_labels_interval: float = Field(30.0, gt=0, le=MAX_INTERVAL)
     pod_labels_timeout: float = Field(10.0, gt=0)
     # "" = in-cluster (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
     api_server: str = ""
@@ -353,7 +357,7 @@ class ModelConfig(Section):
 
 class Settings(Section):
     listen: str = f":{DEFAULT_PORT}"
-    """Address to serve /metrics on."""
+    """Address to serve /metrics on; port 0 picks a free port and logs it."""
     simulate: bool = False
     """Run on the built-in simulated node (one regime per GPU) instead of NVML."""
     interval: float = Field(1.0, ge=0.1, le=60)
@@ -381,11 +385,10 @@ class Settings(Section):
     @field_validator("collectors")
     @classmethod
     def _known_collectors(cls, value: dict[str, bool]) -> dict[str, bool]:
-        from exporter.collectors import NAMES
-
-        unknown = sorted(set(value) - set(NAMES))
+        known = names.COLLECTOR_NAMES
+        unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(NAMES)}")
+            raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(known)}")
         return value
 
     @field_validator("listen")
@@ -402,22 +405,45 @@ def _hostname() -> str:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT`` to (host, port); host "" means all."""
+    """``HOST:PORT``, ``:PORT`` or ``[v6]:PORT`` to (host, port); host "" means all, port 0
+    a free port the kernel picks (the daemon logs which)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"listen address {value!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 
 
+def read_text(path: str | Path, what: str) -> str:
+    """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: {exc.strerror or exc}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+
+
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line report as one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML: {problem}{where}"
+
+
 def load_file(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+        text = read_text(path, "config file")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"config file {path}: {describe_yaml_error(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import socket
 from typing import Any
 
 from aiohttp import web
@@ -85,3 +86,21 @@ def build_app(
     if debug_state:
         app.router.add_get("/debug/state", state)
     return app
+
+
+def bind_ephemeral(host: str) -> socket.socket:
+    """A listening socket on a port the kernel picks (``--listen HOST:0``); bound here, not
+    by aiohttp, so the address can be logged before serving. Host "" listens on every
+    address, IPv6 and IPv4 alike where the system allows one socket for both."""
+    if not host:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        return socket.create_server(("", 0))
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, 0), family=family)
+
+
+def address_of(sock: socket.socket) -> str:
+    """``HOST:PORT`` of a bound socket, IPv6 hosts in brackets."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

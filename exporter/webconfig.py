@@ -32,7 +32,9 @@ import hmac
 import os
 import secrets
 import ssl
-from collections.abc import Iterable, Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -44,13 +46,17 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from exporter.config import describe_validation_error
+from exporter.config import describe_validation_error, describe_yaml_error, read_text
+from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
+from exporter.login_guard import CheckPool, FailureLog
 
 log = structlog.get_logger("exporter.webconfig")
 
 
 # Endpoints the kubelet probes without credentials; they reveal nothing but liveness.
 DEFAULT_OPEN_PATHS = ("/healthz", "/readyz")
+BCRYPT_MAX_PASSWORD = 72
+"""bcrypt reads at most 72 bytes (the library refuses longer passwords)."""
 
 # exporter-toolkit keys that Python's ssl module cannot implement faithfully: rejected by
 # name rather than silently ignored, since each one narrows who may connect.
@@ -143,10 +149,15 @@ class WebConfig:
     ssl_context: ssl.SSLContext | None
     middlewares: tuple[Middleware, ...]
     source: Path | None = None
+    basic_auth: BasicAuth | None = None
 
 
-def load(path: str | os.PathLike[str] | None) -> WebConfig:
-    """Read and validate ``path``; ``None``/empty gives plain HTTP without auth."""
+def load(
+    path: str | os.PathLike[str] | None,
+    on_auth_failure: Callable[[str], None] | None = None,
+) -> WebConfig:
+    """Read and validate ``path``; ``None``/empty gives plain HTTP without auth.
+    ``on_auth_failure(reason)`` is called on every refused login (the daemon counts them)."""
     if not path:
         return WebConfig(None, ())
     source = Path(path)
@@ -158,24 +169,28 @@ def load(path: str | os.PathLike[str] | None) -> WebConfig:
     middlewares: list[Middleware] = []
     if spec.http_server_config and spec.http_server_config.headers:
         middlewares.append(headers_middleware(spec.http_server_config.headers))
+    auth = None
     if spec.basic_auth_users:
-        middlewares.append(BasicAuth(spec.basic_auth_users, source=source).middleware)
+        auth = BasicAuth(spec.basic_auth_users, source=source, on_failure=on_auth_failure)
+        middlewares.append(auth.middleware)
     log.info(
         "web config loaded",
         file=str(source),
         tls=ctx is not None,
         basic_auth_users=len(spec.basic_auth_users),
     )
-    return WebConfig(ctx, tuple(middlewares), source)
+    return WebConfig(ctx, tuple(middlewares), source, auth)
 
 
 def parse(source: Path) -> WebConfigFile:
     try:
-        data = yaml.safe_load(source.read_text())
-    except OSError as exc:
-        raise WebConfigError(f"web config file {source}: {exc.strerror or exc}") from exc
+        text = read_text(source, "web config file")
+    except ValueError as exc:  # unreadable or not UTF-8; the message names the file
+        raise WebConfigError(str(exc)) from exc
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise WebConfigError(f"web config file {source}: not valid YAML: {exc}") from exc
+        raise WebConfigError(f"web config file {source}: {describe_yaml_error(exc)}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -298,19 +313,36 @@ def _stamp(path: Path | None) -> tuple[int, int] | None:
 
 
 class BasicAuth:
-    """HTTP basic auth against bcrypt hashes.
+    """HTTP basic auth against bcrypt hashes, safe under a login flood.
 
     bcrypt costs ~50-250 ms per check by design; a scraper sends the same credentials every
     15 s, so a verified password is remembered as an HMAC under a per-process random key
-    and later requests are checked with a constant-time compare. Unknown users still pay
-    one bcrypt check so timing does not reveal which names exist.
+    and later requests are checked with a constant-time compare. A wrong pair is remembered
+    the same way (bounded), so a flood repeating one guess costs one check, and identical
+    checks in flight share one run. Other checks go through a :class:`CheckPool` so a flood
+    cannot make a scraper wait more than about half a second. Unknown users still pay one
+    bcrypt check so timing does not reveal which names exist.
     """
+
+    WAIT_BUDGET = 0.5
+    """Seconds of queued checks ahead of a new one, at most (sizes the waiting queues)."""
+    WORKERS = 1
+    """Threads checking passwords: one, so a flood never takes the core the event loop
+    needs to answer scrapes."""
+    MAX_REJECTED = 1024
+    """Wrong (user, password) pairs remembered."""
+    FAILURE_DELAY = 1.0
+    """Seconds before a failed login is answered."""
+    MAX_DELAYED = 1024
+    """Failed logins held for the delay at once; more are answered at once."""
 
     def __init__(
         self,
         users: Mapping[str, str],
         open_paths: Iterable[str] = DEFAULT_OPEN_PATHS,
         source: Path | None = None,
+        on_failure: Callable[[str], None] | None = None,
+        failure_delay: float | None = None,
     ) -> None:
         self._users = {u: h.encode() for u, h in users.items()}
         self._source = source
@@ -318,10 +350,21 @@ class BasicAuth:
         self._open = frozenset(open_paths)
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
-        # Same cost as the configured hashes, so a miss takes as long as a wrong password.
+        self._rejected: OrderedDict[bytes, None] = OrderedDict()
+        self._inflight: dict[bytes, asyncio.Future[bool | None]] = {}
+        self.on_failure = on_failure
+        """Called with the reason of every failed request (the daemon counts them)."""
+        self.failures = FailureLog()
+        self.failure_delay = self.FAILURE_DELAY if failure_delay is None else failure_delay
+        self._delayed = 0
+        # Same cost as the configured hashes, so a miss takes as long as a wrong password;
+        # timing it sizes the queues to the wait budget on this machine.
         rounds = max((int(h[4:6]) for h in users.values()), default=10)
+        started = time.perf_counter()
         self._dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=rounds))
-        self._slots = asyncio.Semaphore(2)  # bound CPU spent on guesses
+        cost = max(time.perf_counter() - started, 1e-4)
+        waiting = min(64, int(self.WAIT_BUDGET * self.WORKERS / cost))
+        self._pool = CheckPool(self.failures.suspect, self.WORKERS, max_waiting=waiting)
 
     def _mac(self, user: str, password: bytes) -> bytes:
         return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
@@ -341,29 +384,90 @@ class BasicAuth:
         if users:
             self._users = {u: h.encode() for u, h in users.items()}
             self._verified.clear()  # a changed password must not stay accepted
+            self._rejected.clear()  # nor a new one stay refused
             log.info("basic auth users reloaded", file=str(self._source), users=len(users))
 
-    async def check(self, header: str | None) -> bool:
+    async def check(self, header: str | None, client: str = "") -> bool:
+        return await self.verdict(header, client) is None
+
+    async def verdict(self, header: str | None, client: str = "") -> str | None:
+        """None when ``header`` holds valid credentials, else the reason it fails
+        (one of :data:`FAILURE_REASONS`)."""
         self._reload_if_changed()
+        if not header:
+            return "missing"
         creds = _parse_basic(header)
         if creds is None:
-            return False
+            return "malformed"
         user, password = creds
+        if len(password) > BCRYPT_MAX_PASSWORD:
+            return "wrong_credentials"  # bcrypt cannot check it: never a configured password
         mac = self._mac(user, password)
         known = self._verified.get(user)
         if known is not None and hmac.compare_digest(known, mac):
-            return True
-        hashed = self._users.get(user, self._dummy)
-        async with self._slots:
-            ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed)
-        if ok and user in self._users:
+            return None
+        if mac in self._rejected:
+            self._rejected.move_to_end(mac)
+            return "wrong_credentials"
+        pending = self._inflight.get(mac)
+        if pending is None:
+            pending = asyncio.ensure_future(self._bcrypt(user, password, mac, client))
+            self._inflight[mac] = pending
+            pending.add_done_callback(lambda _: self._inflight.pop(mac, None))
+        ok = await asyncio.shield(pending)
+        if ok is None:
+            return "throttled"
+        return None if ok else "wrong_credentials"
+
+    async def _bcrypt(self, user: str, password: bytes, mac: bytes, client: str) -> bool | None:
+        users = self._users
+        hashed = users.get(user, self._dummy)
+        ok = await self._pool.run(lambda: bcrypt.checkpw(password, hashed), client)
+        if ok is None:
+            return None
+        if users is not self._users:  # reloaded meanwhile: this answer is for old users
+            return False
+        if ok and user in users:
             self._verified[user] = mac
             return True
+        self._rejected[mac] = None
+        while len(self._rejected) > self.MAX_REJECTED:
+            self._rejected.popitem(last=False)
         return False
 
+    def _failed(self, request: web.Request, client: str, reason: str) -> None:
+        if self.on_failure is not None:
+            self.on_failure(reason)
+        count = self.failures.failed(client)
+        if count:
+            log.warning(
+                "basic auth failed",
+                client=client,
+                reason=reason,
+                path=request.path[:64],
+                failures=count,  # since this client's last line, at most a minute ago
+            )
+
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in self._open or await self.check(request.headers.get("Authorization")):
+        if request.path in self._open:
             return await handler(request)
+        client = request.remote or "unknown"
+        reason = await self.verdict(request.headers.get("Authorization"), client)
+        if reason is None:
+            return await handler(request)
+        self._failed(request, client, reason)
+        # Answering a failure late slows each flooding connection to one guess per delay,
+        # which keeps the event loop free for real scrapes; past the cap, answer at once.
+        if self._delayed < self.MAX_DELAYED:
+            self._delayed += 1
+            try:
+                await asyncio.sleep(self.failure_delay)
+            finally:
+                self._delayed -= 1
+        if reason == "throttled":
+            return web.Response(
+                status=429, text="Too many login attempts\n", headers={"Retry-After": "1"}
+            )
         return web.Response(
             status=401,
             text="Unauthorized\n",
@@ -372,6 +476,9 @@ class BasicAuth:
 
     # aiohttp recognises new-style middlewares by this attribute.
     middleware.__middleware_version__ = 1  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._pool.close()
 
 
 def _parse_basic(header: str | None) -> tuple[str, bytes] | None:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from pydantic import BaseModel
 
 from exporter.cli import main
-from exporter.config import ConfigError, build, from_env, ignored_env, parse_listen
+from exporter.config import (
+    MAX_INTERVAL,
+    ConfigError,
+    Settings,
+    build,
+    from_env,
+    ignored_env,
+    parse_listen,
+)
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -101,3 +112,77 @@ def test_config_file_from_the_environment(tmp_path, monkeypatch, capsys):
     assert main([]) == 2  # the file was read: its bad key is reported
     assert "bogus_key" in capsys.readouterr().err
     assert "config" not in from_env({"GOODPUT_CONFIG": str(cfg)})
+
+
+# --- config edges: file encoding, finite values, interval bounds ([trust] item 6) ---------
+
+
+def test_a_non_utf8_config_file_is_one_line_naming_the_file(tmp_path):
+    cfg = tmp_path / "latin1.yml"
+    cfg.write_bytes("interval: 2  # r\u00e9glage\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        build({}, {}, str(cfg))
+    message = str(err.value)
+    assert str(cfg) in message and "not UTF-8" in message and "\n" not in message
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
+    cfg = tmp_path / "broken.yml"
+    cfg.write_text("serving:\n  targets: [http://a:1/metrics,\n")
+    with pytest.raises(ConfigError) as err:
+        build({}, {}, str(cfg))
+    message = str(err.value)
+    assert str(cfg) in message and "line 3" in message and "\n" not in message
+
+
+def _interval_paths(model: type = Settings, prefix: str = "") -> list[str]:
+    """Every setting whose name says it is an interval, anywhere in the tree."""
+    paths = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths += _interval_paths(annotation, f"{prefix}{name}.")
+        elif "interval" in name:
+            paths.append(prefix + name)
+    return paths
+
+
+def _nested(path: str, value: object) -> dict[str, object]:
+    tree: dict[str, object] = {}
+    node = tree
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})  # type: ignore[assignment]
+    node[leaf] = value
+    return tree
+
+
+INTERVALS = _interval_paths()
+
+
+def test_the_interval_list_is_complete():
+    assert {"interval", "serving.interval", "kubernetes.interval", "model.interval",
+            "profiling.dcgm_interval"} <= set(INTERVALS)
+
+
+@pytest.mark.parametrize("path", INTERVALS)
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), MAX_INTERVAL + 1, -1.0])
+def test_every_interval_is_finite_positive_and_at_most_an_hour(path, value):
+    with pytest.raises(ConfigError, match=re.escape(f"'{path}'")):
+        build(_nested(path, value), {})
+
+
+@pytest.mark.parametrize("raw", [".inf", "-.inf", ".nan"])
+def test_no_setting_takes_inf_or_nan_from_a_file(tmp_path, raw):
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"serving:\n  timeout: {raw}\n")
+    with pytest.raises(ConfigError, match=r"serving\.timeout.*finite"):
+        build({}, {}, str(cfg))
+
+
+def test_listen_port_0_means_a_free_port():
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen(":0") == ("", 0)
+    assert build({"listen": "[::1]:0"}, {}).listen == "[::1]:0"
+    with pytest.raises(ValueError):
+        parse_listen("127.0.0.1:65536")

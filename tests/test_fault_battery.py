@@ -10,16 +10,22 @@ SIGTERM in the middle of a request.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import itertools
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import aiohttp
+import bcrypt
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -221,3 +227,171 @@ def test_busy_port_is_one_line_and_exit_2() -> None:
         line for line in errors if line.startswith("gpu-goodput-exporter: cannot listen on")
     ]
     assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0]
+
+
+# === [ops] config edges, HOST:0, login floods (issue 22 items 6 and 8) =====================
+# Each case runs the real daemon as a subprocess (``python -m exporter``) on loopback.
+
+OPS_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def ops_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "1", *args],
+        cwd=REPO, env=OPS_ENV, capture_output=True, text=True, timeout=30, check=False,
+    )
+
+
+def ops_one_line_exit_2(proc: subprocess.CompletedProcess[str], *names: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("{")]
+    assert len(lines) == 1, proc.stderr
+    for name in names:
+        assert name in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--config", "--web-config-file"])
+def test_a_non_utf8_file_is_one_line_and_exit_2(tmp_path: Path, flag: str) -> None:
+    path = tmp_path / "latin1.yml"
+    path.write_bytes("# r\u00e9glages du n\u0153ud\ninterval: 1\n".encode("cp1252"))
+    ops_one_line_exit_2(ops_run(flag, str(path)), str(path), "not UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("serving:\n  interval: .inf\n", "serving.interval"),
+        ("serving:\n  interval: 7200\n", "serving.interval"),
+        ("kubernetes:\n  interval: .nan\n", "kubernetes.interval"),
+        ("serving:\n  timeout: .inf\n", "serving.timeout"),
+    ],
+)
+def test_an_infinite_or_hour_long_interval_is_refused(
+    tmp_path: Path, yaml_text: str, key: str
+) -> None:
+    path = tmp_path / "c.yml"
+    path.write_text(yaml_text)
+    ops_one_line_exit_2(ops_run("--config", str(path)), key)
+
+
+class OpsDaemon:
+    """The daemon on ``--listen 127.0.0.1:0``: the port comes from its "listening" line."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.log = tmp_path / "daemon.log"
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "1",
+             "--listen", "127.0.0.1:0", *args],
+            cwd=REPO, env=OPS_ENV, stdout=self._out, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            found = [e for e in self.events() if e.get("event") == "listening"]
+            if found:
+                self.address = str(found[0]["address"])
+                break
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "no listening line"
+            time.sleep(0.05)
+        self.url = f"http://{self.address}"
+        wait_http(self.url + "/healthz", timeout=30)
+
+    def events(self) -> list[dict[str, object]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+        return self.proc.returncode
+
+
+def test_listen_on_port_0_binds_a_free_port_and_logs_it(tmp_path: Path) -> None:
+    daemon = OpsDaemon(tmp_path)
+    try:
+        host, port = daemon.address.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as response:
+            assert b"goodput_gpu_up" in response.read()
+    finally:
+        assert daemon.stop() == 0
+
+
+def _basic(password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"prom:{password}".encode()).decode()}
+
+
+async def _flood(url: str, source: str, clients: int, seconds: float) -> list[int]:
+    """``clients`` loops sending distinct wrong passwords from ``source`` for ``seconds``
+    (bounded), every answer's status kept."""
+    statuses: list[int] = []
+    deadline = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=0, local_addr=(source, 0))
+
+    async def one(http: aiohttp.ClientSession, n: int) -> None:
+        for i in itertools.count():
+            if time.monotonic() > deadline:
+                return
+            async with http.get(url, headers=_basic(f"guess-{n}-{i}")) as response:
+                await response.read()
+                statuses.append(response.status)
+
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        await asyncio.gather(*(one(http, n) for n in range(clients)))
+    return statuses
+
+
+async def test_a_login_flood_barely_delays_the_first_valid_scrape(tmp_path: Path) -> None:
+    """200 clients send distinct wrong passwords (bcrypt cost 10, as operators configure)
+    from 127.0.0.2; the first valid scrape, from 127.0.0.1 and so needing its own bcrypt
+    check, is answered well within the bound (1 s in the issue; measured ~0.1 s in
+    docs/benchmarks.md; asserted loosely here so a loaded machine does not fail it; before
+    the fix it took 6.6 s). Every failure is counted, and logged once per client."""
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+    daemon = OpsDaemon(tmp_path, "--web-config-file", str(web))
+    try:
+        metrics = daemon.url + "/metrics"
+        flood_seconds = 4.0
+        flooding = asyncio.create_task(_flood(metrics, "127.0.0.2", 200, flood_seconds))
+        await asyncio.sleep(1.5)  # the flood is at full speed
+        connector = aiohttp.TCPConnector(local_addr=("127.0.0.1", 0), force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            started = time.monotonic()
+            async with http.get(metrics, headers=_basic("right")) as response:
+                await response.read()
+                took = time.monotonic() - started
+                assert response.status == 200
+        assert not flooding.done(), "the flood ended before the valid scrape was timed"
+        statuses = await flooding
+        assert took < 3.0, f"first valid scrape took {took:.2f} s under the flood"
+        assert len(statuses) / flood_seconds >= 50, f"only {len(statuses)} flood answers"
+        assert set(statuses) <= {401, 429}
+
+        async with aiohttp.ClientSession() as http, \
+                http.get(metrics, headers=_basic("right")) as response:
+            found = samples(await response.text())
+        counted = {
+            reason: value(found, "goodput_exporter_http_auth_failures_total", reason=reason)
+            for reason in ("missing", "malformed", "wrong_credentials", "throttled")
+        }
+        assert counted["missing"] == 0.0 and counted["malformed"] == 0.0
+        assert (counted["wrong_credentials"] or 0) + (counted["throttled"] or 0) == len(statuses)
+        assert counted["throttled"] == statuses.count(429)
+        logged = [e for e in daemon.events() if e.get("event") == "basic auth failed"]
+        assert [e["client"] for e in logged] == ["127.0.0.2"]  # once a minute per client
+    finally:
+        assert daemon.stop() == 0

@@ -3,12 +3,13 @@ exactly one owner, and a new source is one module plus one registry line."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter import collectors
+from exporter import collectors, names
 from exporter.config import Settings
 from exporter.daemon import build
 from exporter.sim.fake_nvml import simulated_node
@@ -49,7 +50,12 @@ def test_collector_names_are_unique_and_sections_exist() -> None:
 async def test_a_toy_source_is_one_module_and_one_registry_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(collectors, "REGISTRY", (*collectors.REGISTRY, toy_collector.COLLECTOR))
+    # the new module (it would be exporter/collectors/toy.py) ...
+    monkeypatch.setitem(sys.modules, "exporter.collectors.toy", toy_collector)
+    # ... and the one registry line (one more name in exporter/names.py)
+    monkeypatch.setattr(names, "COLLECTOR_NAMES", (*names.COLLECTOR_NAMES, "toy"))
+    monkeypatch.setattr(collectors, "REGISTRY", collectors.load(names.COLLECTOR_NAMES))
+    assert Settings(collectors={"toy": False}).collectors == {"toy": False}  # switchable
     settings = Settings(simulate=True, simulate_gpus=1)
     daemon = build(settings, NvmlSession(simulated_node(gpus=1), "simulated"))
     daemon.session.open()

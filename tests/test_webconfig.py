@@ -26,6 +26,13 @@ PASSWORD = "s3cret-scrape"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
 
 
+@pytest.fixture(autouse=True)
+def no_failure_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed logins are answered after a second (a tarpit for floods): not in these tests;
+    tests/test_fault_battery.py runs the real delay."""
+    monkeypatch.setattr(webconfig.BasicAuth, "FAILURE_DELAY", 0.0)
+
+
 # --- certificates ------------------------------------------------------------------------
 
 
@@ -83,6 +90,15 @@ def test_unreadable_and_non_yaml_files(tmp_path: Path) -> None:
     bad.write_text("basic_auth_users: [unclosed\n")
     with pytest.raises(WebConfigError, match="not valid YAML"):
         webconfig.load(bad)
+
+
+def test_a_non_utf8_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_bytes(b"basic_auth_users:\n  prom\xe9theus: x\n")
+    with pytest.raises(WebConfigError) as err:
+        webconfig.load(path)
+    assert str(path) in str(err.value) and "not UTF-8" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_empty_or_absent_file_means_plain_http(tmp_path: Path) -> None:
@@ -275,3 +291,97 @@ def test_the_helm_charts_web_config_secret_loads(pki: Pki, client_auth: str) -> 
     required = client_auth == "RequireAndVerifyClientCert"
     assert (loaded.ssl_context.verify_mode == ssl.CERT_REQUIRED) is required
     assert loaded.middlewares  # basic auth
+
+
+# --- login floods ------------------------------------------------------------------------
+
+
+def _header(user: str, password: str | bytes) -> str:
+    raw = password if isinstance(password, bytes) else password.encode()
+    return "Basic " + base64.b64encode(user.encode() + b":" + raw).decode()
+
+
+async def test_failures_are_counted_by_bounded_reason(pki: Pki, serve: Callable[[Path], Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    reasons: list[str] = []
+    real_load = webconfig.load
+
+    def counting_load(path: Path) -> webconfig.WebConfig:
+        cfg = real_load(path)
+        assert cfg.basic_auth is not None
+        cfg.basic_auth.on_failure = reasons.append
+        return cfg
+
+    monkeypatch.setattr(webconfig, "load", counting_load)
+    url = await serve(write_config(pki.dir, {"basic_auth_users": {"prometheus": HASH}}))
+    for headers in (None, {"Authorization": "Basic !!"}, basic("prometheus", "nope"),
+                    basic("nobody", "nope"), basic("prometheus", PASSWORD)):
+        await get(f"{url}/metrics", None, headers)
+    # bcrypt refuses passwords over 72 bytes: a wrong password, not a server error.
+    status, _ = await get(f"{url}/metrics", None, basic("prometheus", "x" * 100))
+    assert status == 401
+    assert reasons == ["missing", "malformed", "wrong_credentials", "wrong_credentials",
+                       "wrong_credentials"]
+    assert set(reasons) <= set(webconfig.FAILURE_REASONS)
+
+
+async def test_a_repeated_wrong_password_costs_one_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    auth = webconfig.BasicAuth({"prometheus": HASH})
+    try:
+        # 50 at once share one check; later ones are answered from memory.
+        verdicts = await asyncio.gather(
+            *(auth.verdict(_header("prometheus", "guess"), "10.0.0.9") for _ in range(50))
+        )
+        assert verdicts == ["wrong_credentials"] * 50
+        assert await auth.verdict(_header("prometheus", "guess")) == "wrong_credentials"
+        assert len(calls) == 1
+        assert await auth.verdict(_header("prometheus", PASSWORD)) is None
+        assert len(calls) == 2
+    finally:
+        auth.close()
+
+
+async def test_a_full_queue_refuses_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distinct guesses beyond what the queue holds are throttled without waiting, while a
+    client with no failures still gets its check ahead of the queued guesses."""
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    real = bcrypt.checkpw
+
+    order: list[bytes] = []
+
+    def blocking(password: bytes, hashed: bytes) -> bool:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=10)
+        order.append(password)
+        return real(password, hashed)
+
+    auth = webconfig.BasicAuth({"prometheus": HASH})
+    monkeypatch.setattr(bcrypt, "checkpw", blocking)
+    waiting = auth._pool._max_waiting
+    try:
+        auth.failures.failed("10.0.0.66")  # a client that failed before: a suspect
+        flood = [asyncio.create_task(auth.verdict(_header("prometheus", f"guess{i}"),
+                                                  "10.0.0.66"))
+                 for i in range(waiting + 1)]  # one running, the rest waiting
+        async with asyncio.timeout(5):
+            while auth._pool.waiting < waiting:
+                await asyncio.sleep(0.005)
+        assert await auth.verdict(_header("prometheus", "one-more"), "10.0.0.66") == "throttled"
+        valid = asyncio.create_task(auth.verdict(_header("prometheus", PASSWORD), "10.0.0.1"))
+        await asyncio.sleep(0.05)
+        release.set()
+        assert await valid is None
+        assert not valid.cancelled()
+        assert set(await asyncio.gather(*flood)) == {"wrong_credentials"}
+        assert order[:2] == [b"guess0", PASSWORD.encode()]  # the clean client went first
+    finally:
+        release.set()
+        auth.close()

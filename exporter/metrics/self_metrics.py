@@ -6,6 +6,7 @@ in a small registry the encoder appends after the snapshot's families.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import (
@@ -60,7 +61,17 @@ SOURCE_UP = SelfFamily(
     "1 if the last poll of a source succeeded, else 0 (see the errors counter for why).",
     ("node", "source"),
 )
-SELF_FAMILIES = (BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP)
+AUTH_FAILURES = SelfFamily(
+    "goodput_exporter_http_auth_failures_total",
+    "counter",
+    "HTTP requests refused by basic auth, by reason: missing, malformed or wrong_credentials, "
+    "or throttled (refused unchecked while a login flood fills the queue). Present when "
+    "the web config has basic_auth_users.",
+    ("node", "reason"),
+)
+SELF_FAMILIES = (
+    BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES
+)
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -84,4 +95,14 @@ class SelfMetrics:
         self.last_success = Gauge(f.name, f.help, f.labels, registry=registry)
         f = SOURCE_UP
         self.source_up = Gauge(f.name, f.help, f.labels, registry=registry)
+        f = AUTH_FAILURES
+        self.auth_failures = Counter(
+            f.name.removesuffix("_total"), f.help, f.labels, registry=registry
+        )
         self.node = node
+
+    def count_auth_failures(self, reasons: tuple[str, ...]) -> Callable[[str], None]:
+        """A counter of failed logins, every reason present at 0 from the start."""
+        for reason in reasons:
+            self.auth_failures.labels(self.node, reason)
+        return lambda reason: self.auth_failures.labels(self.node, reason).inc()
