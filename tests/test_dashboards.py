@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "dashboards"
 SCHEMA = OUT / "schema" / "dashboard.schema.json"
 BOARDS = sorted(OUT.glob("*.json"))
-VARIABLES = {"cluster", "node", "namespace", "model", "gpu"}
+VARIABLES = {"cluster", "node", "namespace", "model", "gpu", "engine_job"}
 # What Grafana substitutes for its built-in variables, matching the 30 minutes backfilled.
 BUILTINS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range_s": "1800",
             "$__range": "30m"}
@@ -78,14 +78,24 @@ def test_schema_catches_a_bad_panel() -> None:
         jsonschema.validate(board, schema)
 
 
+# The variables each dashboard defines; a variable defined and never used is a defect (the
+# node dashboard once offered namespace and model filters that filtered nothing).
+BOARD_VARIABLES = {
+    "goodput-fleet": ["datasource", "cluster", "node", "namespace", "model", "gpu"],
+    "goodput-node": ["datasource", "cluster", "node", "gpu"],
+    "goodput-serving": ["datasource", "cluster", "node", "namespace", "model", "gpu",
+                        "engine_job"],
+}
+
+
 @pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
 def test_variables(path: Path) -> None:
     board = load(path)
     names = [v["name"] for v in board["templating"]["list"]]
-    assert names == ["datasource", "cluster", "node", "namespace", "model", "gpu"]
-    for panel in panels(board):
-        if panel.get("type") != "row":
-            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert names == BOARD_VARIABLES[path.stem]
+    exprs = "\n".join(expr for _, expr in targets(board))
+    for name in names[1:]:
+        assert f"${name}" in exprs, f"${name} is defined but no panel uses it"
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
@@ -139,3 +149,284 @@ def test_variable_queries_return_values(prom: tuple[PrometheusServer, float], pa
         assert match, var["query"]
         series = _query(server, f"group by ({match[2]}) ({substitute(match[1])})", end)
         assert [s for s in series if s["metric"].get(match[2])], var["name"]
+
+
+# --- Grafana dashboard-linter's rules, applied to every panel of every dashboard ----------
+
+RANGED = re.compile(r"\b(rate|irate|increase)\((?:[^()\[]|\([^()]*\))*\[([^\]]+)\]")
+
+
+def lint(board: dict[str, Any]) -> list[str]:
+    """What grafana/dashboard-linter would report for ``board`` (the rules this project
+    holds itself to): a templated Prometheus datasource used by every panel and target, a
+    description and a unit on every panel, unique ids, and rate()/irate()/increase() over
+    $__rate_interval (or over $__range in an instant query: a deliberate whole-range total).
+    Query variables reload on time-range change."""
+    problems: list[str] = []
+    variables = board["templating"]["list"]
+    ds = [v for v in variables if v["type"] == "datasource"]
+    if [(v["name"], v["query"]) for v in ds] != [("datasource", "prometheus")]:
+        problems.append("no templated prometheus datasource variable named datasource")
+    for var in variables:
+        if var["type"] == "query" and var.get("refresh") != 2:
+            problems.append(f"variable {var['name']}: not reloaded on time-range change")
+    want = {"type": "prometheus", "uid": "${datasource}"}
+    seen: set[int] = set()
+    for panel in panels(board):
+        title = panel.get("title", "?")
+        pid = panel.get("id")
+        if not isinstance(pid, int) or pid in seen:
+            problems.append(f"{title}: id {pid!r} missing or not unique")
+        seen.add(pid) if isinstance(pid, int) else None
+        if panel["type"] == "row":
+            continue
+        if not panel.get("description", "").strip():
+            problems.append(f"{title}: no description")
+        if not panel.get("fieldConfig", {}).get("defaults", {}).get("unit"):
+            problems.append(f"{title}: no unit")
+        if panel.get("datasource") != want:
+            problems.append(f"{title}: panel datasource is not ${{datasource}}")
+        if not panel.get("targets"):
+            problems.append(f"{title}: no targets")
+        for target in panel.get("targets", []):
+            if target.get("datasource") != want:
+                problems.append(f"{title}/{target['refId']}: datasource is not ${{datasource}}")
+            for func, window in RANGED.findall(target["expr"]):
+                whole_range = window == "$__range" and target.get("instant")
+                if window != "$__rate_interval" and not whole_range:
+                    problems.append(f"{title}/{target['refId']}: {func}() over [{window}]")
+    return problems
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
+def test_dashboard_linter_rules(path: Path) -> None:
+    assert lint(load(path)) == []
+
+
+def test_lint_catches_each_kind_of_problem() -> None:
+    board = load(OUT / "goodput-node.json")
+    victim = next(p for p in panels(board) if p["type"] == "timeseries")
+    victim["description"] = ""
+    del victim["fieldConfig"]["defaults"]["unit"]
+    victim["targets"][0]["expr"] = "rate(goodput_gpu_utilization_seconds_total[5m])"
+    victim["targets"][0]["datasource"] = {"type": "prometheus", "uid": "prom-1"}
+    next(p for p in panels(board) if p is not victim)["id"] = victim["id"]
+    problems = "\n".join(lint(board))
+    for needle in ("no description", "no unit", "over [5m]", "datasource is not",
+                   "not unique"):
+        assert needle in problems
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
+def test_panel_ids_are_stable(path: Path) -> None:
+    """Ids come from each panel's type and title, not its position: adding or moving a
+    panel never renumbers the others (viewPanel links keep working)."""
+    from mixin.dashboards.common import panel_id
+
+    for panel in panels(load(path)):
+        assert panel["id"] == panel_id(panel["type"], panel["title"])
+
+
+# --- every panel applies the dashboard's filters, or says why not -------------------------
+
+FILTER_WORDS = {"cluster": "cluster", "node": "node", "gpu": "gpu", "namespace": "namespace"}
+
+
+def _waived(description: str) -> set[str]:
+    """Variables a panel's description says do not apply to it."""
+    out: set[str] = set()
+    for sentence in re.split(r"(?<=\.) ", description):
+        if "not apply" in sentence:
+            words = set(re.findall(r"[a-z]+", sentence.lower()))
+            out |= {var for var, word in FILTER_WORDS.items() if word in words}
+    return out
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
+def test_every_panel_applies_the_filters_or_says_why_not(path: Path) -> None:
+    board = load(path)
+    defined = {v["name"] for v in board["templating"]["list"]} & set(FILTER_WORDS)
+    missing = []
+    for panel in panels(board):
+        if panel["type"] == "row":
+            continue
+        expected = defined - _waived(panel["description"])
+        for target in panel["targets"]:
+            missing += [f"{panel['title']}/{target['refId']}: ${var}" for var in sorted(expected)
+                        if f"${var}" not in target["expr"]]
+    assert missing == []
+
+
+# --- panels that are empty on a healthy install say why ------------------------------------
+
+
+def _optional_families() -> set[str]:
+    from exporter.collectors import REGISTRY
+    from exporter.config import Settings
+
+    settings = Settings(simulate=True)
+    return {fam.name for collector in REGISTRY for group in collector.families(settings)
+            for fam in group.families if not fam.default}
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
+def test_panels_needing_more_than_the_defaults_say_why(path: Path) -> None:
+    """A panel reading a family outside the default set (docs/metrics.md "optional") names
+    --extended-metrics in its description, and in its no-data text when it reads nothing
+    else; a panel reading the engines' own histograms says they must be scraped directly."""
+    optional = _optional_families()
+    assert "goodput_gpu_power_limit_watts" in optional
+    for panel in panels(load(path)):
+        if panel["type"] == "row":
+            continue
+        exprs = [t["expr"] for t in panel["targets"]]
+        reads = [set(re.findall(r"\bgoodput_[a-z0-9_]+", e)) for e in exprs]
+        no_value = panel["fieldConfig"]["defaults"].get("noValue", "")
+        if any(r & optional for r in reads):
+            assert "--extended-metrics" in panel["description"], panel["title"]
+        if all(r & optional for r in reads):
+            assert "--extended-metrics" in no_value, panel["title"]
+        if any("time_to_first_token" in e for e in exprs):
+            assert "scrape" in no_value and "directly" in panel["description"], panel["title"]
+
+
+# --- the numbers on the panels, in promtool -------------------------------------------------
+
+
+def _target(board: str, title: str, ref: str = "A", kind: str = "") -> str:
+    panel = next(p for p in panels(load(OUT / f"{board}.json"))
+                 if p["title"] == title and kind in ("", p["type"]))
+    return str(next(t["expr"] for t in panel["targets"] if t["refId"] == ref))
+
+
+def _fill(expr: str, **values: str) -> str:
+    """``expr`` as Grafana would send it: the named variables set, the others All."""
+    for name, value in values.items():
+        expr = expr.replace(f"${name}", value)
+    return substitute(expr)
+
+
+def _promtool_expr(tmp_path: Path, series: list[dict[str, str]], interval: str,
+                   cases: list[dict[str, Any]]) -> None:
+    import subprocess
+
+    import yaml
+
+    from tests.support.prometheus import require
+
+    (tmp_path / "rules.yml").write_text((ROOT / "alerts" / "goodput.rules.yml").read_text())
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": interval, "input_series": series, "promql_expr_test": cases}]}))
+    result = subprocess.run([require("promtool"), "test", "rules", str(tmp_path / "test.yml")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+SEL = 'job="gpu-goodput-exporter", instance="n:9433"'
+
+
+def test_busy_but_unproductive_counts_gpus_not_reasons(tmp_path: Path) -> None:
+    busy = "goodput_gpu_busy_unproductive"
+    series = [
+        {"series": f'{busy}{{{SEL}, node="a", gpu="0", reason="hollow_busy"}}', "values": "1x5"},
+        {"series": f'{busy}{{{SEL}, node="a", gpu="0", reason="busy_no_output"}}',
+         "values": "1x5"},
+        {"series": f'{busy}{{{SEL}, node="b", gpu="0", reason="hollow_busy"}}', "values": "1x5"},
+    ]
+    expr = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", kind="stat"))
+    _promtool_expr(tmp_path, series, "1m",
+                   [{"expr": expr, "eval_time": "4m", "exp_samples": [{"labels": "{}",
+                                                                      "value": 2}]}])
+
+
+def test_energy_in_range_keeps_each_node(tmp_path: Path) -> None:
+    energy = "goodput_gpu_energy_joules_total"
+    series = [{"series": f'{energy}{{{SEL}, node="{n}", gpu="0"}}', "values": f"0+{j}x60"}
+              for n, j in (("a", 3.6e4), ("b", 7.2e4))]
+    expr = _fill(_target("goodput-node", "Energy in range"), __range="1h")
+    _promtool_expr(tmp_path, series, "1m", [{"expr": expr, "eval_time": "60m", "exp_samples": [
+        {"labels": '{node="a", gpu="0"}', "value": 0.6},
+        {"labels": '{node="b", gpu="0"}', "value": 1.2}]}])
+
+
+def test_allocated_idle_hours_count_idle_time_not_the_range(tmp_path: Path) -> None:
+    """The issue's case: a GPU allocated-idle for 10 minutes of a 3 h range is 0.17 GPU-hours
+    (the old panel said 3), and a namespace whose GPU was never idle shows nothing."""
+    secs = "goodput_gpu_regime_seconds_total"
+    idle = "0x60 " + " ".join(str(60 * i) for i in range(1, 11)) + " 600x109"
+    busy = "0+60x60 " + " ".join(["3600"] * 10) + " 3600+60x109"
+    info = "goodput_gpu_pod_info"
+    series = [
+        {"series": f'{secs}{{{SEL}, node="a", gpu="0", regime="allocated_idle"}}',
+         "values": idle},
+        {"series": f'{secs}{{{SEL}, node="a", gpu="0", regime="compute_bound"}}',
+         "values": busy},
+        {"series": f'{secs}{{{SEL}, node="a", gpu="1", regime="compute_bound"}}',
+         "values": "0+60x180"},
+        {"series": f'{info}{{{SEL}, node="a", gpu="0", namespace="research", pod="nb-0", '
+                   'container="main"}', "values": "1x180"},
+        {"series": f'{info}{{{SEL}, node="a", gpu="1", namespace="inference", pod="llm-0", '
+                   'container="main"}', "values": "1x180"},
+    ]
+    expr = _fill(_target("goodput-fleet", "Allocated-idle GPU-hours by namespace"),
+                 __range="3h")
+    _promtool_expr(tmp_path, series, "1m", [{
+        "expr": f"round({expr}, 0.01)", "eval_time": "180m",
+        "exp_samples": [{"labels": '{namespace="research"}', "value": 0.17}]}])
+
+
+def test_namespace_filter_narrows_the_fleet_stats(tmp_path: Path) -> None:
+    """All namespaces: every GPU, held or not (GPU 3 is); some namespaces: only the GPUs
+    their pods hold."""
+    info = "goodput_gpu_info"
+    pod = "goodput_gpu_pod_info"
+    series = [{"series": f'{info}{{{SEL}, node="a", gpu="{g}", uuid="GPU-{g}", name="H100"}}',
+               "values": "1x5"} for g in range(4)]
+    series += [{"series": f'{pod}{{{SEL}, node="a", gpu="{g}", namespace="{ns}", '
+                          f'pod="p-{g}", container="main"}}', "values": "1x5"}
+               for g, ns in enumerate(("research", "inference", "batch"))]
+    gpus = _target("goodput-fleet", "GPUs")
+    _promtool_expr(tmp_path, series, "1m", [
+        {"expr": _fill(gpus), "eval_time": "4m", "exp_samples": [{"labels": "{}", "value": 4}]},
+        {"expr": _fill(gpus, namespace="research"), "eval_time": "4m",
+         "exp_samples": [{"labels": "{}", "value": 1}]},
+        {"expr": _fill(gpus, namespace="research|inference"), "eval_time": "4m",
+         "exp_samples": [{"labels": "{}", "value": 2}]},
+    ])
+
+
+@pytest.mark.integration
+def test_ttft_follows_the_node_filter(prom: tuple[PrometheusServer, float]) -> None:
+    """Engine series carry no node label: the node filter reaches them through the pods the
+    exporter attributes on that node."""
+    server, end = prom
+    expr = _target("goodput-serving", "Time to first token (p50, p90)")
+    assert _query(server, _fill(expr, node="sim-node"), end)
+    assert _query(server, _fill(expr, node="other-node"), end) == []
+    assert _query(server, _fill(expr, engine_job="no-such-job"), end) == []
+
+
+def test_busy_table_survives_both_reasons_and_an_exporter_rollover(tmp_path: Path) -> None:
+    """A GPU flagged for both reasons, reported by an old and a new exporter pod inside the
+    window, is one GPU in the table's joins (no many-to-many error) with both reasons."""
+    busy = "goodput_gpu_busy_unproductive"
+    series = []
+    for instance in ("old:9433", "new:9433"):
+        sel = f'job="gpu-goodput-exporter", instance="{instance}", node="a", gpu="0"'
+        series += [
+            {"series": f'{busy}{{{sel}, reason="hollow_busy"}}', "values": "1x5"},
+            {"series": f'{busy}{{{sel}, reason="busy_no_output"}}', "values": "1x5"},
+            {"series": f'goodput_gpu_info{{{sel}, uuid="GPU-0", name="H100"}}', "values": "1x5"},
+            {"series": f'goodput_gpu_pod_info{{{sel}, namespace="inference", pod="llm-0", '
+                       'container="main"}', "values": "1x5"},
+        ]
+    a = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", "A", "table"))
+    c = _fill(_target("goodput-fleet", "Busy but unproductive GPUs", "C", "table"))
+    _promtool_expr(tmp_path, series, "1m", [
+        {"expr": f"count(group by (namespace, pod, name) ({a}))", "eval_time": "4m",
+         "exp_samples": [{"labels": "{}", "value": 1}]},
+        {"expr": c, "eval_time": "4m", "exp_samples": [
+            {"labels": '{node="a", gpu="0", reason="hollow_busy"}', "value": 1},
+            {"labels": '{node="a", gpu="0", reason="busy_no_output"}', "value": 1}]},
+    ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dash
@@ -21,7 +22,10 @@ class Ctx:
     """What every panel needs from the configuration: the datasource, the label filters
     (Grafana variables inside; `=~".*"` also matches a missing label, so the optional
     cluster label may be absent) and the PromQL helpers. Data series carry no pod labels:
-    namespace panels join goodput_gpu_pod_info."""
+    namespace panels join goodput_gpu_pod_info.
+
+    Recording rules (goodput:*) are filtered without the job selector: their names are the
+    mixin's own, and an aggregation in a rule may drop `job`."""
 
     def __init__(self, cfg: Config) -> None:
         lb = cfg.labels
@@ -37,6 +41,26 @@ class Ctx:
         self.ns_f = f'{lb.namespace}=~"$namespace"'
         self.ns = lb.namespace
         self.gk = self.q.gpu_key
+        self.rule_cluster_f = f'{lb.cluster}=~"$cluster"'
+        self.rule_gpu_f = f'{self.rule_cluster_f}, {lb.node}=~"$node", {lb.gpu}=~"$gpu"'
+        self.rule_model_f = f'{self.rule_gpu_f}, model=~"$model"'
+        self.rule_ns_f = f'{self.rule_cluster_f}, {self.ns_f}'
+        self.rule_by_model_f = f'{self.rule_cluster_f}, model=~"$model"'
+
+    def in_namespaces(self, expr: str) -> str:
+        """``expr`` (per-GPU series) for the GPUs a pod of the selected namespaces holds; while
+        every namespace in scope is selected (or attribution is off), every GPU, held or not.
+        PromQL cannot test a variable for "All", so the second branch asks whether any pod in
+        scope sits outside the selection."""
+        pods = f"goodput_gpu_pod_info{{{self.gpu_f}, {self.ns_f}}}"
+        outside = f'goodput_gpu_pod_info{{{self.gpu_f}, {self.ns}!~"$namespace"}}'
+        return (f"(({expr}) and on ({self.gk}) {pods}\n"
+                f"  or ({expr}) and on () absent({outside}))")
+
+    def all_gpus_selected(self) -> str:
+        """1 while the node and GPU variables select every GPU of the selected clusters."""
+        return (f"absent(goodput_gpu_info{{{self.cluster_f}}}"
+                f" unless goodput_gpu_info{{{self.gpu_f}}})")
 
     def legend(self, text: str) -> str:
         """A legend written with the default label names, in the configured ones."""
@@ -64,15 +88,24 @@ def query(ctx: Ctx, expr: str, legend: str = "", ref: str = "A", instant: bool =
     return q
 
 
-def series(ctx: Ctx, title: str, unit: str, *targets: tuple[str, str], description: str = "",
-           span: int = 12) -> timeseries.Panel:
+def series(ctx: Ctx, title: str, unit: str, *targets: tuple[str, str], description: str,
+           span: int = 12, no_value: str = "") -> timeseries.Panel:
     """A time series panel with one query per (expr, legend), refIds A, B, ..."""
-    panel = timeseries.Panel().title(title).datasource(ctx.ds).unit(unit).height(8).span(span)
-    if description:
-        panel = panel.description(description)
+    panel = (timeseries.Panel().title(title).description(description).datasource(ctx.ds)
+             .unit(unit).height(8).span(span))
+    if no_value:
+        panel = panel.no_value(no_value)
     for i, (expr, legend) in enumerate(targets):
         panel = panel.with_target(query(ctx, expr, legend, ref=chr(ord("A") + i)))
     return panel
+
+
+# Why a panel can be empty on a healthy install; shown in the panel (Grafana's noValue).
+NEEDS_EXTENDED = ("No data: needs --extended-metrics on the exporter "
+                  "(Helm: exporter.extendedMetrics=true).")
+NEEDS_ENGINE_SCRAPE = ("No data: Prometheus must scrape the vLLM/SGLang pods themselves "
+                       "(e.g. a PodMonitor on the engines); the exporter does not re-export "
+                       "their histograms.")
 
 
 def _label_variable(ctx: Ctx, name: str, label: str, metric: str,
@@ -92,8 +125,12 @@ def _label_variable(ctx: Ctx, name: str, label: str, metric: str,
     )
 
 
-def variables(ctx: Ctx) -> list[Any]:
-    """datasource, cluster (optional label), node, namespace, model, gpu."""
+VARIABLES = ("cluster", "node", "namespace", "model", "gpu")
+
+
+def variables(ctx: Ctx, names: tuple[str, ...] = VARIABLES) -> list[Any]:
+    """datasource, then of cluster (optional label), node, namespace, model, gpu those a
+    dashboard uses."""
     lb = ctx.cfg.labels
     datasource = dash.DatasourceVariable("datasource").label("Data source").type(
         ctx.cfg.grafana.datasource_type)
@@ -101,19 +138,21 @@ def variables(ctx: Ctx) -> list[Any]:
         name = ctx.cfg.grafana.datasource_name
         datasource = datasource.current(model.VariableOption(selected=True, text=name,
                                                              value=name))
-    return [
-        datasource,
-        _label_variable(ctx, "cluster", "Cluster", "goodput_gpu_info", ctx.cfg.selector,
-                        lb.cluster),
-        _label_variable(ctx, "node", "Node", "goodput_gpu_info", ctx.cluster_f, lb.node),
-        _label_variable(ctx, "namespace", "Namespace", "goodput_gpu_pod_info", ctx.node_f,
-                        lb.namespace),
-        _label_variable(ctx, "model", "Model", "goodput_gpu_tokens_total", ctx.node_f, "model"),
-        _label_variable(ctx, "gpu", "GPU", "goodput_gpu_info", ctx.node_f, lb.gpu),
-    ]
+    every = {
+        "cluster": _label_variable(ctx, "cluster", "Cluster", "goodput_gpu_info",
+                                   ctx.cfg.selector, lb.cluster),
+        "node": _label_variable(ctx, "node", "Node", "goodput_gpu_info", ctx.cluster_f, lb.node),
+        "namespace": _label_variable(ctx, "namespace", "Namespace", "goodput_gpu_pod_info",
+                                     ctx.node_f, lb.namespace),
+        "model": _label_variable(ctx, "model", "Model", "goodput_gpu_tokens_total", ctx.node_f,
+                                 "model"),
+        "gpu": _label_variable(ctx, "gpu", "GPU", "goodput_gpu_info", ctx.node_f, lb.gpu),
+    }
+    return [datasource, *(every[name] for name in names)]
 
 
-def base(ctx: Ctx, uid: str, title: str, description: str) -> dash.Dashboard:
+def base(ctx: Ctx, uid: str, title: str, description: str,
+         names: tuple[str, ...] = VARIABLES, extra: list[Any] | None = None) -> dash.Dashboard:
     board = (
         dash.Dashboard(title)
         .uid(uid)
@@ -124,7 +163,7 @@ def base(ctx: Ctx, uid: str, title: str, description: str) -> dash.Dashboard:
         .refresh("1m")
         .timezone("browser")
         .tooltip(model.DashboardCursorSync.CROSSHAIR)
-        .variables(variables(ctx))
+        .variables(variables(ctx, names) + (extra or []))
         .link(
             dash.DashboardLink("Goodput dashboards")
             .type(model.DashboardLinkType.DASHBOARDS)
@@ -153,8 +192,28 @@ def _strip_nulls(value: Any) -> Any:
     return value
 
 
+def panel_id(kind: str, title: str) -> int:
+    """A panel's id, from its type and title: the same on every regeneration and whatever
+    panels are added, removed or moved around it, so `viewPanel=<id>` links and alert panel
+    links keep pointing at the same panel."""
+    return zlib.crc32(f"{kind}:{title}".encode()) % 100_000 + 1
+
+
+def _set_ids(raw: dict[str, Any]) -> None:
+    seen: dict[int, str] = {}
+    for panel in raw.get("panels", []):
+        for p in (panel, *panel.get("panels", [])):
+            pid = panel_id(p["type"], p["title"])
+            if pid in seen:
+                raise ValueError(f"panels {seen[pid]!r} and {p['title']!r} share id {pid}: "
+                                 "retitle one")
+            seen[pid] = p["title"]
+            p["id"] = pid
+
+
 def to_json(board: dash.Dashboard) -> str:
     """Deterministic JSON without nulls (Grafana's schema rejects `null` options) and without
     a final newline, so the Helm chart's ConfigMaps (`|-` block scalars) carry it verbatim."""
-    raw = json.loads(json.dumps(board.build(), cls=JSONEncoder))
-    return json.dumps(_strip_nulls(raw), indent=2, sort_keys=True, ensure_ascii=False)
+    raw = _strip_nulls(json.loads(json.dumps(board.build(), cls=JSONEncoder)))
+    _set_ids(raw)
+    return json.dumps(raw, indent=2, sort_keys=True, ensure_ascii=False)

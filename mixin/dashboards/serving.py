@@ -6,78 +6,140 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import table
 from grafana_foundation_sdk.models import dashboard as model
 
-from mixin.dashboards.common import UIDS, Ctx, base, query, series
+from mixin.dashboards.common import (
+    NEEDS_ENGINE_SCRAPE,
+    UIDS,
+    Ctx,
+    base,
+    query,
+    series,
+)
 
-TTFT = ('{__name__=~"vllm:time_to_first_token_seconds_bucket'
-        '|sglang:time_to_first_token_seconds_bucket", namespace=~"$namespace", '
-        'model_name=~"$model"}')
+# The engines' own TTFT histograms, scraped from the engine pods (not the exporter's job).
+TTFT_BUCKETS = ("vllm:time_to_first_token_seconds_bucket"
+                "|sglang:time_to_first_token_seconds_bucket")
+TTFT_COUNTS = ("vllm:time_to_first_token_seconds_count"
+               "|sglang:time_to_first_token_seconds_count")
+
+
+def _engine_job(ctx: Ctx) -> dash.QueryVariable:
+    """The Prometheus job(s) the engines are scraped under."""
+    return (
+        dash.QueryVariable("engine_job")
+        .label("Engine job")
+        .datasource(ctx.ds)
+        .query({"query": f'label_values({{__name__=~"{TTFT_COUNTS}"}}, job)',
+                "refId": "engine_job"})
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(model.VariableOption(selected=True, text="All", value="$__all"))
+    )
+
+
+def _ttft(ctx: Ctx, q: float) -> str:
+    """The q-quantile of time to first token per model, for the engine pods in scope: the
+    pods on the selected GPUs (through goodput_gpu_pod_info), or every engine pod while all
+    GPUs are selected (engine series carry no node label; attribution may be off)."""
+    lb = ctx.cfg.labels
+    sel = (f'{{__name__=~"{TTFT_BUCKETS}", job=~"$engine_job", {lb.cluster}=~"$cluster", '
+           f'{ctx.ns_f}, model_name=~"$model"}}')
+    rate = f"rate({sel}[$__rate_interval])"
+    pods = f"group by ({lb.namespace}, {lb.pod}) (goodput_gpu_pod_info{{{ctx.gpu_f}}})"
+    scoped = (f"{rate} and on ({lb.namespace}, {lb.pod}) {pods}\n"
+              f"  or {rate} and on () {ctx.all_gpus_selected()}")
+    return f"histogram_quantile({q:g}, sum by ({lb.cluster}, le, model_name) (\n  {scoped}\n))"
 
 
 def build(ctx: Ctx) -> dash.Dashboard:
     GPU, MODEL, NODE, gk = ctx.gpu_f, ctx.model_f, ctx.node_f, ctx.gk
+    in_ns = ctx.in_namespaces
     SERVING_GPUS = f"group by ({gk}) (goodput_gpu_tokens_total{{{MODEL}}})"
     board = base(ctx, UIDS["serving"], "GPU goodput / Serving workload",
                  "Serving engines on their GPUs: tokens against SM activity, queue, KV cache, "
-                 "time to first token, model FLOPs utilisation.")
+                 "time to first token, model FLOPs utilisation.", extra=[_engine_job(ctx)])
     board.with_row(dash.Row("Throughput"))
     right_axis = [model.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
                   model.DynamicConfigValue(id_val="unit", value="percentunit")]
     board.with_panel(
         series(
             ctx, "Tokens/s per GPU vs SM active", "short",
-            (f"sum by ({gk}, model) (rate(goodput_gpu_tokens_total{{{MODEL}}}"
-             "[$__rate_interval]))", "gpu {{gpu}} {{model}} tokens/s"),
-            (f"rate(goodput_gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])"
-             f" / (rate(goodput_gpu_profiled_seconds_total{{{GPU}}}[$__rate_interval]) > 0)"
-             f" and on ({gk}) {SERVING_GPUS}", "gpu {{gpu}} SM active"),
+            (in_ns(f"sum by ({gk}, model) (rate(goodput_gpu_tokens_total{{{MODEL}}}"
+                   "[$__rate_interval]))"), "{{node}} gpu {{gpu}} {{model}} tokens/s"),
+            (in_ns(f"rate(goodput_gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])"
+                   f" / (rate(goodput_gpu_profiled_seconds_total{{{GPU}}}[$__rate_interval])"
+                   f" > 0) and on ({gk}) {SERVING_GPUS}"), "{{node}} gpu {{gpu}} SM active"),
             description="Tokens per second (left) against SM activity (right): SM activity "
             "without tokens is work that produces nothing.",
         ).override_by_query("B", right_axis).span(24)
     )
+    rmodel = ctx.rule_model_f
     board.with_panel(series(
         ctx, "Tokens per SM-second vs fleet median", "short",
-        (f"goodput:gpu_tokens_per_sm_second:ratio_rate5m{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
-        ('goodput:model_tokens_per_sm_second:median_rate5m{model=~"$model"}'
-         f" and on (model) goodput:gpu_model:info{{{MODEL}}}", "fleet median {{model}}"),
-        description="GPULowGoodputVsFleet fires below "
+        (in_ns(f"goodput:gpu_tokens_per_sm_second:ratio_rate5m{{{rmodel}}}"),
+         "{{node}} gpu {{gpu}} {{model}}"),
+        (f"goodput:model_tokens_per_sm_second:median_rate5m{{{ctx.rule_by_model_f}}}"
+         f" and on (model) {in_ns(f'goodput:gpu_model:info{{{rmodel}}}')}",
+         "fleet median {{model}}"),
+        description="Tokens per SM-active second of each GPU against the fleet median for its "
+        "model (all clusters of this Prometheus). GPULowGoodputVsFleet fires below "
         f"{ctx.cfg.alerts['GPULowGoodputVsFleet'].thresholds['max_share_of_median']:g} "
         "times the median."))
     board.with_panel(series(
         ctx, "Tokens per joule", "short",
-        (f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{MODEL}}}", "gpu {{gpu}} {{model}}"),
-        (f"goodput_gpu_joules_per_token{{{GPU}}} and on ({gk}) {SERVING_GPUS}",
-         "gpu {{gpu}} J/token")))
+        (in_ns(f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{rmodel}}}"),
+         "{{node}} gpu {{gpu}} {{model}}"),
+        (in_ns(f"goodput:gpu_joules_per_token:ratio_rate5m{{{ctx.rule_gpu_f}}}"
+               f" and on ({gk}) {SERVING_GPUS}"),
+         "{{node}} gpu {{gpu}} J/generated token"),
+        description="Tokens (prompt + generation) per joule of board energy per GPU and "
+        "model, and joules per generated token, both over the rules' 5 m window "
+        "(goodput:gpu_tokens_per_joule:ratio_rate5m, "
+        "goodput:gpu_joules_per_token:ratio_rate5m)."))
     board.with_row(dash.Row("Queue and memory"))
     board.with_panel(series(
         ctx, "Queue: running and waiting requests", "none",
-        (f"sum by ({gk}, model, state) (goodput_gpu_serving_requests{{{MODEL}}})",
-         "gpu {{gpu}} {{model}} {{state}}"),
+        (in_ns(f"sum by ({gk}, model, state) (goodput_gpu_serving_requests{{{MODEL}}})"),
+         "{{node}} gpu {{gpu}} {{model}} {{state}}"),
         description="Requests waiting while the GPU is mostly idle mean a host-bound engine "
         "(GPUHostBound)."))
     board.with_panel(series(
         ctx, "KV cache usage", "percentunit",
-        (f"goodput_gpu_kv_cache_usage_ratio{{{MODEL}}}", "gpu {{gpu}} {{model}}")).max(1))
+        (in_ns(f"goodput_gpu_kv_cache_usage_ratio{{{MODEL}}}"),
+         "{{node}} gpu {{gpu}} {{model}}"),
+        description="Share of the engine's KV-cache blocks in use; near 1 the engine "
+                    "preempts or queues requests.").max(1))
     board.with_row(dash.Row("Latency and model FLOPs"))
     board.with_panel(series(
         ctx, "Time to first token (p50, p90)", "s",
-        (f"histogram_quantile(0.5, sum by (le, model_name) (rate({TTFT}[$__rate_interval])))",
-         "p50 {{model_name}}"),
-        (f"histogram_quantile(0.9, sum by (le, model_name) (rate({TTFT}[$__rate_interval])))",
-         "p90 {{model_name}}"),
+        (_ttft(ctx, 0.5), "p50 {{model_name}}"),
+        (_ttft(ctx, 0.9), "p90 {{model_name}}"),
         description="From the engines' own TTFT histograms (vLLM, SGLang), which Prometheus "
-        "scrapes from the engine pods directly; the exporter does not re-export them."))
+        "scrapes from the engine pods directly (the Engine job variable picks their job); the "
+        "exporter does not re-export them. Node and GPU filters narrow it to the engine pods "
+        "on those GPUs (needs pod attribution).", no_value=NEEDS_ENGINE_SCRAPE))
     board.with_panel(series(
         ctx, "MFU (model FLOPs utilisation)", "percentunit",
-        (f"goodput_gpu_mfu_ratio{{{GPU}}} and on ({gk}) {SERVING_GPUS}",
-         "gpu {{gpu}}"),
+        (in_ns(f"goodput_gpu_mfu_ratio{{{GPU}}} and on ({gk}) {SERVING_GPUS}"),
+         "{{node}} gpu {{gpu}}"),
         description="Engine-estimated FLOPs over the GPU's peak, where the engine exports "
-        "FLOPs."))
+        "FLOPs (vLLM, SGLang) or the model's parameter count is configured "
+        "(model.model_parameters).",
+        no_value="No data: the engines export no FLOPs estimate and no model parameter count "
+        "is configured."))
     board.with_panel(
         table.Panel().title("Serving targets").datasource(ctx.ds)
-        .description("Every engine endpoint the exporters scrape; 0 = down.")
-        .with_target(query(ctx, f"goodput_serving_target_up{{{NODE}}}", instant=True, table=True))
+        .description("Every engine endpoint the exporters scrape; 0 = down. A target belongs "
+                     "to a node, not a GPU or pod: the GPU and namespace filters do not apply.")
+        .with_target(query(
+            ctx, f'goodput_serving_target_up{{{NODE}, model=~"$model"}}', instant=True,
+            table=True))
         .with_transformation(model.DataTransformerConfig(
             id_val="organize", options={"excludeByName": {"Time": True, "__name__": True}}))
+        .unit("none")
+        .no_value("No serving target: set serving.targets or serving.discovery in the chart.")
         .height(8).span(24)
     )
     return board

@@ -47,6 +47,8 @@ JOBS: dict[str, str] = {"2": "llama-train", "5": "llama-train"}
 SHARED: dict[str, tuple[str, str]] = {"1": ("research", "notebook-1")}
 # What Prometheus adds on scrape; the mixin's default selector is job="gpu-goodput-exporter".
 TARGET = {"job": "gpu-goodput-exporter", "instance": "sim-node:9433"}
+# ... and on a scrape of the engine pods themselves (a PodMonitor of the engines).
+ENGINE_TARGET = {"job": "vllm-engines"}
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, math.inf)
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
 
@@ -67,7 +69,7 @@ class Recorder:
         by_family: dict[str, list[str]] = defaultdict(list)
         for (family, sample, key), points in sorted(self.series.items()):
             # The engines' own histograms are scraped from the engine pods, not the exporter.
-            target = {} if family.startswith("vllm:") else TARGET
+            target = ENGINE_TARGET if family.startswith("vllm:") else TARGET
             labels = ",".join(f'{k}="{v}"' for k, v in (*key, *sorted(target.items())))
             for ts, value in points:
                 by_family[family].append(f"{sample}{{{labels}}} {_num(value)} {ts:.3f}")

@@ -17,6 +17,11 @@
 {{- end }}
 {{- end }}
 
+{{/* Namespace of every namespaced object: namespaceOverride, else the release's. */}}
+{{- define "gge.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{- define "gge.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "gge.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -130,7 +135,21 @@ tlsConfig:
 basicAuth:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $m.relabelings }}
+{{- $relabel := list }}
+{{- /* The target labels Prometheus derives from the exporter's own pod would land on every
+series that has no workload labels of its own (honorLabels keeps the exporter's), naming the
+exporter pod as if it were the workload. Dropped (or renamed exporter_*) first, so the user's
+relabelings still have the last word. */}}
+{{- if eq $m.exporterPodLabels "rename" }}
+{{- range $l := list "namespace" "pod" "container" }}
+{{- $relabel = append $relabel (dict "action" "replace" "sourceLabels" (list $l) "targetLabel" (printf "exporter_%s" $l)) }}
+{{- end }}
+{{- end }}
+{{- if has $m.exporterPodLabels (list "drop" "rename") }}
+{{- $relabel = append $relabel (dict "action" "labeldrop" "regex" "namespace|pod|container") }}
+{{- end }}
+{{- $relabel = concat $relabel $m.relabelings }}
+{{- with $relabel }}
 relabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
