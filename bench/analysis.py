@@ -132,10 +132,11 @@ def regime_changes(lines: Iterable[str], gpu: str, ready_time: float) -> list[li
         except ValueError:
             continue
         rel = when.timestamp() - ready_time
+        regime = rec.get("state", rec.get("regime"))  # the daemon logs "state" now
         if rel < 0:
-            before = [0.0, rec.get("regime")]
+            before = [0.0, regime]
         else:
-            out.append([round(rel, 3), rec.get("regime")])
+            out.append([round(rel, 3), regime])
     return ([before] if before else []) + out
 
 

@@ -23,7 +23,9 @@
 # Writes at most 8 flat files to $OUT: nvidia-smi.txt, device_run.log, diagnosis.json,
 # diagnosis.md, diagnosis-logs.txt, side_by_side.json, side_by_side.md, side_by_side-logs.txt.
 # Knobs (environment): DIAG_SECONDS (20), DIAG_BUDGET (~250), DIAG_ARGS, SBS_PHASES (1:90,15:90),
-# SBS_ARGS, SKIP_SBS (set: no side_by_side.py), PYTHON (python3).
+# SBS_ARGS, SKIP_SBS (set: no side_by_side.py), SKIP_DIAG (set: no diagnosis.py), TRANSFERS
+# (set: bench/transfers.py first, writing transfers.json/.md/-logs.txt), TRANSFERS_LIMIT (330),
+# TRANSFERS_ARGS, PYTHON (python3).
 set -u
 OUT=${OUT:?set OUT to the output directory}
 mkdir -p "$OUT"
@@ -75,14 +77,30 @@ if [ -n "${LLAMA_START:-}" ]; then
   say "llama-server: $(health)"
 fi
 
+# [transfers] (issue 26): pinned/pageable/throttled/overlapped/managed bus traffic, one
+# process of phases next to the daemon; on when TRANSFERS is set (TRANSFERS_LIMIT seconds).
+if [ -n "${TRANSFERS:-}" ]; then
+  TLIMIT=${TRANSFERS_LIMIT:-330}
+  say "transfers.py (limit ${TLIMIT}s)"
+  timeout -k 15 "$TLIMIT" $PY bench/transfers.py --out "$OUT" --budget $(( TLIMIT - 25 )) \
+    ${TRANSFERS_ARGS:-} 2>&1 | tee -a "$LOG"
+  say "transfers.py exit ${PIPESTATUS[0]}"
+fi
+DIAG_START=$(date +%s)
+[ -n "${TRANSFERS:-}" ] || DIAG_START=$START
+
 # diagnosis gets what is left of ~4.75 minutes (llama-server's start counts against it)
-LEFT=$(( 285 - ($(date +%s) - START) )); [ "$LEFT" -lt 90 ] && LEFT=90
+LEFT=$(( 285 - ($(date +%s) - DIAG_START) )); [ "$LEFT" -lt 90 ] && LEFT=90
 BUDGET=${DIAG_BUDGET:-$(( LEFT - 35 ))}
+if [ -n "${SKIP_DIAG:-}" ]; then
+  say "diagnosis.py skipped (SKIP_DIAG)"
+else
 say "diagnosis.py (limit ${LEFT}s, budget ${BUDGET}s)"
 timeout -k 15 "$LEFT" $PY bench/diagnosis.py --out "$OUT" --seconds "${DIAG_SECONDS:-20}" \
   --budget "$BUDGET" --raw ${LLAMA_URL:+--llama-url "$LLAMA_URL" --llama-metrics} ${DIAG_ARGS:-} \
   2>&1 | tee -a "$LOG"
 say "diagnosis.py exit ${PIPESTATUS[0]}"
+fi
 
 if [ -n "$LLAMA_PID" ]; then
   kill -- -"$LLAMA_PID" 2>/dev/null  # its own session and process group (setsid)

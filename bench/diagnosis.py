@@ -73,12 +73,12 @@ POD = ("bench", "allreduce-0", "trainer")
 # the workload's ready event does not say (dry runs).
 STRAGGLER_RANK: dict[str, int | None] = {"allreduce_straggler": 1, "allreduce_balanced": None}
 # --simulate: the simulated node's GPUs (exporter/sim/patterns.py NODE, GPU i runs pattern
-# i % 11) that stand in for rank 0 and rank 1 of each all-reduce row, each pair one pod: a
-# rank spinning in a collective (10) on a compute-bound one (2), and two busy GPUs (13: the
+# i % 12) that stand in for rank 0 and rank 1 of each all-reduce row, each pair one pod: a
+# rank spinning in a collective (10) on a compute-bound one (2), and two busy GPUs (14: the
 # same GEMM pattern as 2, 6: thermally throttled GEMM).
-SIM_GPUS = 14
+SIM_GPUS = 15
 SIM_RANKS: dict[str, tuple[str, str]] = {"allreduce_straggler": ("10", "2"),
-                                         "allreduce_balanced": ("13", "6")}
+                                         "allreduce_balanced": ("14", "6")}
 
 # column -> (gauge, counter whose per-second rate stands in when the gauge is absent)
 RATIOS = {

@@ -307,9 +307,18 @@ class ModelConfig(Section):
     """PCIe or NVLink traffic in one direction at or above this share of the link's usable
     peak, with the SMs nearly idle, is transfer_bound (58.7 of 63 GB/s measured on a
     pinned host-to-device stream)."""
+    bus_floor_bytes_per_second: float = Field(default=50e6, ge=0)
+    """PCIe or NVLink traffic (the busiest link direction) at or above this means the GPU is
+    fed over the bus: never idle or allocated_idle. An idle H100/H200 reads 0.3-0.6 MB/s."""
+    transfer_copy_time_min: float = Field(default=0.4, ge=0, le=1)
+    """In a bus-fed window with few kernels, copy-engine time (NVML utilization minus GPM
+    graphics activity) at or above this is transfer_bound; below it the host sets the pace
+    (pageable staging, a throttled producer): host_bound."""
     comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
     """NVLink traffic (both directions) at or above this, with kernels that barely fill the
-    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound)."""
+    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
+    traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
+    host_bound by copy-engine time, never launch_bound or hollow_busy."""
     straggler_gap: float = Field(default=0.3, ge=0, le=1)
     """A GPU of a multi-GPU job whose work (max of SM active and tensor activity) exceeds
     every busy peer's by this much, while the peers wait in collectives, holds the job back."""
@@ -359,7 +368,7 @@ class Settings(Section):
     listen: str = f":{DEFAULT_PORT}"
     """Address to serve /metrics on; port 0 picks a free port and logs it."""
     simulate: bool = False
-    """Run on the built-in simulated node (one regime per GPU) instead of NVML."""
+    """Run on the built-in simulated node (one workload per GPU) instead of NVML."""
     interval: float = Field(1.0, ge=0.1, le=60)
     """GPU poll interval in seconds."""
     log_format: Literal["json", "console"] = "json"
@@ -368,8 +377,8 @@ class Settings(Section):
     """Lowest log level written."""
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
     """Value of the node label (default $NODE_NAME or the hostname)."""
-    simulate_gpus: int = Field(11, ge=1, le=64)
-    """Number of simulated GPUs."""
+    simulate_gpus: int = Field(12, ge=1, le=64)
+    """Number of simulated GPUs (one per workload of exporter/sim/patterns.py NODE)."""
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()

@@ -6,6 +6,7 @@ import urllib.request
 
 import pytest
 
+from exporter.sim.patterns import NODE
 from tests.support.daemon import daemon
 from tests.support.prometheus import prometheus
 
@@ -27,7 +28,7 @@ def test_prometheus_scrapes_the_simulated_node(tmp_path):
             assert one(prom.query('up{job="goodput"}')) == 1
             build = prom.query("goodput_exporter_build_info")
             assert build[0]["metric"]["backend"] == "simulated"
-            assert len(prom.query("goodput_gpu_up == 1")) == 11  # every GPU of the simulated node
+            assert len(prom.query("goodput_gpu_up == 1")) == len(NODE)  # every simulated GPU
             # the utilization lie, as Prometheus sees it
             assert one(prom.query('goodput_gpu_utilization_ratio{gpu="5"}')) > 0.9
             assert one(prom.query('goodput_gpu_sm_active_ratio{gpu="5"}')) < 0.1

@@ -338,3 +338,67 @@ def test_regime_seconds_count_every_windows_undebounced_class() -> None:
     seconds = dict(verdict.regime_seconds)
     assert seconds == {"compute_bound": 4.0, "launch_bound": 2.0}
     assert sum(seconds.values()) == 6.0
+
+
+# Bus-fed windows (issue 26): traffic above the floor is never idle; copy-engine time (NVML
+# utilization minus GPM graphics activity) names transfer_bound or host_bound. The windows are
+# the H100 readings of docs/validation/transfers-h100.md.
+PCIE_PEAK = (("pcie", 63.0e9),)
+
+
+def bus(rx: float, tx: float, graphics: float = 0.0, sm: float = 0.0) -> ProfilingWindow:
+    return ProfilingWindow(1.0, graphics_active=graphics, sm_active=sm, sm_occupancy=sm / 4,
+                           tensor_active=0.0, dram_active=0.0,
+                           pcie_bytes_per_second=(("rx", rx), ("tx", tx)))
+
+
+def bus_node() -> Node:
+    return Node(devices=(Device("0", "GPU-0", H100, link_peaks=PCIE_PEAK),))
+
+
+def test_notebook_with_a_tiny_kernel_every_few_seconds_stays_allocated_idle() -> None:
+    node = bus_node()
+    for i in range(15):
+        kernel = i % 3 == 0  # one small cell every 3 s: a few ms of kernel, a 4-byte read
+        v = one(node.step(bus(1.5e5 if kernel else 7e4, 4e5, graphics=0.004 if kernel else 0.0,
+                              sm=0.001 if kernel else 0.0), util=0.0, power=75.0))
+        if i >= 3:
+            assert v.regime == "allocated_idle" and v.window_regime == "allocated_idle"
+    assert dict(v.regime_seconds) == {"allocated_idle": 15.0}
+
+
+@pytest.mark.parametrize("rate", [0.5e6, 5e6, 20e6])
+def test_background_traffic_does_not_change_an_idle_verdict(rate: float) -> None:
+    quiet = one(bus_node().run(6, bus(6e4, 3e5), util=0.0, power=75.0))
+    chatty = one(bus_node().run(6, bus(rate, rate), util=0.0, power=75.0))
+    assert quiet.regime == chatty.regime == "allocated_idle"
+    assert not chatty.busy_unproductive and not chatty.profiling_stale
+
+
+def test_pageable_copies_are_host_bound_not_allocated_idle() -> None:
+    """A DataLoader without pin_memory: 8.2 GB/s, copy engines busy 16 % of the time."""
+    v = one(bus_node().run(5, bus(8.24e9, 0.49e9), util=0.16, power=120.0))
+    assert v.regime == "host_bound" and not v.busy_unproductive and not v.profiling_stale
+
+
+def test_pinned_small_copies_are_transfer_bound_below_the_link_ratio() -> None:
+    """64 KiB pinned copies: 10.5 GB/s (0.17 of the link), copy engines busy 55 %."""
+    v = one(bus_node().run(5, bus(10.5e9, 0.64e9), util=0.55, power=120.0))
+    assert v.regime == "transfer_bound" and not v.busy_unproductive
+
+
+def test_a_throttled_trickle_above_the_floor_is_host_bound() -> None:
+    v = one(bus_node().run(5, bus(108e6, 7e6), util=0.0, power=80.0))
+    assert v.regime == "host_bound"
+
+
+def test_small_pageable_copies_read_as_graphics_are_not_launch_bound_or_hollow() -> None:
+    """64 KiB pageable copies: graphics 0.31 with SM 0 while PCIe moves 3.5 GB/s."""
+    v = one(bus_node().run(5, bus(3.5e9, 0.21e9, graphics=0.31), util=0.31, power=120.0))
+    assert v.regime == "host_bound" and not v.hollow_busy
+
+
+def test_copies_with_idle_sms_at_high_power_are_not_silent_zeros() -> None:
+    zeros_on_the_bus = bus(10.5e9, 0.64e9)  # every profiling ratio 0, the bus busy
+    v = one(bus_node().run(5, zeros_on_the_bus, util=0.55, power=200.0))
+    assert not v.profiling_stale and v.regime == "transfer_bound"

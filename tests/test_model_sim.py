@@ -33,6 +33,7 @@ EXPECTED = {
     "transfer": "transfer_bound",
     "sync_loop": "host_bound",
     "collective_wait": "comm_wait",
+    "pageable_transfer": "host_bound",
 }
 GPU = {w.name: str(i) for i, w in enumerate(NODE)}
 HOLLOW = {"launch_bound"}  # the only workload flagged busy but unproductive

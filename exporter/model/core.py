@@ -85,6 +85,9 @@ class Window:
     link_use: tuple[tuple[str, float], ...] = ()
     """(pcie | nvlink, busier direction's bytes/s over that link's usable peak) for the
     links whose traffic and peak are both known."""
+    bus_bytes_per_second: tuple[tuple[str, str, float], ...] = ()
+    """(pcie | nvlink, rx | tx, bytes/s) for every link direction whose traffic is read,
+    whether or not the link's peak is known."""
     gpu_name: str = ""
     mig_profile: str = ""
 
@@ -162,6 +165,32 @@ def _profiling_ratios(w: Window) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def bus_rate(w: Window) -> float:
+    """The busiest link direction's bytes/s (0 when no link traffic is read)."""
+    return max((max(rate, 0.0) for _, _, rate in w.bus_bytes_per_second), default=0.0)
+
+
+def bus_fed(w: Window, cfg: ModelConfig) -> bool:
+    """Link traffic at or above the floor: the GPU is being fed (or drained) over the bus.
+
+    The floor sits far above what an idle GPU's driver and monitoring move (0.3-0.6 MB/s
+    measured) and far below the slowest deliberate transfer worth naming.
+    """
+    return bus_rate(w) >= cfg.bus_floor_bytes_per_second
+
+
+def copy_time(w: Window) -> float | None:
+    """Share of the window the copy engines alone kept the GPU busy, or None if unknown.
+
+    NVML's utilization counts copy-engine work as "busy" (1.00 on a pinned copy stream with
+    no kernel), GPM's graphics activity does not (0.00 on the same stream), so their
+    difference is copy time during which no kernel ran.
+    """
+    if w.util is None or w.graphics_active is None:
+        return None
+    return max(w.util - w.graphics_active, 0.0)
+
+
 def silent_zeros(w: Window, cfg: ModelConfig) -> bool:
     """Every profiling ratio exactly 0 while kernels run and the board draws power.
 
@@ -172,7 +201,7 @@ def silent_zeros(w: Window, cfg: ModelConfig) -> bool:
     ratios = _profiling_ratios(w)
     if not w.profiling_available or not ratios or any(v != 0.0 for v in ratios):
         return False
-    if link_use(w) > 0.01:
+    if link_use(w) > 0.01 or bus_fed(w, cfg):
         return False  # the counters are alive: link traffic with idle SMs is a copy
     if w.util is None or w.util < cfg.silent_zero_util_min:
         return False
@@ -233,6 +262,17 @@ def _at_a_wall(w: Window, cfg: ModelConfig) -> bool:
     return (_compute_pressure(w, cfg) or 0.0) >= 1.0 or (_memory_pressure(w, cfg) or 0.0) >= 1.0
 
 
+def _pcie_rate(w: Window) -> float:
+    return max((max(r, 0.0) for link, _, r in w.bus_bytes_per_second if link == "pcie"),
+               default=0.0)
+
+
+def _on_the_bus(w: Window, cfg: ModelConfig) -> bool:
+    """PCIe moves at least ``comm_min_bytes_per_second``: hollow kernel time is then the
+    bus's, not tiny kernels' (launch_bound) and not wasted (hollow_busy)."""
+    return _pcie_rate(w) >= cfg.comm_min_bytes_per_second
+
+
 def link_use(w: Window) -> float:
     """The busiest link's use of its usable peak (0 when no link is known)."""
     return max((use for _, use in w.link_use), default=0.0)
@@ -250,6 +290,20 @@ def transferring(w: Window, cfg: ModelConfig, usable: bool) -> bool:
     return (w.sm_active or 0.0) < cfg.launch_sm_fill_max and not _at_a_wall(w, cfg)
 
 
+def fed_regime(w: Window, cfg: ModelConfig) -> str:
+    """transfer_bound or host_bound for a bus-fed window with few or no kernels.
+
+    Copy engines busy for most of the window: the bus is the bottleneck, whatever rate it
+    reaches (small copies are latency-bound far below the link's peak). Copy engines idle
+    for most of it: something on the host sets the pace (pageable memory staged through a
+    bounce buffer by the CPU, a throttled producer, page faults served by the driver).
+    """
+    ce = copy_time(w)
+    if ce is not None and ce >= cfg.transfer_copy_time_min:
+        return TRANSFER_BOUND
+    return HOST_BOUND
+
+
 def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
     """The raw regime of one window (rules in the order docs/efficiency.md lists them)."""
     if transferring(w, cfg, usable):
@@ -257,14 +311,15 @@ def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
     busy = kernel_time(w, usable)
     if busy is None:
         return UNKNOWN
-    if busy <= cfg.idle_util_max:
+    fed = bus_fed(w, cfg)
+    if busy <= cfg.idle_util_max and not fed:
         return ALLOCATED_IDLE if _allocated(w, cfg) else IDLE
     if not usable:
         return UNKNOWN
     if busy < cfg.host_low_duty_max:
-        # Kernels in the window, but for a small share of it: the GPU waits on the host
-        # (a sync per small step, a data loader), whatever those few kernels look like.
-        return HOST_BOUND
+        # Kernels (or copies) in the window, but few: the GPU waits on the host (a sync per
+        # small step, a data loader, pageable copies) or on the bus, whatever they look like.
+        return fed_regime(w, cfg) if fed else HOST_BOUND
     compute = _compute_pressure(w, cfg)
     memory = _memory_pressure(w, cfg)
     fill = sm_fill(w, busy)
@@ -272,6 +327,11 @@ def classify(w: Window, cfg: ModelConfig, usable: bool) -> str:
         # A rank spinning in a collective looks hollow too, but moves data over the links.
         if (w.nvlink_bytes_per_second or 0.0) >= cfg.comm_min_bytes_per_second:
             return COMM_WAIT
+        if _on_the_bus(w, cfg):
+            # Hollow "kernel" time while PCIe moves gigabytes: small pageable copies show as
+            # graphics activity with no SM active (0.31 at 3.5 GB/s measured). The bus, not
+            # the kernels, is the work; copy time names who paces it.
+            return fed_regime(w, cfg)
         return LAUNCH_BOUND
     host_max = cfg.host_util_max_queued if _waiting(w) > 0 else cfg.host_util_max
     if busy < host_max:
@@ -290,7 +350,7 @@ def conclusive(w: Window, regime: str, cfg: ModelConfig, tokens: float | None) -
     not noise.
     """
     if regime == TRANSFER_BOUND:
-        return True
+        return link_use(w) >= cfg.transfer_link_min_ratio  # a saturated link, not a trickle
     if regime in (COMPUTE_BOUND, MEMORY_BOUND) and _at_a_wall(w, cfg):
         return True
     busy_regimes = (HOST_BOUND, LAUNCH_BOUND, COMM_WAIT, MEMORY_BOUND, COMPUTE_BOUND)
@@ -375,6 +435,7 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     memory = _memory_pressure(w, cfg) or 0.0
     hollow_busy = bool(
         regime not in (COMM_WAIT, TRANSFER_BOUND)
+        and not _on_the_bus(w, cfg)
         and hollow is not None
         and fill is not None
         and hollow >= cfg.hollow_min

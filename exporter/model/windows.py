@@ -57,6 +57,18 @@ def _link_use(device: Device, window: ProfilingWindow | None) -> tuple[tuple[str
     return tuple(out)
 
 
+def _bus_rates(window: ProfilingWindow | None) -> tuple[tuple[str, str, float], ...]:
+    """(link, direction, bytes/s) of every finite link rate in the profiling window."""
+    if window is None:
+        return ()
+    return tuple(
+        (link, direction, rate)
+        for link in ("pcie", "nvlink")
+        for direction, rate in window.link_rates(link)
+        if math.isfinite(rate)
+    )
+
+
 class WindowBuilder:
     """Keeps the counter history needed to turn snapshots into windows, per GPU."""
 
@@ -135,6 +147,7 @@ class WindowBuilder:
                 else None
             ),
             link_use=_link_use(device, window),
+            bus_bytes_per_second=_bus_rates(window),
             gpu_name=device.name,
             mig_profile=device.mig_profile,
         )

@@ -540,12 +540,14 @@ def _address(sample: Any) -> int:
 
 def simulated_node(
     clock: Callable[[], float] = time.monotonic,
-    gpus: int = 11,
+    gpus: int | None = None,
     spec: GpuSpec | None = None,
 ) -> FakeNvml:
-    """The built-in simulated node: GPU i runs workload i of :data:`patterns.NODE`."""
+    """The built-in simulated node: GPU i runs workload i of :data:`patterns.NODE` (one GPU
+    per workload unless ``gpus`` says otherwise)."""
     from exporter.sim.patterns import NODE
 
+    gpus = len(NODE) if gpus is None else gpus
     start = clock()
     fakes = []
     for index in range(gpus):

@@ -1,4 +1,4 @@
-"""The workloads of the simulated 8-GPU node, one per GPU.
+"""The workloads of the simulated node, one per GPU (GPU i runs ``NODE[i % len(NODE)]``).
 
 Each is a pattern an operator meets in practice, with the counter values such a workload
 shows on a Hopper GPU (see docs/simulation.md). Together they cover every regime the model
@@ -191,6 +191,21 @@ def collective_wait(t: float) -> Activity:
     return scaled(act, wiggle(t, 9, 0.02))
 
 
+def pageable_transfer(t: float) -> Activity:
+    """A data loader without ``pin_memory``: 256 MiB host-to-device copies from pageable
+    memory, no kernels. The driver stages each copy through a bounce buffer with a CPU
+    memcpy, so the copy engines work 16 % of the time at 8.2 GB/s; GPM's graphics activity
+    and SM active read 0 (measured on an H100: docs/validation/transfers-h100.md)."""
+    act = Activity(
+        util=0.16,
+        mem_util=0.02,
+        pcie_rx_mib=7_850.0,
+        pcie_tx_mib=470.0,
+        memory_used_bytes=14 * GIB,
+    )
+    return scaled(act, wiggle(t, 11, 0.03))
+
+
 LOST_AFTER_SECONDS = 90.0
 
 NODE: tuple[Workload, ...] = (
@@ -207,4 +222,5 @@ NODE: tuple[Workload, ...] = (
     Workload("transfer", host_to_device_stream, processes=((4108, 20 * GIB),)),
     Workload("sync_loop", sync_loop, processes=((4109, 12 * GIB),)),
     Workload("collective_wait", collective_wait, processes=((4110, 61 * GIB),)),
+    Workload("pageable_transfer", pageable_transfer, processes=((4111, 14 * GIB),)),
 )
