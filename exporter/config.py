@@ -377,8 +377,9 @@ class Settings(Section):
     """Lowest log level written."""
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
     """Value of the node label (default $NODE_NAME or the hostname)."""
+    # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
-    """Number of simulated GPUs (one per workload of exporter/sim/patterns.py NODE)."""
+    """Number of simulated GPUs."""
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()
