@@ -13,7 +13,7 @@ bootstrap-runtime:
 bootstrap-tools:
 	@scripts/bootstrap.sh --tools
 
-## run: the exporter on the built-in simulated 8-GPU node (http://$(LISTEN)/metrics)
+## run: the exporter on the built-in simulated node, one workload per GPU (http://$(LISTEN)/metrics)
 run: bootstrap-runtime
 	$(PY) -m exporter --simulate --listen $(LISTEN) --log-format console
 

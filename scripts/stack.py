@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from exporter.sim.patterns import NODE  # noqa: E402
 from mixin.config import load, seconds  # noqa: E402
 from mixin.render import rule_files  # noqa: E402
 
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"{url['alertmanager']}/-/ready", 30)
         wait_http(f"{url['prometheus']}/-/ready", 30)
         print("\n".join([
-            "gpu-goodput-exporter local stack (simulated 11-GPU node):",
+            f"gpu-goodput-exporter local stack (simulated {len(NODE)}-GPU node):",
             f"  exporter      {url['exporter']}/metrics",
             f"  prometheus    {url['prometheus']}   (alerts: {alerts_page(url['prometheus'])})",
             f"  alertmanager  {url['alertmanager']}   (amtool --alertmanager.url="

@@ -17,6 +17,11 @@ from exporter.config import Settings
 from exporter.metrics.families import GPU_LABELS, NODE_LABELS
 from exporter.metrics.self_metrics import SELF_FAMILIES
 
+# A scrape of the default simulated node, measured; tests/test_docs_numbers.py measures it
+# again and fails when it is more than 10 % off, so docs/metrics.md cannot drift.
+SIM_SCRAPE_KB = 44
+SIM_SCRAPE_GZIP_KB = 6.5
+
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 HEADER = """# Metrics reference
@@ -35,8 +40,8 @@ any range. Families marked "optional" are not in the default set: turn them on w
 (`tests/test_series_budget.py` fails above it): 39 to 40 on the simulated node, whose GPUs
 carry NVML, GPM profiling and the model's verdicts; a GPU's series only grow with the pods
 holding it (one `goodput_gpu_pod_info` each), the models an engine serves on it, the
-clock-event reasons and XIDs it has seen. The 8-GPU simulated node's scrape is about 36 KB,
-6 KB gzipped.
+clock-event reasons and XIDs it has seen. The simulated node's scrape (`--simulate`,
+{sim_gpus} GPUs) is about {scrape_kb} KB, {scrape_gzip_kb} KB gzipped.
 
 | family | type | unit | labels | collector | default | description |
 |---|---|---|---|---|---|---|
@@ -87,7 +92,13 @@ def render() -> str:
             f"| `{f.name}` | {f.type} | {f.unit or '-'} | node; {extra} | exporter | yes "
             f"| {f.help} |"
         )
-    header = HEADER.format(gpu="`, `".join(GPU_LABELS), node="`, `".join(NODE_LABELS))
+    header = HEADER.format(
+        gpu="`, `".join(GPU_LABELS),
+        node="`, `".join(NODE_LABELS),
+        sim_gpus=Settings.model_fields["simulate_gpus"].default,
+        scrape_kb=SIM_SCRAPE_KB,
+        scrape_gzip_kb=SIM_SCRAPE_GZIP_KB,
+    )
     return header + "\n".join(rows) + "\n" + PROCESS
 
 

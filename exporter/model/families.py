@@ -92,7 +92,8 @@ GPU = GpuFamilies[GpuVerdict](
             "Board power over the attributed (generated) token rate, both over the serving "
             "source's last scrape interval (1 s by default); absent when no such tokens were "
             "made in it. Exact over any range in PromQL: rate(goodput_gpu_energy_joules_total) "
-            "/ rate(goodput_gpu_serving_tokens_total{kind=\"generation\"}).",
+            "/ on (node, gpu) sum by (node, gpu) "
+            "(rate(goodput_gpu_tokens_total{kind=\"generation\"})).",
             lambda v: v.joules_per_token,
             unit="joules",
         ),
