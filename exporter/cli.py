@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -191,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # SIGHUP before the reload handler is in place must not end the process (its default).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     tune_malloc()
     shorten_switch_interval()
     configure(settings.log_format, settings.log_level)
@@ -202,10 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             names=ignored,
             reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
         )
+    web_config_file = getattr(args, "web_config_file", None) or os.environ.get(
+        "GOODPUT_WEB_CONFIG_FILE"
+    )
     try:
-        web_config = webconfig.load(
-            getattr(args, "web_config_file", None) or os.environ.get("GOODPUT_WEB_CONFIG_FILE")
-        )
+        web_config = webconfig.load(web_config_file)
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -227,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
         )
+    from exporter.reload import Reloader, WebLayer
+
+    web_layer = WebLayer(web_config)
+    daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
     host, port = parse_listen(settings.listen)
     log.info(
         "starting",
@@ -243,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = {"sock": sock}
             log.info("listening", address=address_of(sock), requested=settings.listen)
         web.run_app(
-            daemon.app(middlewares=list(web_config.middlewares)),
+            daemon.app(middlewares=[web_layer.middleware]),
             ssl_context=web_config.ssl_context,
             print=None,
             shutdown_timeout=5.0,

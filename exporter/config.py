@@ -40,13 +40,6 @@ class ConfigError(Exception):
     """A bad key or value; the message names it. The CLI exits 2 on this."""
 
 
-def http_url(value: str, what: str) -> str:
-    """The one URL check: scrape targets must be http(s) URLs (the message names ``what``)."""
-    if not value.startswith(("http://", "https://")):
-        raise ValueError(f"{what} {value!r} is not an http(s) URL")
-    return value
-
-
 class Section(BaseModel):
     # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
     # Field docstrings are the descriptions: the CLI's help text comes from them.
@@ -125,7 +118,10 @@ class ServingTarget(Section):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        return http_url(value, "serving target")
+        from exporter.urls import normalise
+
+        normalise(value)  # BadUrl (a ValueError) names the URL, redacted
+        return value
 
     @field_validator("engine")
     @classmethod
@@ -150,6 +146,21 @@ class ServingConfig(Section):
     """Scrape annotated pods on this node (a Kubernetes API watch for the serving
     annotations)."""
     annotation_prefix: str = "serving.goodput.dev/"
+    max_targets: int = Field(64, gt=0, le=10_000)
+    """Targets scraped at most (static and discovered together); a config listing more is
+    refused, discovered pods past it are dropped and counted. Each target costs about ten
+    series, a scrape slot and a parse per interval."""
+    max_models_per_target: int = Field(8, gt=0, le=1000)
+    """Model label values one target may publish; more are dropped and counted
+    (max_models), so an engine that renames its model every scrape cannot grow series."""
+    max_label_length: int = Field(200, ge=16, le=4096)
+    """Model label values are cut to this many characters (counted as label_too_long)."""
+    stale_after: float = Field(300.0, gt=0, le=86400)
+    """Seconds after which a model (or a down target) no reading mentioned loses its series
+    and its place under max_models_per_target."""
+    max_tokens_per_second_per_gpu: float = Field(2e6, gt=0, allow_inf_nan=False)
+    """Token growth per GPU per second above this is implausible: dropped and counted. See
+    docs/serving.md "Trust" for how the default was chosen."""
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -162,7 +173,21 @@ class ServingConfig(Section):
     @field_validator("extra_targets")
     @classmethod
     def _check_extra(cls, value: list[str]) -> list[str]:
-        return [http_url(url, "serving target") for url in value]
+        from exporter.urls import normalise
+
+        for url in value:
+            normalise(url)
+        return value
+
+    @model_validator(mode="after")
+    def _under_cap(self) -> ServingConfig:
+        count = len(self.targets) + len(self.extra_targets)
+        if count > self.max_targets:
+            raise ValueError(
+                f"{count} serving targets configured, more than max_targets "
+                f"({self.max_targets}); raise serving.max_targets or list fewer"
+            )
+        return self
 
 
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
@@ -266,7 +291,9 @@ class ProfilingConfig(Section):
         if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
             raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
         if self.dcgm_exporter_url:
-            http_url(self.dcgm_exporter_url, "profiling.dcgm_exporter_url")
+            from exporter.urls import normalise
+
+            normalise(self.dcgm_exporter_url, "profiling.dcgm_exporter_url")
         return self
 
 

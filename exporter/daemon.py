@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import platform
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +60,8 @@ class Daemon:
     scheduler: Scheduler
     exposition: ExpositionCache
     sources: list[Source] = field(default_factory=list)
+    reload: Callable[[], bool] | None = None
+    """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
 
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
@@ -69,9 +73,12 @@ class Daemon:
         )
 
         async def start(_: web.Application) -> None:
+            loop = asyncio.get_running_loop()
+            if self.reload is not None:
+                loop.add_signal_handler(signal.SIGHUP, self.reload)
             self.exposition.start()
             await self.scheduler.start()
-            asyncio.get_running_loop().call_later(FREEZE_AFTER_S, freeze_startup_heap)
+            loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
 
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
@@ -81,6 +88,27 @@ class Daemon:
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
         return app
+
+
+    def apply(self, settings: Settings) -> None:
+        """Apply a reloaded configuration's serving section: it takes effect at the next poll
+        (targets added, removed ones and their series gone). What else changed waits for a
+        restart (``reload.needs_restart`` says which)."""
+        new = settings.serving
+        self.settings = self.settings.model_copy(update={"serving": new})
+        source = next((s for s in self.sources if s.name == "serving"), None)
+        if source is not None:
+            source.reconfigure(new)  # type: ignore[attr-defined]
+        elif collectors.is_enabled(_serving_collector(), self.settings):
+            ctx = collectors.Context(self.settings, self.session, self.store)
+            for added in _serving_collector().sources(ctx):
+                self.scheduler.add(added)
+                if added not in self.sources:
+                    self.sources.append(added)
+
+
+def _serving_collector() -> collectors.Collector:
+    return next(c for c in collectors.REGISTRY if c.name == "serving")
 
 
 def build(settings: Settings, session: NvmlSession) -> Daemon:
@@ -113,6 +141,6 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     store.subscribe(exposition.published)
     step = None
     if "model" in names:
-        step = ModelStep.for_settings(store, settings)
+        step = ModelStep.for_settings(store, settings, metrics)
     scheduler = Scheduler(sources, store, metrics, after_publish=step)
     return Daemon(settings, session, store, registry, scheduler, exposition, sources)

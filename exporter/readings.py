@@ -267,6 +267,8 @@ class ServingState:
     targets: tuple[TargetStatus, ...] = ()
     discovery: tuple[bool, str] | None = None
     """(watch works, reason) when pod discovery is on."""
+    targets_dropped: tuple[tuple[str, int], ...] = ()
+    """(reason, discovered targets not scraped now): duplicate, max_targets."""
 
 
 # collector status ----------------------------------------------------------------------------

@@ -42,16 +42,26 @@ class ModelStep:
     """Runs the node model after GPU polls, at most once per model interval, and publishes
     its verdicts into the next snapshot."""
 
-    def __init__(self, store: SnapshotStore, model: NodeModel, interval: float) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        model: NodeModel,
+        interval: float,
+        metrics: SelfMetrics | None = None,
+    ) -> None:
         self.store = store
         self.model = model
         self.interval = interval
+        self.metrics = metrics
         self._last = -float("inf")
 
     @classmethod
-    def for_settings(cls, store: SnapshotStore, settings: Settings) -> ModelStep:
+    def for_settings(
+        cls, store: SnapshotStore, settings: Settings, metrics: SelfMetrics | None = None
+    ) -> ModelStep:
         """The model's window is ``model.interval``, else the GPU poll interval."""
-        return cls(store, NodeModel(settings.model), settings.model.interval or settings.interval)
+        interval = settings.model.interval or settings.interval
+        return cls(store, NodeModel(settings.model), interval, metrics)
 
     def __call__(self, result: SourceResult) -> None:
         if result.source not in MODEL_TRIGGERS:
@@ -61,7 +71,11 @@ class ModelStep:
         if now - self._last < 0.5 * self.interval:
             return
         self._last = now
-        self.store.publish_verdicts(self.model.step(self.store.current, self.interval))
+        verdicts = self.model.step(self.store.current, self.interval)
+        if self.metrics is not None:  # implausible inputs (MFU above 1, non-finite): counted
+            for reason, count in verdicts.errors.items():
+                self.metrics.errors.labels(self.metrics.node, "model", reason).inc(count)
+        self.store.publish_verdicts(verdicts)
 
 
 class Scheduler:
@@ -97,6 +111,11 @@ class Scheduler:
         for source in self.sources:
             if not source.starts_first:
                 self._spawn(source, None)
+
+    def add(self, source: Source) -> None:
+        """Start polling a source created after start (a reload added serving targets)."""
+        self.sources.append(source)
+        self._spawn(source, None)
 
     def _spawn(self, source: Source, first_poll: asyncio.Event | None) -> None:
         self._tasks.append(

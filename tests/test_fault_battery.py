@@ -3,8 +3,12 @@ fault and asserts what the user sees (a metric with a reason) and that nothing e
 
 Engine, kubelet and profiling faults live with their sources' tests (tests/serving,
 tests/kubernetes, tests/test_gpm_source.py, tests/test_dcgm_source.py); this file holds the
-faults of the daemon as a whole: a GPU lost mid-run, a scrape storm with slow clients, and
-SIGTERM in the middle of a request.
+faults of the daemon as a whole: a GPU lost mid-run, a scrape storm with slow clients,
+SIGTERM in the middle of a request, SIGHUP with a good and a bad new config, secrets in a
+target URL and a malformed static target URL. The hostile engines of issue 22 (model-name
+churn, 1e18/1e308/Inf counters, start-time flapping, duplicate spellings, discovered bad
+URLs, target caps) are in tests/serving/test_trust.py, test_truth.py and the property tests
+of tests/serving/test_accumulate.py.
 """
 
 from __future__ import annotations
@@ -229,6 +233,168 @@ def test_busy_port_is_one_line_and_exit_2() -> None:
     assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0]
 
 
+# serving trust: reload, bad URLs, secrets, through the real daemon ---------------------------
+
+
+class _Engine:
+    """A vLLM-shaped engine on a loopback thread; ``queries`` records what it was sent."""
+
+    def __init__(self, generation: float) -> None:
+        import http.server
+        import threading
+
+        from tests.support.serving import vllm_text
+
+        engine = self
+        self.queries: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                engine.queries.append(self.path)
+                body = vllm_text(generation).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _get(url: str) -> tuple[str, dict[str, str]]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode(), dict(resp.headers)
+
+
+def _wait(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        time.sleep(0.1)
+
+
+def _up(base: str) -> dict[str, float]:
+    found = samples(_get(base + "/metrics")[0])
+    return {dict(lbls)["target"]: v for (n, lbls), v in found.items()
+            if n == "goodput_serving_target_up"}
+
+
+def test_sighup_reloads_targets_and_web_config_and_refuses_a_bad_config(tmp_path: Path) -> None:
+    """New targets start, removed ones stop and their series go, the web config's headers
+    change; a config that does not validate is refused with one log line, the running one
+    stays, and goodput_exporter_config_last_reload_successful says so."""
+    first, second = _Engine(100.0), _Engine(200.0)
+    cfg, web_cfg, log = tmp_path / "config.yaml", tmp_path / "web.yaml", tmp_path / "log"
+    cfg.write_text(
+        f"serving:\n  interval: 0.2\n  targets:\n  - url: {first.url}\n    gpus: ['0']\n"
+    )
+    web_cfg.write_text("http_server_config:\n  headers: {X-Frame-Options: deny}\n")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "2",
+             "--listen", f"127.0.0.1:{port}", "--config", str(cfg),
+             "--web-config-file", str(web_cfg)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_http(base + "/readyz", timeout=30)
+        _wait(lambda: _up(base).get(first.url) == 1.0)
+        assert _get(base + "/metrics")[1]["X-Frame-Options"] == "deny"
+
+        cfg.write_text(
+            f"serving:\n  interval: 0.2\n  targets:\n  - url: {second.url}\n    gpus: ['1']\n"
+        )
+        web_cfg.write_text("http_server_config:\n  headers: {X-Frame-Options: sameorigin}\n")
+        proc.send_signal(signal.SIGHUP)
+        _wait(lambda: _up(base) == {second.url: 1.0})
+        text, headers = _get(base + "/metrics")
+        assert headers["X-Frame-Options"] == "sameorigin"
+        assert first.url not in text  # the removed target's series went with it
+        found = samples(text)
+        assert value(found, "goodput_exporter_config_last_reload_successful") == 1.0
+        assert value(found, "goodput_gpu_tokens_total", gpu="1", kind="generation") == 200.0
+
+        cfg.write_text("serving:\n  no_such_key: 1\n")
+        proc.send_signal(signal.SIGHUP)
+        _wait(lambda: value(samples(_get(base + "/metrics")[0]),
+                            "goodput_exporter_config_last_reload_successful") == 0.0)
+        assert _up(base) == {second.url: 1.0}  # the running configuration stays
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        first.close()
+        second.close()
+    lines = log.read_text().splitlines()
+    refused = [line for line in lines if "config_reload_failed" in line]
+    assert len(refused) == 1 and "no_such_key" in refused[0]
+    assert len([line for line in lines if '"config_reloaded"' in line]) == 1
+    assert "Traceback" not in log.read_text()
+
+
+def test_secrets_in_a_target_url_stay_out_of_logs_metrics_and_debug_state(
+    tmp_path: Path,
+) -> None:
+    engine = _Engine(5.0)
+    secret_url = engine.url.replace("http://", "http://scraper:pw-4711@") + "?token=tok-0815"
+    dead = "http://127.0.0.1:1/metrics?token=tok-dead-42"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "1",
+             "--listen", f"127.0.0.1:{port}", "--serving-target", secret_url,
+             "--serving-target", dead],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_http(base + "/readyz", timeout=30)
+        _wait(lambda: 1.0 in _up(base).values() and 0.0 in _up(base).values())
+        shown = _get(base + "/metrics")[0] + _get(base + "/debug/state")[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        engine.close()
+    shown += log.read_text()
+    for secret in ("pw-4711", "tok-0815", "tok-dead-42"):
+        assert secret not in shown
+    assert "token=<secret>" in shown
+    assert any("token=tok-0815" in q for q in engine.queries)  # still what is scraped
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--serving-target", "http://[::1/metrics"], "is not a valid URL"),
+        (["--serving-target", "http://u:hunter2@[::1/metrics"], "<secret>"),
+    ],
+)
+def test_a_malformed_static_target_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", *args],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "hunter2" not in proc.stderr
 # === [ops] config edges, HOST:0, login floods (issue 22 items 6 and 8) =====================
 # Each case runs the real daemon as a subprocess (``python -m exporter``) on loopback.
 

@@ -340,6 +340,25 @@ def test_regime_seconds_count_every_windows_undebounced_class() -> None:
     assert sum(seconds.values()) == 6.0
 
 
+def test_an_implausible_mfu_is_counted_by_the_model_step() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from exporter.daemon import ModelStep
+    from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.readings import NodeVerdicts
+    from exporter.snapshot import SnapshotStore, SourceResult
+
+    class Model:
+        def step(self, _snap: object, _interval: float) -> NodeVerdicts:
+            return NodeVerdicts(errors={"mfu_implausible": 1})
+
+    registry = CollectorRegistry()
+    step = ModelStep(SnapshotStore("n"), Model(), 1.0, SelfMetrics(registry, "n"))  # type: ignore[arg-type]
+    step(SourceResult(source="nvml"))
+    labels = {"node": "n", "source": "model", "reason": "mfu_implausible"}
+    assert registry.get_sample_value("goodput_exporter_source_errors_total", labels) == 1.0
+
+
 # Bus-fed windows (issue 26): traffic above the floor is never idle; copy-engine time (NVML
 # utilization minus GPM graphics activity) names transfer_bound or host_bound. The windows are
 # the H100 readings of docs/validation/transfers-h100.md.

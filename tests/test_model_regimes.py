@@ -337,10 +337,10 @@ def test_mfu_prefers_engine_flops_and_needs_known_models() -> None:
     assert assess(silent_unknown, CFG).mfu == pytest.approx(100.0 * 16e9 / 989.4e12)
 
 
-def test_mfu_above_peak_is_clamped_and_flagged() -> None:
+def test_mfu_above_peak_is_absent_and_flagged_never_clipped() -> None:
     w = prof(util=1.0, sm_active=0.9, serving=(ModelRates("llama-8b", 1e6, 1e6),))
     a = assess(w, CFG)
-    assert a.mfu == 1.0 and a.mfu_above_peak
+    assert a.mfu is None and a.mfu_above_peak
 
 
 def test_mfu_per_model_dtype_and_override() -> None:

@@ -61,6 +61,20 @@ SOURCE_UP = SelfFamily(
     "1 if the last poll of a source succeeded, else 0 (see the errors counter for why).",
     ("node", "source"),
 )
+RELOAD_OK = SelfFamily(
+    "goodput_exporter_config_last_reload_successful",
+    "gauge",
+    "1 if the last configuration reload (SIGHUP: config file and web config) succeeded, 0 "
+    "if it was refused and the previous configuration still runs; 1 at start.",
+    ("node",),
+)
+RELOAD_TIME = SelfFamily(
+    "goodput_exporter_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful configuration load (start or SIGHUP).",
+    ("node",),
+    unit="seconds",
+)
 AUTH_FAILURES = SelfFamily(
     "goodput_exporter_http_auth_failures_total",
     "counter",
@@ -70,7 +84,8 @@ AUTH_FAILURES = SelfFamily(
     ("node", "reason"),
 )
 SELF_FAMILIES = (
-    BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES
+    BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES, RELOAD_OK,
+    RELOAD_TIME,
 )
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -99,10 +114,21 @@ class SelfMetrics:
         self.auth_failures = Counter(
             f.name.removesuffix("_total"), f.help, f.labels, registry=registry
         )
+        f = RELOAD_OK
+        self.reload_ok = Gauge(f.name, f.help, f.labels, registry=registry)
+        f = RELOAD_TIME
+        self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
+        self.reloaded(True)
 
     def count_auth_failures(self, reasons: tuple[str, ...]) -> Callable[[str], None]:
         """A counter of failed logins, every reason present at 0 from the start."""
         for reason in reasons:
             self.auth_failures.labels(self.node, reason)
         return lambda reason: self.auth_failures.labels(self.node, reason).inc()
+
+    def reloaded(self, ok: bool) -> None:
+        """Record a configuration (re)load and whether it took."""
+        self.reload_ok.labels(self.node).set(1 if ok else 0)
+        if ok:
+            self.reload_time.labels(self.node).set_to_current_time()

@@ -391,7 +391,10 @@ def efficiency_score(w: Window, regime: str, cfg: ModelConfig) -> float | None:
 
 
 def mfu(w: Window, cfg: ModelConfig) -> tuple[float | None, bool]:
-    """(MFU 0..1 or None, whether the raw value exceeded the peak and was clamped).
+    """(MFU 0..1 or None, whether the raw value exceeded the peak).
+
+    Above the peak is not a fast GPU but a wrong input (a parameter count, a dtype, an
+    engine's FLOPs estimate): the MFU is then absent and flagged, never clipped to 1.
 
     Each model's FLOP/s come from the engine's counter when present, else
     tokens/s x 2 x parameters; each is divided by the peak of that model's dtype. None when
@@ -416,7 +419,9 @@ def mfu(w: Window, cfg: ModelConfig) -> tuple[float | None, bool]:
         total += max(flops, 0.0) / peak
     if not math.isfinite(total):
         return None, False
-    return min(total, 1.0), total > 1.0
+    if total > 1.0:
+        return None, True
+    return total, False
 
 
 def assess(window: Window, cfg: ModelConfig) -> Assessment:

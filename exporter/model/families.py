@@ -103,7 +103,9 @@ GPU = GpuFamilies[GpuVerdict](
             "(or MIG slice's) peak dense FLOP/s for the model's dtype. Per model, the FLOPs "
             "come from the engine's own estimate where it exports one (vLLM and SGLang "
             "estimated_flops_per_gpu), else from tokens/s x 2 x model.model_parameters; "
-            "absent when neither is known.",
+            "absent when neither is known, and absent (counted in "
+            "goodput_exporter_source_errors_total{source=\"model\",reason=\"mfu_implausible\"}) "
+            "when it would exceed 1, never clipped.",
             lambda v: v.mfu,
             unit="ratio",
         ),

@@ -96,7 +96,7 @@ class NodeModel:
             v = model.debounce(a)
             verdicts[gpu] = self._verdict(gpu, v, seconds, peers_of.get(gpu, ()))
             if a.mfu_above_peak:
-                errors["mfu_above_peak"] = errors.get("mfu_above_peak", 0) + 1
+                errors["mfu_implausible"] = errors.get("mfu_implausible", 0) + 1
             self._log_changes(gpu, v)
         if self._builder.bad_inputs:
             errors["non_finite_input"] = len(self._builder.bad_inputs)

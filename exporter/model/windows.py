@@ -165,6 +165,7 @@ class WindowBuilder:
         or the serving source stopped updating)."""
         serving = snap.get(ServingState)
         models = serving.gpus.get(gpu) if serving is not None else None
+        self._forget_models(gpu, {(m.model, m.engine) for m in models or ()})
         stamp = snap.stamp(ServingState)
         if not models or stamp is None:
             return None
@@ -178,6 +179,16 @@ class WindowBuilder:
                 return None
             out.append(rates)
         return tuple(out)
+
+    def _forget_models(self, gpu: str, current: set[tuple[str, str]]) -> None:
+        """Drop the counter history of models no longer served on ``gpu`` (the serving
+        source dropped their series), so model-name churn cannot grow this table."""
+        gone = [
+            k for k in self._counters
+            if k[0] == gpu and k[3].startswith(("tokens/", "flops")) and (k[1], k[2]) not in current
+        ]
+        for key in gone:
+            del self._counters[key]
 
     def _model_rates(
         self, gpu: str, m: ServedModel, stamp: float, kinds: frozenset[str]

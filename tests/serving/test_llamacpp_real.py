@@ -97,6 +97,19 @@ def exporter_tokens(url: str) -> dict[str, float]:
     return found
 
 
+def wait_down(url: str, timeout: float = 30.0) -> None:
+    """Poll the exporter until its serving target reads down (a scrape failed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, text = http_get(url + "/metrics", timeout=5.0)
+        up = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+              if s.name == "goodput_serving_target_up"]
+        if up == [0.0]:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the exporter never saw the shut gate")
+
+
 def wait_equal(url: str, want: Counter[str], timeout: float = 30.0) -> None:
     """Poll the exporter until its totals equal ``want`` (the serving scrape runs every
     second); fails with the last totals seen."""
@@ -128,7 +141,8 @@ def test_exporter_totals_equal_clients_across_restart(server: LlamaServer, tmp_p
         # process's counts must stay).
         before = Counter(sums)
         gate.open.clear()
-        server.restart()
+        wait_down(exporter)  # the exporter has seen the gap (a start-time change between
+        server.restart()     # good scrapes with no counter down is flapping, not a restart)
         drive(server, sums, batches=3)
         assert sums["generation"] == (7 + 15) * N_PREDICT
         assert all(sums[k] - before[k] > before[k] for k in KINDS), (before, sums)

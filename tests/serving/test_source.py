@@ -222,6 +222,8 @@ def test_config_names_the_bad_serving_setting() -> None:
 
 
 def test_target_names_carry_no_credentials_or_pod_ips() -> None:
-    assert Target("http://u:secret@h:8000/metrics?token=x#f").name == "http://h:8000/metrics"
+    assert Target("http://u:secret@h:8000/metrics?token=x#f").name == (
+        "http://h:8000/metrics?token=<secret>"
+    )
     pod = Target("http://10.1.0.7:8000/metrics", namespace="ml", pod="vllm-0")
     assert pod.name == "ml/vllm-0:8000"

@@ -141,19 +141,44 @@ async def test_restart_seen_by_start_time_keeps_the_old_process_counts(
     source = source_for(url, gpus=["0"])
     seen = []
     try:
-        # vLLM (prometheus_client's process collector): the new process has already made
-        # more tokens by the next scrape than the old one had; a drop test would miss it.
-        for started, generation in ((1.7e9, 1000.0), (1.7e9, 1200.0), (1.7e9 + 60, 1500.0),
+        # vLLM (prometheus_client's process collector): while the engine could not be
+        # scraped ("" = a failed scrape) it restarted and has already made more tokens than
+        # the old one had; a drop test would miss it, the new start time shows it.
+        for started, generation in ((1.7e9, 1000.0), (1.7e9, 1200.0), (0, 0), (1.7e9 + 60, 1500.0),
                                     (1.7e9 + 60, 1600.0)):
             script.body = vllm_text(generation) + (
                 "# TYPE process_start_time_seconds gauge\n"
                 f"process_start_time_seconds {started}\n"
-            )
+            ) if started else ""
             result = await source.poll()
             seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
     finally:
         await source.close()
-    assert seen == [1000.0, 1200.0, 2700.0, 2800.0]
+    assert seen == [1000.0, 1200.0, 1200.0, 2700.0, 2800.0]
+
+
+async def test_start_time_that_changes_between_good_scrapes_adds_nothing(
+    engine: tuple[Script, str],
+) -> None:
+    """A start time flapping on every scrape, counters flat or growing: only growth counts
+    (the issue's measured case published 13 million tokens in 12 s)."""
+    script, url = engine
+    source = source_for(url, gpus=["0"])
+    seen = []
+    try:
+        with capture_logs() as logs:
+            for i, generation in enumerate((1000.0, 1000.0, 1000.0, 1100.0, 1100.0)):
+                script.body = vllm_text(generation) + (
+                    "# TYPE process_start_time_seconds gauge\n"
+                    f"process_start_time_seconds {1.7e9 + i}\n"
+                )
+                result = await source.poll()
+                seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
+    finally:
+        await source.close()
+    assert seen == [1000.0, 1000.0, 1000.0, 1100.0, 1100.0]
+    flaps = [e for e in logs if e["event"] == "serving_start_time_changed_without_restart"]
+    assert len(flaps) == 1
 
 
 async def test_llamacpp_restart_seen_by_its_start_header(engine: tuple[Script, str]) -> None:
@@ -161,14 +186,14 @@ async def test_llamacpp_restart_seen_by_its_start_header(engine: tuple[Script, s
     source = source_for(url, gpus=["0"])
     seen = []
     try:
-        for token, decodes in (("4711", "100"), ("4711", "150"), ("9012", "400")):
-            script.body = llamacpp(decodes, "1")
-            script.headers = {"Process-Start-Time-Unix": token}
+        for token, decodes in (("4711", "100"), ("4711", "150"), ("", ""), ("9012", "400")):
+            script.body = llamacpp(decodes, "1") if token else ""
+            script.headers = {"Process-Start-Time-Unix": token} if token else {}
             result = await source.poll()
             seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
     finally:
         await source.close()
-    assert seen == [100.0, 150.0, 550.0]
+    assert seen == [100.0, 150.0, 150.0, 550.0]
 
 
 async def test_sglang_05_retractions_count_by_rises_of_the_gauge(

@@ -7,7 +7,7 @@ changes the exposition on purpose regenerates it:
     .venv/bin/python -m tests.support.golden --update
 
 What is left out is what no fixed clock can pin: the process families and the poll-duration
-observations (wall time), and the build labels (fixed to ``golden`` here).
+observations (wall time); the build labels and the config load time are pinned here.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def render(openmetrics: bool = False) -> str:
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, NODE)
     metrics.build_info.labels(NODE, "golden", "simulated", "golden").set(1)
+    metrics.reload_time.labels(NODE).set(START)  # wall time at start: pinned
     encoder = Encoder(collectors.families(collectors.enabled(settings), settings), registry)
     sources = [
         NvmlSource(session, clock=clock),

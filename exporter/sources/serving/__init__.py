@@ -39,7 +39,7 @@ def build_sources(
     from exporter.sources.serving.targets import TargetSet, static_targets
 
     config = settings.serving
-    targets = TargetSet(static_targets(config))
+    targets = TargetSet(static_targets(config), config.max_targets)
     watcher = None
     if config.discover_pods:
         api = kube_api if kube_api is not None else _kube_api()

@@ -1,15 +1,83 @@
-"""Counters that never go backwards across engine restarts and attribution changes.
+"""Counters that never go backwards, never jump beyond physics, and never grow series.
 
 Each engine counter is turned into a delta per scrape (a drop means the engine restarted:
-the new value is all new work), and the deltas are added to per-GPU totals. Only the
-totals are published, so neither a restart nor a GPU set that changes can make a
-published counter decrease.
+the new value is all new work). A delta is *accepted* only when it is finite and below a
+physical ceiling (``ceiling per GPU per second x GPUs x seconds since the target's last
+reading``); refused deltas move the baseline on and are counted. Only sums of accepted
+deltas are published, so neither a restart, a hostile engine nor a GPU set that changes
+can make a published counter decrease, jump or turn non-finite.
+
+The per-target :class:`Ledger` also bounds what a target may add: at most
+``max_models`` model label values (cut to ``max_label_length``), at most
+:data:`SERIES_PER_MODEL` tracked engine series per admitted model, and models no reading
+mentioned for ``stale_after`` seconds are forgotten (freeing their place).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import math
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from exporter.config import ServingConfig
+
+SignalKey = tuple[str, str, str, str]
+"""(signal, model, gpu_uuid, reason), as the adapter keys engine values."""
+
+DROP_REASONS = (
+    "non_finite",
+    "negative",
+    "implausible",
+    "max_models",
+    "max_series",
+    "label_too_long",
+)
+"""Why an engine value was refused or altered; every target shows each (from 0)."""
+
+FIRST_READING_SECONDS = 365 * 86400.0
+"""How long an engine may have run before its first reading: its counters may hold a
+year of work at the ceiling, no more (a counter at 1e308 is no engine's history)."""
+SLACK_SECONDS = 1.0
+"""Added to the time between readings: an engine publishes counters in bursts."""
+FLOPS_PER_SECOND_PER_GPU = 1e17
+"""Ceiling of an engine's estimated FLOPs: about ten times the fastest dense peak in
+exporter/model/flops.py (B200 FP4, 9e15)."""
+OTHER_PER_SECOND_PER_GPU = 1e6
+"""Ceiling of any other counter (requests, preemptions, busy seconds summed over
+concurrent requests): far above what one GPU serves, far below an overflow."""
+SERIES_PER_MODEL = 128
+"""Engine series (signal x GPU UUID x reason label) tracked per admitted model, on average:
+a target tracks at most this times max_models (Triton: ~10 signals x 8 GPUs per model)."""
+TOKEN_SIGNALS = frozenset({"prompt_tokens", "prompt_cached_tokens", "generation_tokens"})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds a target's readings pass; see ``ServingConfig`` for each."""
+
+    max_models: int = 8
+    max_label_length: int = 200
+    stale_after: float = 300.0
+    tokens_per_second: float = 2e6
+
+    @classmethod
+    def of(cls, config: ServingConfig) -> Limits:
+        return cls(
+            config.max_models_per_target,
+            config.max_label_length,
+            config.stale_after,
+            config.max_tokens_per_second_per_gpu,
+        )
+
+    def ceiling(self, signal: str) -> float:
+        """Largest plausible growth of ``signal`` per GPU per second."""
+        if signal in TOKEN_SIGNALS:
+            return self.tokens_per_second
+        if signal == "flops_per_gpu":
+            return FLOPS_PER_SECOND_PER_GPU
+        return OTHER_PER_SECOND_PER_GPU
 
 
 class DeltaTracker:
@@ -17,6 +85,15 @@ class DeltaTracker:
 
     def __init__(self) -> None:
         self._last: dict[Hashable, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._last
+
+    def last(self, key: Hashable) -> float | None:
+        return self._last.get(key)
 
     def delta(self, key: Hashable, value: float, jitter: float = 0.0) -> float:
         """Growth since the last call; the whole value on first sight or after a reset.
@@ -47,18 +124,207 @@ class DeltaTracker:
         for key in [k for k in self._last if gone(k)]:
             del self._last[key]
 
+    def clear(self) -> None:
+        self._last.clear()
 
-class Totals:
-    """Monotonic per-key sums of deltas."""
+
+@dataclass(frozen=True)
+class Step:
+    """What one reading of one target yields."""
+
+    deltas: dict[SignalKey, float]
+    """Accepted growth per counter series (only these may reach a published total)."""
+    restarted: bool = False
+    """A new start token with a counter gone down or after failed scrapes: every counter
+    was counted whole. (A counter that goes down without a new token is reset alone.)"""
+    flapped: bool = False
+    """The start token changed but nothing showed a restart: it added nothing."""
+
+
+class Ledger:
+    """One target's counter history and bounds; every method is O(series of the target)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._tracker = DeltaTracker()
+        self._models: dict[str, float] = {}
+        """Admitted model label -> when a reading last mentioned it (monotonic)."""
+        self._last_reading: float | None = None
+        self._gap = False
+        self._started = ""
+        self.dropped: Counter[str] = Counter(dict.fromkeys(DROP_REASONS, 0))
+        """Engine values refused or altered since the target appeared, by reason."""
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self._models)
+
+    def failed(self) -> None:
+        """A scrape failed: the engine may restart unseen before the next reading."""
+        self._gap = True
+
+    def count(self, reasons: Mapping[str, int]) -> None:
+        """Values the adapter refused (non_finite, negative)."""
+        self.dropped.update(reasons)
+
+    def admit(self, model: str, now: float) -> str | None:
+        """The label ``model`` is published under, or None when the target already has
+        ``max_models`` others (counted once per value)."""
+        name = model[: self.limits.max_label_length]
+        if name != model:
+            self.dropped["label_too_long"] += 1
+        if name in self._models:
+            self._models[name] = now
+            return name
+        if len(self._models) >= self.limits.max_models:
+            self.dropped["max_models"] += 1
+            return None
+        self._models[name] = now
+        return name
+
+    def relabel(
+        self, values: Mapping[SignalKey, float], default_model: str, now: float
+    ) -> dict[SignalKey, float]:
+        """``values`` under admitted, bounded model labels (the default model for series
+        that name none); values of models over the cap are left out. Two names cut to one
+        label add up."""
+        out: dict[SignalKey, float] = {}
+        names: dict[str, str | None] = {}
+        for key, value in values.items():
+            signal, model, uuid, reason = key
+            raw = model or default_model
+            if raw not in names:
+                names[raw] = self.admit(raw, now)
+            elif names[raw] is None:
+                self.dropped["max_models"] += 1
+            name = names[raw]
+            if name is None:
+                continue
+            new = (signal, name, uuid, reason)
+            out[new] = out.get(new, 0.0) + value
+        return out
+
+    def expire(self, now: float) -> list[str]:
+        """Forget models no reading mentioned for ``stale_after`` seconds; returns them."""
+        cutoff = now - self.limits.stale_after
+        gone = [m for m, seen in self._models.items() if seen < cutoff]
+        for model in gone:
+            del self._models[model]
+        if gone:
+            names = set(gone)
+            self._tracker.forget_where(lambda key: key[1] in names)
+        return gone
+
+    def step(
+        self,
+        values: Mapping[SignalKey, float],
+        *,
+        counters: Iterable[str],
+        now: float,
+        gpus: Callable[[SignalKey], int],
+        rises: frozenset[str] = frozenset(),
+        jitter: Mapping[str, float] | None = None,
+        started: str = "",
+    ) -> Step:
+        """Accepted deltas of the counter signals in ``values`` (already relabelled)."""
+        wanted = frozenset(counters)
+        jitter = jitter or {}
+        keys = [k for k in values if k[0] in wanted]
+        restarted = flapped = False
+        if started and self._started and started != self._started:
+            if self._went_down(keys, values, jitter) or self._gap:
+                restarted = True  # every counter starts again: count each one whole
+                self._tracker.clear()
+            else:
+                flapped = True
+        if started:
+            self._started = started
+        elapsed = (
+            FIRST_READING_SECONDS
+            if self._last_reading is None
+            else max(now - self._last_reading, 0.0)
+        )
+        cap = SERIES_PER_MODEL * self.limits.max_models
+        deltas: dict[SignalKey, float] = {}
+        for key in keys:
+            if key not in self._tracker and len(self._tracker) >= cap:
+                self.dropped["max_series"] += 1
+                continue
+            value = values[key]
+            signal = key[0]
+            if signal in rises:
+                raw = self._tracker.rise(key, value)
+            else:
+                raw = self._tracker.delta(key, value, jitter.get(signal, 0.0))
+            allowed = self.limits.ceiling(signal) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
+            if not math.isfinite(raw) or raw < 0 or raw > allowed:
+                self.dropped["implausible"] += 1
+                continue
+            deltas[key] = raw
+        self._last_reading = now
+        self._gap = False
+        return Step(deltas, restarted, flapped)
+
+    def _went_down(
+        self, keys: Iterable[SignalKey], values: Mapping[SignalKey, float],
+        jitter: Mapping[str, float],
+    ) -> bool:
+        for key in keys:
+            last = self._tracker.last(key)
+            if last is not None and values[key] < last - jitter.get(key[0], 0.0) * abs(last):
+                return True
+        return False
+
+
+ModelKey = tuple[str, str, str]
+"""(gpu, model, engine): one published row."""
+
+
+class Published:
+    """Per-row sums of accepted deltas, and which targets feed each row.
+
+    A row lives while a target fed it within ``stale_after``; a target removed stops
+    feeding at once. A row fed by several targets stays until the last one goes, so a
+    published counter only ever disappears, never decreases.
+    """
 
     def __init__(self) -> None:
-        self._totals: dict[Hashable, float] = {}
+        self._rows: dict[ModelKey, dict[str, float]] = {}
+        self._owners: dict[ModelKey, dict[str, float]] = {}
 
-    def add(self, key: Hashable, amount: float) -> None:
-        if amount > 0:
-            self._totals[key] = self._totals.get(key, 0.0) + amount
-        else:
-            self._totals.setdefault(key, 0.0)
+    def touch(self, key: ModelKey, owner: str, now: float) -> dict[str, float]:
+        """The row ``key`` (created empty), fed by ``owner`` at ``now``."""
+        self._owners.setdefault(key, {})[owner] = now
+        return self._rows.setdefault(key, {})
 
-    def items(self) -> list[tuple[Hashable, float]]:
-        return list(self._totals.items())
+    def add(self, key: ModelKey, name: str, amount: float, owner: str, now: float) -> None:
+        row = self.touch(key, owner, now)
+        total = row.get(name, 0.0) + max(amount, 0.0)
+        if math.isfinite(total):
+            row[name] = total
+        else:  # unreachable under the ceilings; a counter must never turn +Inf
+            row.setdefault(name, 0.0)
+
+    def release(self, owner: str) -> None:
+        """``owner`` (a target) is gone: rows only it fed go with it."""
+        for key in [k for k, owners in self._owners.items() if owner in owners]:
+            self._drop_owner(key, owner)
+
+    def expire(self, now: float, stale_after: float) -> None:
+        cutoff = now - stale_after
+        for key, owners in list(self._owners.items()):
+            for owner in [o for o, seen in owners.items() if seen < cutoff]:
+                self._drop_owner(key, owner)
+
+    def _drop_owner(self, key: ModelKey, owner: str) -> None:
+        owners = self._owners[key]
+        owners.pop(owner, None)
+        if not owners:
+            del self._owners[key]
+            self._rows.pop(key, None)
+
+    def rows(self) -> dict[ModelKey, dict[str, float]]:
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self._rows)

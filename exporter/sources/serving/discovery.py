@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from exporter import urls
 from exporter.sources.serving.engines import default_path
 from exporter.sources.serving.targets import Target
 
@@ -54,6 +55,12 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         problem = f"{prefix}port {port_text!r} is not a port number"
     elif scheme not in ("http", "https"):
         problem = f"{prefix}scheme {scheme!r} is not http or https"
+    reason = "bad_annotation"
+    if not problem:
+        try:
+            urls.normalise(url)
+        except urls.BadUrl as exc:
+            problem, reason = str(exc), "bad_url"
     gpus = tuple(g.strip() for g in notes.get(prefix + "gpus", "").split(",") if g.strip())
     return Target(
         url=url,
@@ -64,6 +71,7 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         pod=meta.name or "",
         origin="kubernetes",
         invalid=problem,
+        invalid_reason=reason,
     )
 
 

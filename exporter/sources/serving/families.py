@@ -120,6 +120,10 @@ def _dropped(state: ServingState) -> Iterable[Row]:
     return (((t.target, reason), n) for t in state.targets for reason, n in t.dropped)
 
 
+def _targets_dropped(state: ServingState) -> Iterable[Row]:
+    return (((reason,), float(n)) for reason, n in state.targets_dropped)
+
+
 def _gpus(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.via), float(len(t.gpus))) for t in state.targets)
 
@@ -163,8 +167,12 @@ NODE = NodeFamilies[ServingState](
         Family(
             "goodput_serving_target_dropped_values_total",
             "counter",
-            "Engine values refused instead of republished, by reason: non_finite (NaN, "
-            "+Inf, -Inf) or negative; no engine signal can be either.",
+            "Engine values refused or altered instead of republished as read, by reason: "
+            "non_finite (NaN, +Inf, -Inf) or negative (no engine signal can be either), "
+            "implausible (growth above serving.max_tokens_per_second_per_gpu or another "
+            "physical ceiling), max_models (a model name past "
+            "serving.max_models_per_target), max_series (engine series past the per-target "
+            "bound), label_too_long (a model name cut to serving.max_label_length).",
             _dropped,
             labels=("target", "reason"),
         ),
@@ -175,6 +183,15 @@ NODE = NodeFamilies[ServingState](
             "engine_label, pod, process; none with 0 when no rule matched).",
             _gpus,
             labels=("target", "via"),
+        ),
+        Family(
+            "goodput_serving_targets_dropped",
+            "gauge",
+            "Discovered serving targets not scraped now, by reason: duplicate (the same "
+            "endpoint as another target after normalisation) or max_targets (past "
+            "serving.max_targets).",
+            _targets_dropped,
+            labels=("reason",),
         ),
         Family(
             "goodput_serving_discovery_up",

@@ -43,7 +43,7 @@ async def scrape(
 ) -> Outcome:
     started = time.perf_counter()
     if target.invalid:
-        return _failed(target, started, "bad_annotation", target.invalid)
+        return _failed(target, started, target.invalid_reason, target.invalid)
     request = PLAIN
     try:
         if target.access is not None:

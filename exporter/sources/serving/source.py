@@ -4,6 +4,11 @@ Each cycle reads the current targets, scrapes them with bounded concurrency (one
 broken target costs only its own timeout), attributes every reading to GPUs from the views
 it was given (inventory, pod devices, NVML processes) and turns engine counters into
 reset-proof per-GPU totals. Target health is published per target at node scope.
+
+Everything kept about a target lives in one :class:`TargetState` (keyed by its normalised
+URL), so adding, reloading and forgetting a target is one operation; its
+:class:`~exporter.sources.serving.accumulate.Ledger` bounds what the engine can add (model
+cap, label length, physical ceiling) before anything becomes a series or a count.
 """
 
 from __future__ import annotations
@@ -11,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import aiohttp
 import structlog
 
+from exporter import urls
 from exporter.config import ServingConfig
 from exporter.readings import (
     Device,
@@ -30,7 +36,7 @@ from exporter.readings import (
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
-from exporter.sources.serving.accumulate import DeltaTracker
+from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published
 from exporter.sources.serving.adapter import Reading, SignalKey
 from exporter.sources.serving.attribution import (
     NONE,
@@ -43,7 +49,8 @@ from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.engines import SIGNALS
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
-from exporter.sources.serving.targets import Target, TargetProvider
+from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
+from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
 
@@ -64,16 +71,33 @@ COUNTERS: dict[str, str] = {
 
 GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
 
-DROP_REASONS = {"non_finite": 0, "negative": 0}
-"""Why an engine value is refused at the edge; every target shows both (from 0)."""
-
-T = TypeVar("T")
-
 NODE_LEVEL = ("",)
 """The gpu key of signals no rule attributes: rendered without a gpu label."""
 
-ModelKey = tuple[str, str, str]
-"""(gpu, model, engine)."""
+
+@dataclass
+class TargetState:
+    """Everything the source keeps about one target, so adding, reloading and forgetting
+    a target is one operation on one object (keyed by the target's normalised URL)."""
+
+    target: Target
+    ledger: Ledger
+    identity: tuple[str, str] | None = None
+    """(engine, models) of the last reading."""
+    logged: tuple[str, str] | None = None
+    """("up", "") or ("down", reason) as last logged."""
+    attribution: Attribution = NONE
+    pid: tuple[int | None, float] | None = None
+    """(pid listening on the target's port, when looked up)."""
+    unattributed: str = ""
+    models: tuple[str, ...] = ()
+    """Admitted model labels of the last reading."""
+    flapped: bool = False
+    """Its start time once changed with no sign of a restart (logged once)."""
+    v1_model: tuple[str, str, float] | None = None
+    """(process start token, model id from /v1/models, when asked)."""
+    once: OnChange = field(default_factory=lambda: OnChange(log))
+    """Its log-once states (model cap hit, implausible values, start-time flapping)."""
 
 
 class ServingSource(Source):
@@ -89,28 +113,33 @@ class ServingSource(Source):
         pods: Callable[[], PodAssignments] = PodAssignments,
         proc_root: Path = Path("/proc"),
         discovery: PodWatcher | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval = config.interval
         self._config = config
+        self._limits = Limits.of(config)
         self._targets = targets
         self._inventory = inventory
         self._processes = processes
         self._pods = pods
         self._proc = proc_root
         self._discovery = discovery
+        self._clock = clock
         self._session: aiohttp.ClientSession | None = None
-        self._tracker = DeltaTracker()
-        self._totals: dict[ModelKey, dict[str, float]] = {}
-        self._identity: dict[str, tuple[str, str]] = {}
-        self._state: dict[str, tuple[str, str]] = {}
-        self._attributed: dict[str, Attribution] = {}
-        self._pids: dict[str, tuple[int | None, float]] = {}
-        self._started: dict[str, str] = {}
-        self._unattributed: dict[str, str] = {}
-        self._dropped: dict[str, Counter[str]] = {}
-        """url -> engine values refused at the edge, by reason, since the target appeared."""
-        self._v1_models: dict[str, tuple[str, str, float]] = {}
-        """url -> (process start token, model id from /v1/models, when asked)."""
+        self._states: dict[str, TargetState] = {}
+        """Target key (normalised URL) -> all that is kept about it."""
+        self._published = Published()
+
+    def reconfigure(self, config: ServingConfig) -> None:
+        """A reloaded serving section: its static targets, bounds and timings apply from
+        the next poll; targets no longer listed are forgotten there, with their series."""
+        if isinstance(self._targets, TargetSet):
+            self._targets.replace_static(static_targets(config), config.max_targets)
+        self._config = config
+        self.interval = config.interval
+        self._limits = Limits.of(config)
+        for state in self._states.values():
+            state.ledger.limits = self._limits
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
@@ -132,7 +161,7 @@ class ServingSource(Source):
         await self.start()
         session = self._session
         assert session is not None
-        targets = self._targets()
+        targets = self._sync(self._targets())
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
         async def one(target: Target) -> Outcome:
@@ -145,49 +174,81 @@ class ServingSource(Source):
                 return outcome
 
         outcomes = await asyncio.gather(*(one(t) for t in targets))
-        self._forget_removed({t.url for t in targets})
+        now = self._clock()
         inventory = tuple(self._inventory())
         gauges: dict[ModelKey, dict[str, list[float]]] = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
         for outcome in outcomes:
+            state = self._states[outcome.target.key]
             attribution = NONE
             if outcome.reading is not None:
-                attribution = await self._attribution(outcome.target, outcome.reading, inventory)
-                self._account(outcome.target, outcome.reading, attribution, inventory, gauges)
+                attribution = await self._attribution(state, outcome.reading, inventory)
+                self._account(state, outcome.reading, attribution, inventory, gauges, now)
             else:
+                state.ledger.failed()
                 errors[outcome.reason] += 1
-            statuses.append(self._status(outcome, attribution))
-            self._log_state(outcome, attribution)
+            statuses.append(self._status(state, outcome, attribution))
+            self._log_state(state, outcome, attribution)
+        for state in self._states.values():
+            state.ledger.expire(now)
+        self._published.expire(now, self._limits.stale_after)
         discovery = None
         if self._discovery is not None:
-            state, reason = self._discovery.state
-            discovery = (state == "ok", reason)
+            found, reason = self._discovery.state
+            discovery = (found == "ok", reason)
+        dropped = getattr(self._targets, "dropped", None)
         return SourceResult(
             source=self.name,
             errors=dict(errors),
             reading=ServingState(
-                gpus=self._served(gauges), targets=tuple(statuses), discovery=discovery
+                gpus=self._served(gauges),
+                targets=tuple(statuses),
+                discovery=discovery,
+                targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
             ),
         )
 
+    def _sync(self, targets: Sequence[Target]) -> list[Target]:
+        """Bring the per-target states in line with ``targets``: one new state per new
+        key, the same state for a target re-listed (reload), and a removed target's state
+        and series dropped at once. Two spellings of one key are scraped once."""
+        current: dict[str, Target] = {}
+        for target in targets:
+            current.setdefault(target.key, target)
+        for key in [k for k in self._states if k not in current]:
+            self._forget(key)
+        for key, target in current.items():
+            state = self._states.get(key)
+            if state is None:
+                self._states[key] = TargetState(target, Ledger(self._limits))
+            elif state.target != target or state.target.access is not target.access:
+                state.target = target  # reloaded settings; its counters carry on
+        return list(current.values())
+
+    def _forget(self, key: str) -> None:
+        """A target gone (discovery, reload): its state and every series only it fed."""
+        self._states.pop(key, None)
+        self._published.release(key)
+
     # model names ----------------------------------------------------------------------------
 
-    def _default_model(self, target: Target) -> str:
+    @staticmethod
+    def _default_model(state: TargetState) -> str:
         """The model of series that name none: config, else what /v1/models said."""
-        if target.model:
-            return target.model
-        cached = self._v1_models.get(target.url)
-        return cached[1] if cached else ""
+        if state.target.model:
+            return state.target.model
+        return state.v1_model[1] if state.v1_model else ""
 
     async def _lookup_model(self, session: aiohttp.ClientSession, outcome: Outcome) -> None:
         """llama-server's /metrics names no model: ask its /v1/models once per process
         start (or once a minute while it sends no start token)."""
         target, reading = outcome.target, outcome.reading
         assert reading is not None
+        state = self._states[target.key]
         if reading.engine != "llama.cpp" or target.model or any(reading.models):
             return
-        cached = self._v1_models.get(target.url)
+        cached = state.v1_model
         now = time.monotonic()
         if cached is not None and cached[0] == reading.started:
             if reading.started and cached[1]:
@@ -201,48 +262,53 @@ class ServingSource(Source):
             min(self._config.max_body_bytes, MODELS_MAX_BYTES),
             outcome.request,
         )
-        self._v1_models[target.url] = (reading.started, model, now)
+        state.v1_model = (reading.started, model, now)
         if error and (cached is None or cached[1] or cached[0] != reading.started):
-            log.warning("serving_model_unknown", target=target.name, error=error)
+            log.warning(
+                "serving_model_unknown", target=target.name, error=urls.scrub(error, target.url)
+            )
 
     # attribution ----------------------------------------------------------------------------
 
     async def _attribution(
-        self, target: Target, reading: Reading, inventory: Sequence[Device]
+        self, state: TargetState, reading: Reading, inventory: Sequence[Device]
     ) -> Attribution:
+        target = state.target
         uuids: set[str] = set().union(*reading.model_gpus.values()) if reading.model_gpus else set()
         pod_gpus: PodGpus = self._pods().pod_gpus() if target.pod else {}
         processes = tuple(self._processes())
         found = resolve(target, uuids, inventory, pod_gpus, processes, None, self._descends)
         pid = None
         if found is NONE and processes:
-            pid = await self._pid(target)
+            pid = await self._pid(state)
             if pid is not None:
                 found = resolve(target, uuids, inventory, pod_gpus, processes, pid, self._descends)
-        self._log_unattributed(target, "" if found.gpus else _why_none(target, pid, processes))
+        self._log_unattributed(state, "" if found.gpus else _why_none(target, pid, processes))
         return found
 
-    def _log_unattributed(self, target: Target, reason: str) -> None:
+    @staticmethod
+    def _log_unattributed(state: TargetState, reason: str) -> None:
         """One line when a target's work starts going to no GPU (or why changes)."""
-        if self._unattributed.get(target.url, "") != reason and reason:
+        if state.unattributed != reason and reason:
             log.warning(
                 "serving_target_unattributed",
-                target=target.name,
+                target=state.target.name,
                 reason=reason,
                 effect="its signals are published without a gpu label (node level)",
             )
-        self._unattributed[target.url] = reason
+        state.unattributed = reason
 
     def _descends(self, pid: int, ancestor: int) -> bool:
         return procfs.descends_from(pid, ancestor, self._proc)
 
-    async def _pid(self, target: Target) -> int | None:
+    async def _pid(self, state: TargetState) -> int | None:
         """The configured pid, else the process listening on a local target's port."""
+        target = state.target
         if target.pid is not None:
             return target.pid
         if not target.is_local or target.port is None:
             return None
-        cached = self._pids.get(target.url)
+        cached = state.pid
         now = time.monotonic()
         if cached is not None:
             pid, when = cached
@@ -250,74 +316,110 @@ class ServingSource(Source):
             if alive or now - when < PID_REFRESH_SECONDS:
                 return pid
         pid = await asyncio.to_thread(procfs.listener_pid, target.port, self._proc)
-        self._pids[target.url] = (pid, now)
+        state.pid = (pid, now)
         return pid
 
     # accounting -----------------------------------------------------------------------------
 
     def _account(
         self,
-        target: Target,
+        state: TargetState,
         reading: Reading,
         attribution: Attribution,
         inventory: Sequence[Device],
         gauges: dict[ModelKey, dict[str, list[float]]],
+        now: float,
     ) -> None:
-        """Feed one reading's counters into the totals and its gauges into ``gauges``."""
-        self._restarted(target, reading)
-        deltas: dict[SignalKey, float] = {}
-        for key, value in reading.values.items():
-            signal = key[0]
-            if SIGNALS[signal].kind != "counter":
-                continue
-            # Track every counter, attributed or not, so attribution arriving later does
-            # not dump the engine's whole history onto a GPU in one step.
-            if signal in reading.rises:
-                deltas[key] = self._tracker.rise((target.url, key), value)
-            else:
-                jitter = DERIVED_JITTER if signal in reading.derived else 0.0
-                deltas[key] = self._tracker.delta((target.url, key), value, jitter)
-        for key, value in reading.values.items():
+        """Feed one reading's accepted counter deltas into the published totals and its
+        gauges into ``gauges``; everything passes the target's ledger first."""
+        ledger, target = state.ledger, state.target
+        ledger.count(reading.dropped)
+        default = self._default_model(state)
+        values = ledger.relabel(reading.values, default, now)
+        model_gpus = {
+            name: uuids
+            for model, uuids in reading.model_gpus.items()
+            if (name := model[: self._limits.max_label_length]) in ledger.models
+        }
+        state.models = tuple(sorted({key[1] for key in values} | set(model_gpus)))
+        gpus_of: dict[SignalKey, tuple[str, ...]] = {
+            key: _gpus_for(key, model_gpus, attribution, inventory) or NODE_LEVEL
+            for key in values
+        }
+        # Track every counter, attributed or not, so attribution arriving later does not
+        # dump the engine's whole history onto a GPU in one step.
+        step = ledger.step(
+            values,
+            counters=(s for s in {k[0] for k in values} if SIGNALS[s].kind == "counter"),
+            now=now,
+            gpus=lambda key: len(gpus_of[key]),
+            rises=reading.rises,
+            jitter=dict.fromkeys(reading.derived, DERIVED_JITTER),
+            started=reading.started,
+        )
+        if step.restarted and reading.started:
+            log.info("serving_target_restarted", target=target.name, engine=reading.engine)
+        state.flapped = state.flapped or step.flapped
+        state.once(  # once per target: a flapping engine would otherwise log every scrape
+            "flapping",
+            state.flapped,
+            False,
+            event="serving_start_time_changed_without_restart",
+            level="warning",
+            target=target.name,
+            effect="counters did not go down: nothing was counted again",
+        )
+        deltas = step.deltas
+        for key, value in values.items():
             signal, model, _uuid, _reason = key
             spec = SIGNALS[signal]
             counter = COUNTERS.get(signal)
-            delta = deltas.get(key, 0.0)
-            other = reading.minus.get(signal)
-            if other is not None:
-                delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
-            # Work no rule ties to a GPU is still work: it goes to gpu "" (node level).
-            gpus = _gpus_for(key, reading, attribution, inventory) or NODE_LEVEL
-            model = model or self._default_model(target)
+            gpus = gpus_of[key]
             if counter is not None:
+                delta = deltas.get(key, 0.0)
+                other = reading.minus.get(signal)
+                if other is not None:
+                    delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
                 share = delta / len(gpus) if spec.split == "split" else delta
                 for gpu in gpus:
-                    fields = self._totals.setdefault((gpu, model, reading.engine), {})
-                    fields[counter] = fields.get(counter, 0.0) + max(share, 0.0)
+                    self._published.add(
+                        (gpu, model, reading.engine), counter, share, target.key, now
+                    )
             elif signal in GAUGES:
                 for gpu in gpus:
+                    self._published.touch((gpu, model, reading.engine), target.key, now)
                     row = gauges.setdefault((gpu, model, reading.engine), {})
                     row.setdefault(signal, []).append(value)
-
-    def _restarted(self, target: Target, reading: Reading) -> None:
-        """A new process start token: the engine restarted, so every counter starts from
-        zero again, even one that has already passed its old value (a drop alone would
-        miss that and lose the old process's last counts)."""
-        before = self._started.get(target.url, "")
-        if reading.started:
-            self._started[target.url] = reading.started
-        if before and reading.started and before != reading.started:
-            url = target.url
-            self._tracker.forget_where(lambda key: key[0] == url)
-            log.info("serving_target_restarted", target=target.name, engine=reading.engine)
+        state.once(
+            "models",
+            ledger.dropped["max_models"] > 0,
+            False,
+            event="serving_target_over_model_cap",
+            level="warning",
+            target=target.name,
+            max_models_per_target=self._limits.max_models,
+            effect="values of further model names are dropped (max_models)",
+        )
+        state.once(
+            "implausible",
+            ledger.dropped["implausible"] > 0,
+            False,
+            event="serving_counter_implausible",
+            level="warning",
+            target=target.name,
+            max_tokens_per_second_per_gpu=self._limits.tokens_per_second,
+            effect="growth above the ceiling is dropped (implausible)",
+        )
 
     def _served(
         self, gauges: dict[ModelKey, dict[str, list[float]]]
     ) -> dict[str, tuple[ServedModel, ...]]:
         """One ServedModel per (gpu, model, engine) with totals or live gauges."""
         out: dict[str, list[ServedModel]] = {}
-        for key in sorted(set(self._totals) | set(gauges)):
+        rows = self._published.rows()
+        for key in sorted(set(rows) | set(gauges)):
             gpu, model, engine = key
-            totals = self._totals.get(key, {})
+            totals = rows.get(key, {})
             row = gauges.get(key, {})
             tokens = tuple(
                 (name.removeprefix("tokens/"), value)
@@ -342,19 +444,19 @@ class ServingSource(Source):
 
     # health ---------------------------------------------------------------------------------
 
-    def _status(self, outcome: Outcome, attribution: Attribution) -> TargetStatus:
-        target = outcome.target
+    def _status(
+        self, state: TargetState, outcome: Outcome, attribution: Attribution
+    ) -> TargetStatus:
+        target = state.target
         if outcome.reading is not None:
-            models = ",".join(m for m in outcome.reading.models if m) or self._default_model(
-                target
-            )
-            self._identity[target.url] = (outcome.reading.engine, models)
-            self._attributed[target.url] = attribution
-        dropped = self._dropped.setdefault(target.url, Counter(DROP_REASONS))
-        if outcome.reading is not None:
-            dropped.update(outcome.reading.dropped)
-        engine, model = self._identity.get(target.url, (target.engine, target.model))
-        att = self._attributed.get(target.url, NONE)
+            models = ",".join(m for m in state.models if m) or self._default_model(state)
+            state.identity = (outcome.reading.engine, models[: self._limits.max_label_length])
+            state.attribution = attribution
+        engine, model = state.identity or (
+            target.engine,
+            target.model[: self._limits.max_label_length],
+        )
+        att = state.attribution
         return TargetStatus(
             target=target.name,
             up=outcome.ok,
@@ -364,22 +466,23 @@ class ServingSource(Source):
             scrape_seconds=outcome.duration,
             gpus=att.gpus,
             via=att.via,
-            dropped=tuple((reason, float(n)) for reason, n in sorted(dropped.items())),
+            dropped=tuple((r, float(n)) for r, n in sorted(state.ledger.dropped.items())),
         )
 
-    def _log_state(self, outcome: Outcome, attribution: Attribution) -> None:
-        target = outcome.target
-        state = ("up", "") if outcome.ok else ("down", outcome.reason)
-        if self._state.get(target.url) == state:
+    @staticmethod
+    def _log_state(state: TargetState, outcome: Outcome, attribution: Attribution) -> None:
+        target = state.target
+        logged = ("up", "") if outcome.ok else ("down", outcome.reason)
+        if state.logged == logged:
             return
-        self._state[target.url] = state
+        state.logged = logged
         if outcome.reading is not None:
             log.info(
                 "serving_target_up",
                 target=target.name,
                 engine=outcome.reading.engine,
                 version=outcome.reading.version,
-                models=list(outcome.reading.models),
+                models=list(state.models),
                 gpus=list(attribution.gpus),
                 via=attribution.via,
             )
@@ -388,38 +491,24 @@ class ServingSource(Source):
                 "serving_target_down",
                 target=target.name,
                 reason=outcome.reason,
-                error=outcome.error,
+                error=urls.scrub(outcome.error, target.url),
             )
-
-    def _forget_removed(self, current: set[str]) -> None:
-        """A target gone from discovery: drop its per-target state (totals stay)."""
-        _keep_only(self._identity, current)
-        _keep_only(self._state, current)
-        _keep_only(self._attributed, current)
-        _keep_only(self._pids, current)
-        _keep_only(self._started, current)
-        _keep_only(self._unattributed, current)
-        _keep_only(self._v1_models, current)
-        _keep_only(self._dropped, current)
-        self._tracker.forget_where(lambda key: key[0] not in current)
 
 
 def _gpus_for(
-    key: SignalKey, reading: Reading, attribution: Attribution, inventory: Sequence[Device]
+    key: SignalKey,
+    model_gpus: Mapping[str, frozenset[str]],
+    attribution: Attribution,
+    inventory: Sequence[Device],
 ) -> tuple[str, ...]:
     """The series' own GPU label (Triton) or its model's, unless config pinned GPUs."""
     if attribution.via != "explicit":
         _, model, uuid, _ = key
         if uuid:
             return to_gpu_labels([uuid], inventory)
-        if model in reading.model_gpus:
-            return to_gpu_labels(sorted(reading.model_gpus[model]), inventory)
+        if model in model_gpus:
+            return to_gpu_labels(sorted(model_gpus[model]), inventory)
     return attribution.gpus
-
-
-def _keep_only(table: dict[str, T], current: set[str]) -> None:
-    for url in [u for u in table if u not in current]:
-        del table[url]
 
 
 def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo]) -> str:

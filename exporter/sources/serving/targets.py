@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import urlsplit
 
+import structlog
+
+from exporter import urls
 from exporter.config import ServingConfig
 from exporter.sources.serving.auth import Access
+from exporter.util import OnChange
+
+log = structlog.get_logger("serving")
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
@@ -29,6 +37,8 @@ class Target:
     origin: str = "config"
     invalid: str = ""
     """Why this target cannot be scraped (a bad pod annotation); never fetched then."""
+    invalid_reason: str = "bad_annotation"
+    """The reason code published while ``invalid`` is set (bad_annotation, bad_url)."""
     access: Access | None = field(default=None, compare=False, repr=False)
     """Credentials and TLS settings (config targets only); keeps its files' cache, so the
     same object must live across polls."""
@@ -52,8 +62,16 @@ class Target:
             except ValueError:  # a bad port annotation: the name still says which pod
                 port = ""
             return f"{self.namespace}/{self.pod}:{port}"
-        host = parts.netloc.rsplit("@", 1)[-1]
-        return f"{parts.scheme}://{host}{parts.path}"
+        return urls.label(self.key)
+
+    @cached_property
+    def key(self) -> str:
+        """The identity of the endpoint: the normalised URL (the URL itself when it is
+        malformed), so two spellings of one engine are one target."""
+        try:
+            return urls.normalise(self.url)
+        except urls.BadUrl:
+            return self.url
 
     @property
     def is_local(self) -> bool:
@@ -62,7 +80,8 @@ class Target:
 
 
 def static_targets(config: ServingConfig) -> list[Target]:
-    """Targets of the config file, then ``--serving-target`` URLs not already listed."""
+    """Targets of the config file, then ``--serving-target`` URLs; spellings of one
+    endpoint are merged into the first with a warning (never scraped or counted twice)."""
     out = [
         Target(
             url=t.url,
@@ -79,35 +98,80 @@ def static_targets(config: ServingConfig) -> list[Target]:
         )
         for t in config.targets
     ]
-    known = {t.url for t in out}
-    for url in config.extra_targets:
-        if url not in known:
-            out.append(Target(url=url, origin="flag"))
-            known.add(url)
-    return out
+    out += [Target(url=url, origin="flag") for url in config.extra_targets]
+    return merge_duplicates(out)
+
+
+def merge_duplicates(targets: Iterable[Target]) -> list[Target]:
+    """The first target of each key; every later spelling is logged and left out."""
+    seen: dict[str, Target] = {}
+    for target in targets:
+        first = seen.get(target.key)
+        if first is None:
+            seen[target.key] = target
+        elif target.origin == "config" or first.url != target.url:
+            log.warning(
+                "serving_target_duplicate",
+                target=target.name,
+                same_as=first.name,
+                effect="merged: scraped and counted once",
+            )
+    return list(seen.values())
 
 
 class TargetSet:
     """Static targets plus whatever discovery publishes; read once per scrape cycle.
 
     Discovery runs on its own thread and replaces its whole list at once, so the scraper
-    reads a consistent set without waiting on it.
+    reads a consistent set without waiting on it. Discovered targets that duplicate another
+    (after normalisation) or pass ``max_targets`` are left out and counted in
+    :attr:`dropped`; static targets are never over the cap (config validation).
     """
 
-    def __init__(self, static: Iterable[Target] = ()) -> None:
+    def __init__(self, static: Iterable[Target] = (), max_targets: int = 64) -> None:
         self._static = tuple(static)
         self._discovered: tuple[Target, ...] = ()
         self._lock = threading.Lock()
+        self._max = max_targets
+        self._log = OnChange(log)
+        self.dropped: Counter[str] = Counter({"duplicate": 0, "max_targets": 0})
+        """Targets left out of the last read, by reason (a gauge, not a total)."""
 
     def set_discovered(self, targets: Iterable[Target]) -> None:
         with self._lock:
             self._discovered = tuple(targets)
 
+    def replace_static(self, static: Iterable[Target], max_targets: int) -> None:
+        """A reloaded config's targets and cap (SIGHUP)."""
+        with self._lock:
+            self._static = tuple(static)
+            self._max = max_targets
+
     def __call__(self) -> list[Target]:
         with self._lock:
-            discovered = self._discovered
-        static_urls = {t.url for t in self._static}
-        return [*self._static, *(t for t in discovered if t.url not in static_urls)]
+            static, discovered, cap = self._static, self._discovered, self._max
+        keys = {t.key for t in static}
+        out = list(static)
+        dropped: Counter[str] = Counter({"duplicate": 0, "max_targets": 0})
+        for target in discovered:
+            if target.key in keys:
+                dropped["duplicate"] += 1
+            elif len(out) >= cap:
+                dropped["max_targets"] += 1
+            else:
+                keys.add(target.key)
+                out.append(target)
+        self._log(
+            "over_cap",
+            dropped["max_targets"],
+            0,
+            event="serving_targets_over_cap",
+            level="warning",
+            max_targets=cap,
+            effect="discovered targets past the cap are not scraped",
+        )
+        self.dropped = dropped
+        return out
 
 
 TargetProvider = Callable[[], list[Target]]

@@ -1,0 +1,126 @@
+"""SIGHUP: read the config file and the web config again and apply them, as Prometheus
+does. A new configuration that does not validate is refused with one log line and the
+running one stays; the outcome is published as
+``goodput_exporter_config_last_reload_successful`` (and the time of the last success).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from exporter import webconfig
+from exporter.config import ConfigError, Settings, build
+from exporter.daemon import Daemon
+
+log = structlog.get_logger("reload")
+
+LIVE_SERVING_KEYS = frozenset(
+    {
+        "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
+        "max_models_per_target", "max_label_length", "stale_after",
+        "max_tokens_per_second_per_gpu",
+    }
+)
+"""Serving settings a reload applies to the running source; others need a restart."""
+
+
+def needs_restart(old: Settings, new: Settings) -> list[str]:
+    """The settings that changed but only take effect at a restart: everything outside the
+    serving section, and the serving settings the running source cannot take live."""
+    restart = [
+        key
+        for key, value in new.model_dump().items()
+        if key != "serving" and value != old.model_dump()[key]
+    ]
+    restart += [
+        f"serving.{key}"
+        for key in type(new.serving).model_fields
+        if key not in LIVE_SERVING_KEYS
+        and getattr(old.serving, key) != getattr(new.serving, key)
+    ]
+    return restart
+
+
+class WebLayer:
+    """The web config's middlewares behind one fixed middleware, so a reload can swap them
+    on a running server. TLS stays as started (the listening socket holds its context;
+    certificate files are already re-read when they change)."""
+
+    def __init__(self, config: webconfig.WebConfig) -> None:
+        self.config = config
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        chain = handler
+        for layer in reversed(self.config.middlewares):
+            chain = _bind(layer, chain)
+        return await chain(request)
+
+
+def _bind(layer: Any, nxt: Handler) -> Handler:
+    async def call(request: web.Request) -> web.StreamResponse:
+        response: web.StreamResponse = await layer(request, nxt)
+        return response
+
+    return call
+
+
+class Reloader:
+    """Called on SIGHUP (on the event loop); returns whether the reload took."""
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        flags: Mapping[str, Any],
+        config_file: str | None,
+        web_config_file: str | None,
+        web: WebLayer,
+    ) -> None:
+        self.daemon = daemon
+        self.flags = flags
+        self.config_file = config_file
+        self.web_config_file = web_config_file
+        self.web = web
+
+    def __call__(self) -> bool:
+        metrics = self.daemon.scheduler.metrics
+        try:
+            settings = build(self.flags, os.environ, self.config_file)
+            web_config = webconfig.load(self.web_config_file)
+        except (ConfigError, webconfig.WebConfigError) as exc:
+            log.error(
+                "config_reload_failed",
+                error=str(exc),
+                effect="the running configuration stays",
+            )
+            metrics.reloaded(False)
+            return False
+        if web_config.basic_auth is not None:  # failed logins keep being counted
+            web_config.basic_auth.on_failure = metrics.count_auth_failures(
+                webconfig.FAILURE_REASONS
+            )
+        restart = needs_restart(self.daemon.settings, settings)
+        self.daemon.apply(settings)
+        if (web_config.ssl_context is None) != (self.web.config.ssl_context is None):
+            restart.append("tls_server_config")
+        self.web.config = web_config
+        metrics.reloaded(True)
+        log.info(
+            "config_reloaded",
+            config_file=self.config_file,
+            web_config_file=self.web_config_file,
+            targets=len(settings.serving.targets) + len(settings.serving.extra_targets),
+        )
+        if restart:
+            log.warning(
+                "config_reload_needs_restart",
+                settings=sorted(restart),
+                effect="these changes take effect at the next start",
+            )
+        return True

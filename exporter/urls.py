@@ -1,0 +1,105 @@
+"""Target URLs: one identity per endpoint, and a form that is safe to show.
+
+Two spellings of one endpoint (``HTTP://Host:80/metrics#x`` and ``http://host/metrics``)
+must be one target, or its tokens are counted twice; and a URL may carry secrets (a
+password in the userinfo, ``?token=...`` in the query) that must never reach a label, a
+log line or /debug/state. A leaf module (no exporter imports) so config validation can
+use it.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+SECRET = "<secret>"
+"""What a redacted secret reads as (Prometheus's spelling)."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class BadUrl(ValueError):
+    """A target URL that cannot be scraped; the message names the URL, redacted."""
+
+
+def normalise(url: str, what: str = "serving target") -> str:
+    """The URL every spelling of one endpoint shares: scheme and host lower case, default
+    port and fragment dropped, empty path ``/``. Raises :class:`BadUrl` naming ``what``.
+    The one check of every scrape URL the settings take."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:
+        raise BadUrl(f"{what} {redact(url)!r} is not a valid URL: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise BadUrl(f"{what} {redact(url)!r} is not an http(s) URL")
+    if not host:
+        raise BadUrl(f"{what} {redact(url)!r} names no host")
+    if any(c.isspace() for c in url.strip()):
+        raise BadUrl(f"{what} {redact(url)!r} contains white space")
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    if userinfo:
+        netloc = f"{userinfo}@{netloc}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def redact(url: str) -> str:
+    """``url`` with its userinfo and every query value replaced by ``<secret>``; never
+    raises (a malformed URL is redacted as well as it can be)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        head, _, _ = url.partition("?")
+        if "@" in head:
+            scheme, sep, rest = head.partition("://")
+            head = f"{scheme}{sep}{SECRET}@{rest.rpartition('@')[2]}"
+        return head + (f"?{SECRET}" if "?" in url else "")
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{SECRET}@{netloc.rpartition('@')[2]}"
+    return urlunsplit((parts.scheme, netloc, parts.path, _query(parts.query), ""))
+
+
+def label(url: str) -> str:
+    """The ``target`` label of a URL target: scheme, host, port and path, plus the query's
+    keys with ``<secret>`` values; the userinfo is left out (it names no endpoint)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url).split("@")[-1] if "@" in url else redact(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, _query(parts.query), ""))
+
+
+def secrets(url: str) -> list[str]:
+    """Every secret text in ``url`` (userinfo, its password, query values), longest first."""
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        found += [userinfo, *userinfo.split(":", 1)]
+    for _key, value in parse_qsl(parts.query, keep_blank_values=True):
+        found += [value, quote(value, safe="")]
+    raw = [p.partition("=")[2] for p in parts.query.split("&")]
+    found += raw
+    return sorted({s for s in found if len(s) >= 2}, key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (an error message) with every secret of ``url`` replaced by ``<secret>``."""
+    for secret in secrets(url):
+        text = text.replace(secret, SECRET)
+    return text
+
+
+def _query(query: str) -> str:
+    if not query:
+        return ""
+    keys = [p.partition("=")[0] for p in query.split("&") if p]
+    return "&".join(f"{key}={SECRET}" for key in keys)
