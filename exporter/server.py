@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter import __version__
+from exporter import __version__, runbooks
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
 
@@ -27,6 +27,8 @@ LANDING = """<!doctype html>
 <li><a href="metrics">/metrics</a>: Prometheus exposition (OpenMetrics on request)</li>
 <li><a href="healthz">/healthz</a>: process alive</li>
 <li><a href="readyz">/readyz</a>: a GPU source has completed a poll</li>
+<li><a href="runbooks/">/runbooks/</a>: what to do when an alert fires (the alerts'
+runbook_url)</li>
 <li><a href="debug/state">/debug/state</a>: the current snapshot as JSON</li>
 </ul>
 </body></html>
@@ -85,6 +87,7 @@ def build_app(
     app.router.add_get("/readyz", readyz)
     if debug_state:
         app.router.add_get("/debug/state", state)
+    runbooks.add_routes(app)
     return app
 
 

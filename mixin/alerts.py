@@ -17,7 +17,7 @@ HEADER = """\
 #
 # Every alert carries `severity` (critical pages, warning goes to a team channel, info is a
 # ticket), a summary, a description quoting the measured values and `runbook_url`. The `for:`
-# durations are explained in each runbook (docs/runbooks/<AlertName>.md): efficiency alerts
+# durations are explained in each runbook (exporter/runbooks/<AlertName>.md): efficiency alerts
 # wait long enough to outlast warm-up, batch boundaries and graph capture; hardware alerts
 # fire at once because the event itself is the evidence.
 #

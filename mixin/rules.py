@@ -80,10 +80,6 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:gpu_profiled:ratio_rate5m", prof),
         _rule("goodput:gpu_sm_active_seconds:rate5m", sm),
         _rule("goodput:gpu_sm_active:ratio_rate5m", active("goodput_gpu_sm_active_seconds_total")),
-        _rule("goodput:gpu_tensor_active:ratio_rate5m",
-              active("goodput_gpu_tensor_active_seconds_total")),
-        _rule("goodput:gpu_dram_active:ratio_rate5m",
-              active("goodput_gpu_dram_active_seconds_total")),
         # Kernel time during which the SMs did nothing.
         _rule("goodput:gpu_hollow_utilization:ratio_rate5m",
               f"clamp_min(\n  {r_util}\n    - {r_sm}\n      / ({r_prof} > 0),\n  0\n)\n"),
@@ -145,16 +141,6 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
     # a namespace or a model are per cluster. All read the per-GPU rules, which already hold
     # one series per GPU.
     node = [
-        # Every GPU of the node, allocated or not: elapsed time is one second per second per
-        # GPU, so kernel-time utilisation is sum(rate) / count.
-        _rule("goodput:node_utilization:ratio_avg_rate5m",
-              f"sum by ({nb}) ({r_util})\n  / count by ({nb}) ({r_util})\n"),
-        _rule("goodput:node_sm_active:ratio_avg_rate5m",
-              f"sum by ({nb}) ({r_sm})\n  / (sum by ({nb}) ({r_prof}) > 0)\n"),
-        _rule("goodput:node_tokens:rate5m", f"sum by ({nb}) ({tokens})"),
-        _rule("goodput:node_cost_per_million_tokens:dollars_rate5m",
-              f"count by ({nb}) ({r_util})\n  * {price} / 3600 * 1e6\n"
-              f"  / ({rec('goodput:node_tokens:rate5m')} > 0)\n"),
         # GPUs in each regime, averaged over the window (time in regime, not the regime of
         # the moment): a GPU that changed regime counts in each for its share of the time.
         _rule("goodput:regime_gpus:sum",

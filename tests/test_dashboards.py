@@ -430,3 +430,56 @@ def test_busy_table_survives_both_reasons_and_an_exporter_rollover(tmp_path: Pat
             {"labels": '{node="a", gpu="0", reason="hollow_busy"}', "value": 1},
             {"labels": '{node="a", gpu="0", reason="busy_no_output"}', "value": 1}]},
     ])
+
+
+def test_per_gpu_panels_count_a_gpu_once_across_exporter_pods(tmp_path: Path) -> None:
+    """A rollover: GPU a/0 reported by an old and a new exporter pod at once (a surge
+    rollout, or a ServiceMonitor and a PodMonitor both on), and, for the queue, by an old pod
+    whose last sample still sits in the lookback after the new one took over. Each panel
+    shows the GPU once with the one pod's value; a sum over the pods showed it doubled."""
+    def sel(instance: str, extra: str = "") -> str:
+        return f'job="gpu-goodput-exporter", instance="{instance}", node="a", gpu="0"{extra}'
+
+    m = ', model="m", engine="vllm"'
+    series = []
+    for pod in ("old:9433", "new:9433"):
+        series += [
+            {"series": f'goodput_gpu_tokens_total{{{sel(pod, m)}, kind="prompt"}}',
+             "values": "0+600x10"},
+            {"series": f'goodput_gpu_tokens_total{{{sel(pod, m)}, kind="generation"}}',
+             "values": "0+120x10"},
+            {"series": f"goodput_gpu_sm_active_seconds_total{{{sel(pod)}}}",
+             "values": "0+30x10"},
+            {"series": f"goodput_gpu_profiled_seconds_total{{{sel(pod)}}}", "values": "0+60x10"},
+            {"series": f"goodput_gpu_utilization_seconds_total{{{sel(pod)}}}",
+             "values": "0+54x10"},
+            {"series": f'goodput_gpu_clock_event_seconds_total{{{sel(pod)}, '
+                       'reason="hw_power_brake_slowdown"}', "values": "0+6x10"},
+            {"series": f"goodput_gpu_kv_cache_usage_ratio{{{sel(pod, m)}}}", "values": "0.25x10"},
+            {"series": f"goodput_gpu_mfu_ratio{{{sel(pod)}}}", "values": "0.4x10"},
+        ]
+    # The queue: the old pod's last sample (5m) is still in the 5m lookback at 7m.
+    waiting = f'goodput_gpu_serving_requests{{{sel("old:9433", m)}, state="waiting"}}'
+    series += [{"series": waiting, "values": "3x5"},
+               {"series": waiting.replace("old:9433", "new:9433"), "values": "_x6 3x4"}]
+
+    def one(expr: str, value: float, labels: str = 'gpu="0", node="a"',
+            at: str = "10m") -> dict[str, Any]:
+        return {"expr": f"round({_fill(expr)}, 0.001)", "eval_time": at,
+                "exp_samples": [{"labels": f"{{{labels}}}", "value": value}]}
+
+    tokens = "Tokens/s per GPU vs SM active"
+    lie = "The utilization lie: kernel time vs SM active vs tensor vs DRAM (GPU $gpu)"
+    _promtool_expr(tmp_path, series, "1m", [
+        one(_target("goodput-serving", tokens, "A"), 12, 'gpu="0", model="m", node="a"'),
+        one(_target("goodput-serving", tokens, "B"), 0.5),
+        one(_target("goodput-serving", "Queue: running and waiting requests"), 3,
+            'gpu="0", model="m", node="a", state="waiting"', at="7m"),
+        one(_target("goodput-serving", "KV cache usage"), 0.25,
+            'engine="vllm", gpu="0", model="m", node="a"'),
+        one(_target("goodput-serving", "MFU (model FLOPs utilisation)"), 0.4),
+        one(_target("goodput-node", lie, "A"), 0.9),
+        one(_target("goodput-node", lie, "B"), 0.5),
+        one(_target("goodput-node", "Throttling (share of time clocks were held down)"), 0.1,
+            'gpu="0", node="a", reason="hw_power_brake_slowdown"'),
+    ])

@@ -224,8 +224,34 @@ def test_runbook_base_url_value_rewrites_every_runbook_link() -> None:
     for rule in alerts:
         assert (rule["annotations"]["runbook_url"]
                 == f"https://wiki.example/runbooks/{rule['alert']}.md")
-    default = [rule for obj in by_kind(manifests({"prometheusRule": {"enabled": True}}),
-                                       "PrometheusRule")
-               for group in obj["spec"]["groups"] for rule in group["rules"] if "alert" in rule]
-    assert {r["annotations"]["runbook_url"] for r in default} == {
-        f"docs/runbooks/{r['alert']}.md" for r in default}
+
+
+
+def runbook_urls(values: dict[str, Any]) -> dict[str, str]:
+    """Alert -> runbook_url of the rendered PrometheusRules."""
+    objs = manifests({**values, "prometheusRule": {"enabled": True}})
+    return {rule["alert"]: rule["annotations"]["runbook_url"]
+            for obj in by_kind(objs, "PrometheusRule") for group in obj["spec"]["groups"]
+            for rule in group["rules"] if "alert" in rule}
+
+
+@pytest.mark.parametrize(("values", "base"), [
+    # Headless (the default): the name resolves to the pods, so the pods' port.
+    ({}, "http://gge-gpu-goodput-exporter.monitoring.svc:9433/runbooks/"),
+    ({"exporter": {"port": 9555}, "service": {"port": 9500}},
+     "http://gge-gpu-goodput-exporter.monitoring.svc:9555/runbooks/"),
+    # A virtual IP: the Service's port; namespaceOverride; TLS on the exporter.
+    ({"namespaceOverride": "gpu-telemetry", "fullnameOverride": "gge",
+      "service": {"headless": False, "port": 9500},
+      "webConfig": {"enabled": True, "tls": {"enabled": True, "secretName": "t"}}},
+     "https://gge.gpu-telemetry.svc:9500/runbooks/"),
+    # No Service: the URL the rule files were generated with.
+    ({"service": {"enabled": False}}, "http://localhost:9433/runbooks/"),
+])
+def test_runbook_links_default_to_the_charts_own_service(values: dict[str, Any],
+                                                         base: str) -> None:
+    """Out of the box every alert links to a page the exporters serve (tests/
+    test_runbooks.py fetches each one from a real daemon)."""
+    urls = runbook_urls(values)
+    assert len(urls) >= 18
+    assert urls == {alert: f"{base}{alert}.md" for alert in urls}

@@ -42,10 +42,8 @@ def test_common_labels_on_every_object_pods_included() -> None:
 def test_namespace_override_moves_every_namespaced_object() -> None:
     ns = OPTIONS["namespaceOverride"]
     objs = manifests(OPTIONS)
-    # templates/prometheusrule.yaml belongs to the rules area; it still uses the release
-    # namespace (see the report of issue 25 item 4).
-    namespaced = [o for o in objs if o["kind"] not in {"ClusterRole", "ClusterRoleBinding",
-                                                       "PrometheusRule"}]
+    namespaced = [o for o in objs if o["kind"] not in {"ClusterRole", "ClusterRoleBinding"}]
+    assert {"PrometheusRule", "ConfigMap", "DaemonSet"} <= {o["kind"] for o in namespaced}
     assert {o["metadata"]["namespace"] for o in namespaced} == {ns}
     assert one(objs, "ServiceMonitor")["spec"]["namespaceSelector"]["matchNames"] == [ns]
     assert one(objs, "PodMonitor")["spec"]["namespaceSelector"]["matchNames"] == [ns]

@@ -1,22 +1,25 @@
-"""The chart's PrometheusRule selects the job the chart's own monitors scrape as.
+"""The chart's PrometheusRule and dashboards select the job the chart's own monitors scrape as.
 
-The rule files select `job="gpu-goodput-exporter"` (mixin/config.yaml); the ServiceMonitor and
-PodMonitor name the job after app.kubernetes.io/name, which follows nameOverride. A rename
-must not leave the shipped rules matching nothing.
+The rule files and dashboards select `job="gpu-goodput-exporter"` (mixin/config.yaml); the
+ServiceMonitor and PodMonitor name the job after app.kubernetes.io/name, which follows
+nameOverride. A rename must not leave the shipped rules or panels matching nothing.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import promql_parser
 import yaml
 
 from mixin.config import load
 from tests.support.helm import by_kind, manifests
 from tests.support.prometheus import require
+from tests.test_dashboards import substitute, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MIXIN_JOB = 'job="gpu-goodput-exporter"'
@@ -41,7 +44,17 @@ def test_the_template_replaces_the_mixins_default_job() -> None:
 
 
 def test_default_render_is_the_rule_files_unchanged() -> None:
+    """Unchanged but for the runbook links, which point at the chart's own Service
+    (tests/test_helm_chart.py checks them)."""
+    mixin_base = load().runbook_base_url
+    service_base = "http://gge-gpu-goodput-exporter.monitoring.svc:9433/runbooks/"
     for source, groups in rule_objects({}).items():
+        for group in groups:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    url = rule["annotations"]["runbook_url"]
+                    assert url.startswith(service_base)
+                    rule["annotations"]["runbook_url"] = url.replace(service_base, mixin_base)
         assert groups == yaml.safe_load((ROOT / source).read_text())["groups"]
 
 
@@ -76,9 +89,43 @@ def test_name_override_renames_the_job_in_every_rule_and_monitor(tmp_path: Path)
     tests = tmp_path / "tests"
     tests.mkdir()
     rollover = (ROOT / "alerts" / "tests" / "rollover.test.yml").read_text()
+    # The runbook links follow the rename too: the Service is gge-gpu-goodput.
+    rollover = rollover.replace(load().runbook_base_url,
+                                "http://gge-gpu-goodput.monitoring.svc:9433/runbooks/")
     (tests / "rollover.test.yml").write_text(rollover.replace("gpu-goodput-exporter",
                                                               "gpu-goodput"))
     result = subprocess.run([require("promtool"), "test", "rules", "rollover.test.yml"],
                             cwd=tests, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def board_queries(board: dict[str, Any]) -> list[str]:
+    """Every PromQL a dashboard sends: panel targets and query variables."""
+    out = [expr for _, expr in targets(board)]
+    out += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return out
+
+
+def test_name_override_renames_the_job_in_every_dashboard_query() -> None:
+    """The chart's dashboards ConfigMaps select the chart's job, like its PrometheusRule."""
+    objs = manifests({"nameOverride": "gpu-goodput", "dashboards": {"enabled": True}})
+    maps = by_kind(objs, "ConfigMap")
+    boards = {name: json.loads(text) for cm in maps for name, text in cm["data"].items()
+              if name.endswith(".json")}
+    assert sorted(boards) == sorted(p.name for p in (ROOT / "dashboards").glob("*.json"))
+    matched = 0
+    for name, board in boards.items():
+        original = board_queries(json.loads((ROOT / "dashboards" / name).read_text()))
+        for before, after in zip(original, board_queries(board), strict=True):
+            assert MIXIN_JOB not in after, f"{name}: {after}"
+            assert after == before.replace(MIXIN_JOB, 'job="gpu-goodput"')
+            matched += 'job="gpu-goodput"' in after
+            if not after.startswith("label_values("):
+                promql_parser.parse(substitute(after))
+    assert matched > 40
+    # Default names: the files verbatim.
+    for cm in by_kind(manifests({"dashboards": {"enabled": True}}), "ConfigMap"):
+        for name, text in cm["data"].items():
+            if name.endswith(".json"):
+                assert text == (ROOT / "dashboards" / name).read_text()

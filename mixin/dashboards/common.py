@@ -62,6 +62,15 @@ class Ctx:
         return (f"absent(goodput_gpu_info{{{self.cluster_f}}}"
                 f" unless goodput_gpu_info{{{self.gpu_f}}})")
 
+    def one_per_gpu(self, expr: str, *labels: str) -> str:
+        """``expr`` (raw series of the exporter) as one series per GPU and ``labels``: the
+        highest over the scrape targets that report it. While an old and a new exporter pod
+        both report a GPU (a surge rollout, a ServiceMonitor and a PodMonitor both on, or the
+        old pod's last samples still inside the lookback), summing their series would count
+        the GPU twice; the maximum reads it once. Sums over a GPU's engines, kinds or states
+        come after this."""
+        return f"max by ({', '.join([self.gk, *labels])}) ({expr})"
+
     def legend(self, text: str) -> str:
         """A legend written with the default label names, in the configured ones."""
         lb = self.cfg.labels

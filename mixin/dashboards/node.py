@@ -33,8 +33,9 @@ def _regime_mappings() -> list[model.ValueMapping]:
 def build(ctx: Ctx) -> dash.Dashboard:
     GPU = ctx.gpu_f
 
-    def _rate(counter: str) -> str:
-        return f"rate({counter}{{{GPU}}}[$__rate_interval])"
+    def _rate(counter: str, *labels: str) -> str:
+        # One line per GPU (and label) while an old and a new exporter pod both report it.
+        return ctx.one_per_gpu(f"rate({counter}{{{GPU}}}[$__rate_interval])", *labels)
 
     def _ratio(counter: str) -> str:
         return f"{_rate(counter)} / ({_rate('goodput_gpu_profiled_seconds_total')} > 0)"
@@ -81,6 +82,8 @@ def build(ctx: Ctx) -> dash.Dashboard:
         stat.Panel().title("Energy in range")
         .description("Board energy each GPU used over the dashboard's time range.")
         .datasource(ctx.ds)
+        # A sum over the exporter pods, not a max: across the range each pod counted only
+        # the energy of its own lifetime (a rollover replaces pods one after the other).
         .with_target(query(
             ctx, f"sum by ({ctx.gk}) "
             f"(increase(goodput_gpu_energy_joules_total{{{GPU}}}[$__range]))"
@@ -96,7 +99,8 @@ def build(ctx: Ctx) -> dash.Dashboard:
         "series budget: they need --extended-metrics.", no_value=NEEDS_EXTENDED))
     board.with_panel(series(
         ctx, "Throttling (share of time clocks were held down)", "percentunit",
-        (_rate("goodput_gpu_clock_event_seconds_total"), "{{node}} gpu {{gpu}} {{reason}}"),
+        (_rate("goodput_gpu_clock_event_seconds_total", "reason"),
+         "{{node}} gpu {{gpu}} {{reason}}"),
         description="Share of time each clock-event reason held the clocks down (thermal, "
         "power brake, power cap, ...); GPUThermalThrottling and GPUPowerBrake fire on it.",
         no_value="No clock event in range."))

@@ -55,21 +55,31 @@ def _ttft(ctx: Ctx, q: float) -> str:
 
 def build(ctx: Ctx) -> dash.Dashboard:
     GPU, MODEL, NODE, gk = ctx.gpu_f, ctx.model_f, ctx.node_f, ctx.gk
+    one_per_gpu = ctx.one_per_gpu
+
+    def rate(counter: str, selector: str) -> str:
+        return f"rate({counter}{{{selector}}}[$__rate_interval])"
+
     in_ns = ctx.in_namespaces
     SERVING_GPUS = f"group by ({gk}) (goodput_gpu_tokens_total{{{MODEL}}})"
     board = base(ctx, UIDS["serving"], "GPU goodput / Serving workload",
                  "Serving engines on their GPUs: tokens against SM activity, queue, KV cache, "
                  "time to first token, model FLOPs utilisation.", extra=[_engine_job(ctx)])
     board.with_row(dash.Row("Throughput"))
+    # Each (GPU, model, engine, kind) once, whichever exporter pods report it, then summed.
+    tokens_per_series = one_per_gpu(rate("goodput_gpu_tokens_total", MODEL),
+                                    "model", "engine", "kind")
+    requests = one_per_gpu(f"goodput_gpu_serving_requests{{{MODEL}}}", "model", "engine",
+                           "state")
     right_axis = [model.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
                   model.DynamicConfigValue(id_val="unit", value="percentunit")]
     board.with_panel(
         series(
             ctx, "Tokens/s per GPU vs SM active", "short",
-            (in_ns(f"sum by ({gk}, model) (rate(goodput_gpu_tokens_total{{{MODEL}}}"
-                   "[$__rate_interval]))"), "{{node}} gpu {{gpu}} {{model}} tokens/s"),
-            (in_ns(f"rate(goodput_gpu_sm_active_seconds_total{{{GPU}}}[$__rate_interval])"
-                   f" / (rate(goodput_gpu_profiled_seconds_total{{{GPU}}}[$__rate_interval])"
+            (in_ns(f"sum by ({gk}, model) ({tokens_per_series})"),
+             "{{node}} gpu {{gpu}} {{model}} tokens/s"),
+            (in_ns(f"{one_per_gpu(rate('goodput_gpu_sm_active_seconds_total', GPU))}"
+                   f" / ({one_per_gpu(rate('goodput_gpu_profiled_seconds_total', GPU))}"
                    f" > 0) and on ({gk}) {SERVING_GPUS}"), "{{node}} gpu {{gpu}} SM active"),
             description="Tokens per second (left) against SM activity (right): SM activity "
             "without tokens is work that produces nothing.",
@@ -101,13 +111,13 @@ def build(ctx: Ctx) -> dash.Dashboard:
     board.with_row(dash.Row("Queue and memory"))
     board.with_panel(series(
         ctx, "Queue: running and waiting requests", "none",
-        (in_ns(f"sum by ({gk}, model, state) (goodput_gpu_serving_requests{{{MODEL}}})"),
+        (in_ns(f"sum by ({gk}, model, state) ({requests})"),
          "{{node}} gpu {{gpu}} {{model}} {{state}}"),
         description="Requests waiting while the GPU is mostly idle mean a host-bound engine "
         "(GPUHostBound)."))
     board.with_panel(series(
         ctx, "KV cache usage", "percentunit",
-        (in_ns(f"goodput_gpu_kv_cache_usage_ratio{{{MODEL}}}"),
+        (in_ns(one_per_gpu(f"goodput_gpu_kv_cache_usage_ratio{{{MODEL}}}", "model", "engine")),
          "{{node}} gpu {{gpu}} {{model}}"),
         description="Share of the engine's KV-cache blocks in use; near 1 the engine "
                     "preempts or queues requests.").max(1))
@@ -122,7 +132,7 @@ def build(ctx: Ctx) -> dash.Dashboard:
         "on those GPUs (needs pod attribution).", no_value=NEEDS_ENGINE_SCRAPE))
     board.with_panel(series(
         ctx, "MFU (model FLOPs utilisation)", "percentunit",
-        (in_ns(f"goodput_gpu_mfu_ratio{{{GPU}}} and on ({gk}) {SERVING_GPUS}"),
+        (in_ns(f"{one_per_gpu(f'goodput_gpu_mfu_ratio{{{GPU}}}')} and on ({gk}) {SERVING_GPUS}"),
          "{{node}} gpu {{gpu}}"),
         description="Engine-estimated FLOPs over the GPU's peak, where the engine exports "
         "FLOPs (vLLM, SGLang) or the model's parameter count is configured "

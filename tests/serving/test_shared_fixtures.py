@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.sources.serving.exposition import ExpositionError
+from exporter.sources.serving.exposition import ExpositionError, parse
 from exporter.sources.serving.scrape import interpret
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "serving-metrics"
@@ -64,7 +64,16 @@ def test_capture_is_recognised_and_read(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(UNPARSEABLE))
 def test_broken_capture_is_a_clean_parse_error(name: str) -> None:
     with pytest.raises(ExpositionError, match="not Prometheus text"):
-        interpret(_body(name))
+        parse(_body(name))
+
+
+def test_broken_line_in_a_family_no_table_reads_costs_nothing() -> None:
+    """The ",..." is in vllm:cache_config_info, which no table reads: only the families the
+    engine's table reads are parsed (issue 22 item 5), so the rest of the capture counts."""
+    reading = interpret(_body("vllm-0.8-v1-docs-design-metrics-PARTIAL.txt"))
+    assert reading.engine == "vllm"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert reading.values[("generation_tokens", model, "", "")] == 27453
 
 
 # file -> {signal: value} for prompt tokens computed and served from the prefix cache

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field, replace
 
 from exporter.sources.serving.engines import SIGNALS, TABLES, EngineTable, Rule
-from exporter.sources.serving.exposition import Family
+from exporter.sources.serving.exposition import Family, scan
 
 SignalKey = tuple[str, str, str, str]
 """(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""
@@ -38,6 +38,9 @@ class Reading:
     ``process_start_time_seconds``, else the ``Process-Start-Time-Unix`` header."""
     dropped: Mapping[str, int] = field(default_factory=dict)
     """Engine values this scrape refused, by reason (non_finite, negative)."""
+    settle: Mapping[SignalKey, tuple[float, bool]] = field(default_factory=dict)
+    """key -> (the engine's own exact count, whether nothing is in flight) for values that
+    are live estimates (see ``Rule.settle``); :class:`Settler` uses it."""
 
     def net(self) -> dict[SignalKey, float]:
         """Values with each ``minus`` applied (what a first scrape attributes)."""
@@ -57,23 +60,41 @@ class UnknownEngine(ValueError):
     """No alias table matches the families of a target."""
 
 
+READS: frozenset[str] = frozenset().union(*(t.reads() for t in TABLES))
+"""Every family some table reads: the only ones a body is parsed for."""
+PREFIXES: tuple[str, ...] = tuple(sorted({p for t in TABLES for p in t.requires}))
+
+
 def detect(families: Mapping[str, Family], engine: str = "") -> EngineTable:
     """The table whose families occur most; ``engine`` (from config) narrows the choice."""
     names = set(families)
+    prefixes = {p for p in PREFIXES if any(n.startswith(p) for n in names)}
+    return _choose(names, prefixes, len(names), engine)
+
+
+def _choose(names: Set[str], prefixes: Set[str], count: int, engine: str) -> EngineTable:
     best: EngineTable | None = None
     best_score = 0
     for table in TABLES:
         if engine and table.engine != engine:
             continue
-        if not all(any(n.startswith(p) for n in names) for p in table.requires):
+        if not all(p in prefixes for p in table.requires):
             continue
         score = len(table.families() & names)
         if score > best_score:
             best, best_score = table, score
     if best is None:
         wanted = f"engine {engine!r}" if engine else "any known engine"
-        raise UnknownEngine(f"no families of {wanted} among {len(names)} families")
+        raise UnknownEngine(f"no families of {wanted} among {count} families")
     return best
+
+
+def read_body(text: str, engine: str = "", default_model: str = "") -> Reading:
+    """Recognise and read a scraped body, parsing only the families the recognised
+    engine's table reads (see ``exposition.scan``)."""
+    found = scan(text, READS, PREFIXES)
+    table = _choose(found.present, found.prefixes, found.count, engine)
+    return read(table, found.parse(table.needs(found.present)), default_model)
 
 
 def read(table: EngineTable, families: Mapping[str, Family], default_model: str = "") -> Reading:
@@ -86,10 +107,13 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
     derived: set[str] = set()
     rises: set[str] = set()
     minus: dict[str, str] = {}
+    settle: dict[SignalKey, tuple[float, bool]] = {}
     for signal, rules in table.signals.items():
         rule = next((x for x in rules if _applies(x, families)), None)
         if rule is None:
             continue
+        if rule.settle in families:
+            settle.update(_settle(table, rule, signal, families, default_model))
         live[signal] = rule.live
         if rule.derived:
             derived.add(signal)
@@ -98,11 +122,12 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         if rule.minus:
             minus[signal] = rule.minus
         factors = _factors(families[rule.times]) if rule.times else None
+        extra = _factors(families[rule.plus]) if rule.plus in families else None
         for family in rule.families:
             if family in families:
                 _read_rule(
                     table, rule, signal, families[family], default_model, values, counts,
-                    factors, dropped, bad,
+                    factors, dropped, bad, extra,
                 )
     for key in bad:
         # A sum missing one rank would look like a counter reset: skip the whole value
@@ -122,7 +147,26 @@ def read(table: EngineTable, families: Mapping[str, Family], default_model: str 
         frozenset(rises),
         _started(families),
         dict(dropped),
+        {key: found for key, found in settle.items() if key in values},
     )
+
+
+def _settle(
+    table: EngineTable,
+    rule: Rule,
+    signal: str,
+    families: Mapping[str, Family],
+    default_model: str,
+) -> dict[SignalKey, tuple[float, bool]]:
+    """The exact count ``rule.settle`` names per key, and whether the engine is idle (its
+    ``rule.idle`` gauge reads 0 everywhere; never idle when that gauge is missing)."""
+    exact: dict[SignalKey, float] = {}
+    bad: set[SignalKey] = set()
+    plain = Rule((rule.settle,), match=rule.match, reason=rule.reason)
+    _read_rule(table, plain, signal, families[rule.settle], default_model, exact, {}, bad=bad)
+    gauge = families.get(rule.idle) if rule.idle else None
+    idle = gauge is not None and all(s.value == 0 for s in gauge.samples)
+    return {key: (value, idle) for key, value in exact.items() if key not in bad}
 
 
 def _started(families: Mapping[str, Family]) -> str:
@@ -153,6 +197,7 @@ def _read_rule(
     factors: Mapping[frozenset[tuple[str, str]], float] | None = None,
     dropped: Counter[str] | None = None,
     bad: set[SignalKey] | None = None,
+    extra: Mapping[frozenset[tuple[str, str]], float] | None = None,
 ) -> None:
     """Add ``family``'s matching samples to ``values``. A sample that is not a finite,
     non-negative number (no engine signal can be) is counted in ``dropped`` and its key put
@@ -186,6 +231,14 @@ def _read_rule(
             # A count times an average per count is a whole count: rounding undoes the
             # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
             value = float(round(value))
+            added = extra.get(frozenset(sample.labels.items()), 0.0) if extra else 0.0
+            if not math.isfinite(added) or added < 0:
+                if dropped is not None:
+                    dropped["non_finite" if not math.isfinite(added) else "negative"] += 1
+                if bad is not None:
+                    bad.add(key)
+                continue
+            value += added
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:
@@ -223,3 +276,50 @@ def _model_gpus(table: EngineTable, families: Mapping[str, Family]) -> dict[str,
             if uuid and model:
                 found.setdefault(model, set()).add(uuid)
     return {model: frozenset(uuids) for model, uuids in found.items()}
+
+
+SETTLE_SLACK = 1e-3
+"""A live estimate may dip this share from the engine's 6-digit print without a restart."""
+
+
+@dataclass(frozen=True)
+class _Held:
+    published: float
+    exact: float
+    live: float
+
+
+class Settler:
+    """Per target: a live estimate that settles on the engine's exact count.
+
+    While requests are in flight the published value is the larger of the live estimate
+    and the exact count (which only counts finished requests); with nothing in flight it
+    is the exact count. It never goes down: an estimate that overshot is held until the
+    engine's own count passes it. When the exact count or the estimate falls (a new
+    process) it starts afresh, so the accumulator sees the drop as a restart. A changed
+    start token alone changes nothing here: publishing less because of it would turn a
+    flapping token into a fake restart; the accumulator judges the token itself.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[SignalKey, _Held] = {}
+
+    def apply(self, reading: Reading) -> Reading:
+        if not reading.settle:
+            return reading
+        values = dict(reading.values)
+        for key, (exact, idle) in reading.settle.items():
+            live = values.get(key)
+            if live is None:
+                continue
+            wanted = exact if idle else max(exact, live)
+            held = self._held.get(key)
+            fresh = (
+                held is None
+                or exact < held.exact
+                or live < held.live - SETTLE_SLACK * held.live
+            )
+            published = wanted if fresh or held is None else max(held.published, wanted)
+            self._held[key] = _Held(published, exact, live)
+            values[key] = published
+        return replace(reading, values=values)

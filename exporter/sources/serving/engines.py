@@ -10,8 +10,12 @@ collector code as summarised in docs/serving.md.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, replace
 from typing import Literal
+
+START_FAMILY = "process_start_time_seconds"
+"""Read next to any table: its change is an engine restart."""
 
 Kind = Literal["counter", "gauge"]
 Split = Literal["split", "replicate"]
@@ -80,6 +84,16 @@ class Rule:
     rises: bool = False
     """A gauge standing in for a counter: only its rises between scrapes count, and a fall
     is not a restart (SGLang 0.5's ``num_retracted_reqs``)."""
+    plus: str = ""
+    """A counter family whose same-labelled value is added to a ``times`` product (the
+    tokens llama.cpp's speculative decoding accepted: one decode call yields them beyond
+    the one token per busy slot). Absent from a build, it adds nothing."""
+    settle: str = ""
+    """The engine's own exact count of the same thing, moving only when a request ends:
+    while ``idle`` says nothing is in flight the published total settles on it (see
+    ``adapter.Settler``)."""
+    idle: str = ""
+    """A gauge family that reads 0 when the engine has nothing in flight."""
 
     @property
     def derived(self) -> bool:
@@ -95,12 +109,18 @@ def r(
     times: str = "",
     minus: str = "",
     rises: bool = False,
+    plus: str = "",
+    settle: str = "",
+    idle: str = "",
     **match: str | tuple[str, ...],
 ) -> Rule:
     """Short constructor so tables read like tables; a ``match`` value "" allows the label
     to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
-    return Rule(tuple(families), suffix, pairs, scale, reason, live, times, minus, rises)
+    return Rule(
+        tuple(families), suffix, pairs, scale, reason, live, times, minus, rises, plus,
+        settle, idle,
+    )  # fmt: skip
 
 
 def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
@@ -134,6 +154,35 @@ class EngineTable:
     def families(self) -> frozenset[str]:
         names = {f for rules in self.signals.values() for rule in rules for f in rule.families}
         return frozenset(names | set(self.markers))
+
+    def reads(self) -> frozenset[str]:
+        """Every family reading this table can look at (signals, multipliers, markers, the
+        start time): the only ones worth parsing (see ``exposition.select``)."""
+        extra = {
+            name
+            for rules in self.signals.values()
+            for rule in rules
+            for name in (rule.times, rule.plus, rule.settle, rule.idle)
+            if name
+        }
+        return self.families() | extra | {START_FAMILY}
+
+    def needs(self, present: Set[str]) -> frozenset[str]:
+        """The families a reading of this table uses when ``present`` are in the body:
+        each signal's first applicable alternative (markers only served detection). A
+        table naming GPUs per series looks at every family it reads."""
+        if self.gpu_label:
+            return self.reads()
+        names = {START_FAMILY}
+        for rules in self.signals.values():
+            for rule in rules:
+                if any(f in present for f in rule.families) and (
+                    not rule.times or rule.times in present
+                ):
+                    names.update(rule.families)
+                    names.update(x for x in (rule.times, rule.plus, rule.settle, rule.idle) if x)
+                    break
+        return frozenset(names)
 
 
 def _alts(**signals: Rule | tuple[Rule, ...] | dict[str, Rule]) -> dict[str, tuple[Rule, ...]]:
@@ -406,8 +455,16 @@ LLAMACPP = EngineTable(
         prompt_cached_tokens=r("llamacpp:prompt_tokens_cached"),
         generation_tokens=(
             # Busy slots summed over decode calls: one token per generating slot per call,
-            # counted as it happens. tokens_predicted moves only when a request ends.
-            r("llamacpp:n_decode", times="llamacpp:n_busy_slots_per_decode"),
+            # counted as it happens, plus the draft tokens speculative decoding accepted
+            # (added when a request ends). tokens_predicted moves only when a request
+            # ends but is exact: with nothing processing, the total settles on it.
+            r(
+                "llamacpp:n_decode",
+                times="llamacpp:n_busy_slots_per_decode",
+                plus="llamacpp:spec_decode_num_accepted_tokens",
+                settle="llamacpp:tokens_predicted",
+                idle="llamacpp:requests_processing",
+            ),
             r("llamacpp:tokens_predicted", live=False),
         ),
         requests_running=r("llamacpp:requests_processing"),
@@ -417,7 +474,8 @@ LLAMACPP = EngineTable(
         # and added when a request ends, so with parallel slots they exceed wall time.
     ),
     markers=("llamacpp:n_decode", "llamacpp:n_busy_slots_per_decode"),
-    notes="needs --metrics; no labels; generation live from n_decode x busy slots per decode",
+    notes="needs --metrics; no labels; generation live from n_decode x busy slots per decode "
+    "+ accepted draft tokens, settling on tokens_predicted when idle",
 )
 
 LMDEPLOY = EngineTable(

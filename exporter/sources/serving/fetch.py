@@ -109,15 +109,14 @@ async def _fetch(
         declared = resp.content_length
         if declared is not None and declared > max_bytes:
             raise ScrapeError("body_too_large", f"Content-Length {declared} > {max_bytes} bytes")
-        chunks: list[bytes] = []
-        size = 0
+        # One growing buffer, not a list of chunks joined at the end: the body is held
+        # twice at most (these bytes, then the decoded text), never three times.
+        body = bytearray()
         async for chunk in resp.content.iter_chunked(CHUNK):
-            size += len(chunk)
-            if size > max_bytes:
+            if len(body) + len(chunk) > max_bytes:
                 raise ScrapeError("body_too_large", f"body passed {max_bytes} bytes; stopped")
-            chunks.append(chunk)
+            body += chunk
         started = resp.headers.get(START_HEADER, "").strip()[:64]
-    body = b"".join(chunks)
     try:
         return Fetched(body.decode("utf-8"), started)
     except UnicodeDecodeError as exc:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 
 import aiohttp
 
-from exporter.sources.serving.adapter import Reading, UnknownEngine, detect, read
-from exporter.sources.serving.exposition import ExpositionError, parse
+from exporter.sources.serving.adapter import Reading, UnknownEngine, read_body
+from exporter.sources.serving.exposition import ExpositionError
 from exporter.sources.serving.fetch import PLAIN, Request, ScrapeError, fetch
 from exporter.sources.serving.targets import Target
 
@@ -31,8 +31,7 @@ class Outcome:
 
 def interpret(text: str, engine: str = "", model: str = "") -> Reading:
     """Parse, recognise and read a body (CPU work: run it off the event loop)."""
-    families = parse(text)
-    return read(detect(families, engine), families, model)
+    return read_body(text, engine, model)
 
 
 async def scrape(

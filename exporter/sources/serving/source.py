@@ -37,7 +37,7 @@ from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
 from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published
-from exporter.sources.serving.adapter import Reading, SignalKey
+from exporter.sources.serving.adapter import Reading, Settler, SignalKey
 from exporter.sources.serving.attribution import (
     NONE,
     Attribution,
@@ -98,6 +98,8 @@ class TargetState:
     """(process start token, model id from /v1/models, when asked)."""
     once: OnChange = field(default_factory=lambda: OnChange(log))
     """Its log-once states (model cap hit, implausible values, start-time flapping)."""
+    settler: Settler = field(default_factory=Settler)
+    """Live estimates settling on the engine's exact count (llama.cpp generation)."""
 
 
 class ServingSource(Source):
@@ -332,6 +334,7 @@ class ServingSource(Source):
     ) -> None:
         """Feed one reading's accepted counter deltas into the published totals and its
         gauges into ``gauges``; everything passes the target's ledger first."""
+        reading = state.settler.apply(reading)
         ledger, target = state.ledger, state.target
         ledger.count(reading.dropped)
         default = self._default_model(state)
