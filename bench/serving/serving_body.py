@@ -14,8 +14,8 @@ Two measurements per tree (this checkout, and ``--baseline REF`` extracted with
 * daemon: the real daemon (``python -m exporter --simulate``) scrapes the body every second
   for ``--seconds``; its peak RSS (VmHWM) and CPU seconds per scrape are read from /proc.
 
-    python -m bench.serving.serving_body                 # this tree and the baseline, JSON on stdout
-    python -m bench.serving.serving_body --baseline ""   # this tree only
+    python -m bench.serving.serving_body                # this tree and the baseline, JSON out
+    python -m bench.serving.serving_body --baseline ""  # this tree only
 """
 
 from __future__ import annotations
