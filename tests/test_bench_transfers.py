@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.gpu import (
-    transfer_workloads,
-    transfers,
-)
+from bench.gpu import transfers
+from bench.gpu.workloads import transfer as transfer_workloads
 
 
 def _row(wall: float, regime: str, util: float, graphics: float) -> dict[str, object]:

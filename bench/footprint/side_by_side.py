@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from bench.gpu.diag_workloads import NO_MULTICAST
+from bench.gpu.workloads.core import NO_MULTICAST, command
 from tests.support.harness import (
     REPO,
     DaemonProcess,
@@ -49,9 +49,6 @@ from tests.support.harness import (
     stop_process,
     wait_http,
 )
-
-HERE = Path(__file__).resolve().parent
-
 
 PLAIN = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "identity"}
 GZIP = {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"}
@@ -277,9 +274,8 @@ class SideBySide:
                 stop_process(self.nvitop_proc)
         self.say(f"{self.nvitop.name}: {self.nvitop.error or f'ready (pid {self.nvitop.pid})'}")
         if args.load != "none" and not args.simulate:
-            workload = HERE.parent / "gpu" / "diag_workloads.py"
-            lcmd = [sys.executable, str(workload), args.load, "--seconds",
-                    str(args.load_seconds), *shlex.split(args.load_args)]
+            lcmd = command(args.load, "--seconds", str(args.load_seconds),
+                           *shlex.split(args.load_args))
             self.log.write(f"# --- load: {shlex.join(lcmd)}\n")
             self.log.flush()
             self.load = subprocess.Popen(lcmd, cwd=REPO, stdout=self.log,
@@ -401,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nvitop-cmd", default=f"{shlex.quote(sys.executable)} -m nvitop_exporter",
                    help="how to start nvitop-exporter (its flags are appended)")
     p.add_argument("--load", default="none",
-                   help="a bench/gpu/diag_workloads.py workload on the GPU meanwhile (e.g. gemm)")
+                   help="a workload (python -m bench.gpu.workloads NAME) on the GPU meanwhile "
+                        "(e.g. gemm)")
     p.add_argument("--load-args", default="--gemm-n 4096",
                    help="its extra arguments")
     p.add_argument("--load-seconds", type=float, default=600.0)

@@ -21,11 +21,14 @@
 #     OUT=... bench/gpu/device_run.sh                             # starts llama-server first
 #
 # Writes at most 8 flat files to $OUT: nvidia-smi.txt, device_run.log, diagnosis.json,
-# diagnosis.md, diagnosis-logs.txt, side_by_side.json, side_by_side.md, side_by_side-logs.txt.
+# diagnosis.md, diagnosis-logs.txt, side_by_side.json, side_by_side.md, side_by_side-logs.txt
+# (TRANSFERS and WORKLOADS_SMOKE add three each: skip a step to stay within 8).
 # Knobs (environment): DIAG_SECONDS (20), DIAG_BUDGET (~250), DIAG_ARGS, SBS_PHASES (1:90,15:90),
 # SBS_ARGS, SKIP_SBS (set: no side_by_side.py), SKIP_DIAG (set: no diagnosis.py), TRANSFERS
 # (set: bench/gpu/transfers.py first, writing transfers.json/.md/-logs.txt), TRANSFERS_LIMIT (330),
-# TRANSFERS_ARGS, PYTHON (python3).
+# TRANSFERS_ARGS, WORKLOADS_SMOKE (set: first, every workload for a few seconds through
+# `python -m bench.gpu.workloads`, writing workloads-smoke.json/.md/-logs.txt; SMOKE_LIMIT (300),
+# SMOKE_ARGS), PYTHON (python3).
 set -u
 OUT=${OUT:?set OUT to the output directory}
 mkdir -p "$OUT"
@@ -77,6 +80,15 @@ if [ -n "${LLAMA_START:-}" ]; then
   say "llama-server: $(health)"
 fi
 
+# Every workload for a few seconds through the one entry point (no daemon): does each family
+# still run on this GPU? On when WORKLOADS_SMOKE is set.
+if [ -n "${WORKLOADS_SMOKE:-}" ]; then
+  say "workloads smoke (limit ${SMOKE_LIMIT:-300}s)"
+  timeout -k 15 "${SMOKE_LIMIT:-300}" $PY -m bench.gpu.workloads.smoke --out "$OUT" \
+    ${LLAMA_URL:+--url "$LLAMA_URL"} ${SMOKE_ARGS:-} 2>&1 | tee -a "$LOG"
+  say "workloads smoke exit ${PIPESTATUS[0]}"
+fi
+
 # [transfers] (issue 26): pinned/pageable/throttled/overlapped/managed bus traffic, one
 # process of phases next to the daemon; on when TRANSFERS is set (TRANSFERS_LIMIT seconds).
 if [ -n "${TRANSFERS:-}" ]; then
@@ -87,7 +99,7 @@ if [ -n "${TRANSFERS:-}" ]; then
   say "transfers.py exit ${PIPESTATUS[0]}"
 fi
 DIAG_START=$(date +%s)
-[ -n "${TRANSFERS:-}" ] || DIAG_START=$START
+[ -n "${TRANSFERS:-}${WORKLOADS_SMOKE:-}" ] || DIAG_START=$START
 
 # diagnosis gets what is left of ~4.75 minutes (llama-server's start counts against it)
 LEFT=$(( 285 - ($(date +%s) - DIAG_START) )); [ "$LEFT" -lt 90 ] && LEFT=90

@@ -6,7 +6,7 @@ One command on the GPU machine (no network needed)::
     PYTHONUNBUFFERED=1 python3 -m bench.gpu.diagnosis --out "$OUT" --seconds 25 \
         [--llama-url http://127.0.0.1:8080]
 
-Workloads (bench/gpu/diag_workloads.py), each in its own subprocess so a crash costs one row, in
+Workloads (bench/gpu/workloads/diag.py), each in its own subprocess so a crash costs one row, in
 this order: on 2+ GPUs allreduce_straggler and allreduce_balanced (NCCL, one process per GPU);
 h2d, d2h, sync_loop; serving when ``--llama-url`` is given; on one GPU the stand-ins
 standin_wait, standin_waiting_rank and standin_pair (marked STAND-IN in the output). Rows are
@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench.gpu.analysis import active_label, job_state, parse_exposition, run_lengths
-from bench.gpu.diag_workloads import NO_MULTICAST, WORKLOADS
 from bench.gpu.pod_standin import PodResourcesStandIn
+from bench.gpu.workloads.core import NO_MULTICAST, command
+from bench.gpu.workloads.diag import WORKLOADS
 from tests.support.harness import (
     REPO,
     DaemonProcess,
@@ -58,9 +59,6 @@ from tests.support.harness import (
     run_cmd,
     stop_process,
 )
-
-HERE = Path(__file__).resolve().parent
-
 
 SINGLE = ("h2d", "d2h", "sync_loop")
 MULTI = ("allreduce_straggler", "allreduce_balanced")
@@ -321,14 +319,14 @@ def _straggler_mark(window: Mapping[str, Any]) -> str:
 # --- the run ----------------------------------------------------------------------------------
 
 class WorkloadProcess:
-    """``bench/gpu/diag_workloads.py NAME`` in its own session; collects its JSON events."""
+    """``python -m bench.gpu.workloads NAME`` in its own session; collects its JSON events."""
 
     def __init__(self, name: str, args: list[str], log: IO[str], lock: threading.Lock) -> None:
         self.name = name
         self.events: list[dict[str, Any]] = []
         self.ready = threading.Event()
         self.log, self.lock = log, lock
-        cmd = [sys.executable, str(HERE / "diag_workloads.py"), name, *args]
+        cmd = command(name, *args)
         with lock:
             log.write(f"# --- workload {name}: {shlex.join(cmd)}\n")
             log.flush()
@@ -743,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bursts", default="3:1,3,8",
                    help="serving bursts, SECONDS[:STREAMS],... (STREAMS defaults to --streams)")
     p.add_argument("--gap", type=float, default=6.0, help="idle seconds around serving bursts")
-    p.add_argument("--workload-args", default="", help="extra bench/gpu/diag_workloads.py args")
+    p.add_argument("--workload-args", default="",
+                   help="extra workload args (python -m bench.gpu.workloads NAME --help)")
     p.add_argument("--raw", action="store_true", help="keep every GPU series in each window")
     p.add_argument("--simulate", action="store_true",
                    help="no GPU: simulated daemon, dry-run workloads (pipeline check)")

@@ -19,7 +19,8 @@ whole pipeline on a machine without a GPU (simulated daemon, dry-run workloads),
 each workload the simulated GPU that plays the same pattern.
 ``bench/gpu/report.py`` turns the JSON into docs/validation/*.md. The pure analysis lives in
 ``bench/gpu/analysis.py``; starting the daemon and other process plumbing in
-``tests/support/harness.py`` (shared with the tests); the workloads in ``bench/gpu/workloads.py``.
+``tests/support/harness.py`` (shared with the tests); the workloads in
+``bench/gpu/workloads/panel.py``, started as ``python -m bench.gpu.workloads NAME``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ from bench.gpu.analysis import (  # noqa: F401
     summarize,
     windows_from_steady,
 )
-from bench.gpu.workloads import (
+from bench.gpu.workloads import core as workloads
+from bench.gpu.workloads.panel import (
     DESCRIPTIONS,
     EXPECTED,
     MODEL_NAME,
@@ -195,8 +197,8 @@ class Workload:
         self.ready = threading.Event()
         self.log = log
         self.lock = lock
-        cmd = [python, str(HERE / "workloads.py"), name, "--seconds", str(seconds),
-               "--port", str(port), *extra_args]
+        cmd = workloads.command(name, "--seconds", str(seconds), "--port", str(port),
+                                *extra_args, python=python)
         with lock:
             log.write(f"# --- workload {name}: {' '.join(cmd)}\n")
             log.flush()
@@ -651,8 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulate", action="store_true",
                         help="no GPU: simulated daemon and dry-run workloads (pipeline check)")
     parser.add_argument("--workload-args", default="",
-                        help="extra arguments for bench/gpu/workloads.py (replaces --dry-run under "
-                             "--simulate; e.g. '--device cpu --small' for a CPU smoke run)")
+                        help="extra arguments for each workload (python -m bench.gpu.workloads "
+                             "NAME --help; replaces --dry-run under --simulate; e.g. '--device "
+                             "cpu --small' for a CPU smoke run)")
     args = parser.parse_args(argv)
     run = Validation(args)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu.gpu_validation import gpu_kind, summarize
-from bench.gpu.workloads import WORKLOADS
+from bench.gpu.workloads.panel import WORKLOADS
 
 GIB = 1024.0**3
 # Dense bf16 peak (TFLOP/s) by device kind, datasheet figures for the SXM parts; used only for

@@ -5,17 +5,15 @@ One command on the GPU machine (no network needed)::
 
     PYTHONUNBUFFERED=1 python3 -m bench.gpu.transfers --out "$OUT" [--phase-seconds 7]
 
-The phases run in one process (``bench/gpu/transfer_workloads.py``); the daemon is scraped every
-second and each 1 s window is given to the phase it lies in, counted from the phase's
-``steady`` event (buffers allocated, kernels compiled), leaving out the first ``--drop``
-windows. Per phase the table gives the rate the
-workload itself measured, NVML utilization (kernel time; copies count in it), GPM graphics
-activity (copies do not), their difference (copy-engine time where no kernel runs), SM
-active, PCIe rx/tx, the raw regime of most windows and the debounced regime at the phase's
-end. Writes ``transfers.json`` (rewritten as phases finish), ``transfers.md`` and
-``transfers-logs.txt``. ``--simulate`` checks the pipeline without a GPU (numbers mean
-nothing).
-"""
+The phases run in one process (``python -m bench.gpu.workloads transfers``, from
+``bench/gpu/workloads/transfer.py``); the daemon is scraped every second and each 1 s window is
+given to the phase it lies in, counted from the phase's ``steady`` event (buffers allocated,
+kernels compiled), leaving out the first ``--drop`` windows. Per phase the table gives the rate
+the workload itself measured, NVML utilization (kernel time; copies count in it), GPM graphics
+activity (copies do not), their difference (copy-engine time where no kernel runs), SM active,
+PCIe rx/tx, the raw regime of most windows and the debounced regime at the phase's end. Writes
+``transfers.json`` (rewritten as phases finish), ``transfers.md`` and ``transfers-logs.txt``.
+``--simulate`` checks the pipeline without a GPU (numbers mean nothing). """
 
 from __future__ import annotations
 
@@ -34,11 +32,9 @@ from typing import IO, Any
 
 from bench.gpu.analysis import parse_exposition
 from bench.gpu.diagnosis import window_row
-from bench.gpu.transfer_workloads import BY_NAME
+from bench.gpu.workloads.core import command
+from bench.gpu.workloads.transfer import BY_NAME
 from tests.support.harness import REPO, DaemonProcess, child_env, http_get, stop_process
-
-HERE = Path(__file__).resolve().parent
-
 
 GRAPHICS = "goodput_gpu_graphics_active_ratio"
 
@@ -168,9 +164,8 @@ class Run:
         daemon.start(timeout=60, ready_path="/readyz")
         self.result["daemon_command"] = shlex.join(daemon.command())
         self.say(f"daemon ready at {daemon.url}")
-        cmd = [sys.executable, str(HERE / "transfer_workloads.py"), "--phase-seconds",
-               str(a.phase_seconds), "--gap", str(a.gap), "--phases", a.phases,
-               *(["--dry-run"] if a.simulate else [])]
+        cmd = command("transfers", "--phase-seconds", str(a.phase_seconds), "--gap", str(a.gap),
+                      "--phases", a.phases, *(["--dry-run"] if a.simulate else []))
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log,
                                 text=True, env=child_env(), start_new_session=True)
         reader = threading.Thread(target=self._read, args=(proc,), daemon=True)

@@ -1,14 +1,11 @@
-"""A panel of real GPU workloads, each with a known bottleneck, for validating the exporter.
-
-Run one per process on CUDA device 0::
+"""The first validation panel (``bench/gpu/gpu_validation.py``): real GPU workloads, each
+with a known bottleneck. One per process on CUDA device 0::
 
     python3 -m bench.gpu.workloads large_gemm --seconds 30
 
-Each workload prints JSON lines on stdout: ``{"event": "ready", ...}`` once its steady loop
-begins (after allocation and warm-up, so the orchestrator can start its clock there), and
-``{"event": "done", "stats": {...}}`` when it stops (SIGTERM, SIGINT or ``--seconds``).
-``--dry-run`` skips torch entirely (ready, sleep, done) so the orchestrator can be exercised
-on a machine without a GPU; the transformer's vLLM-style /metrics endpoint still runs then,
+``ready`` comes once the steady loop begins (after allocation and warm-up, so the orchestrator
+starts its clock there); ``done`` carries the stats and ``wall_seconds``. ``--dry-run`` skips
+torch (ready, sleep, done); the transformer's vLLM-style /metrics endpoint still runs then,
 with a synthetic token rate.
 
 The expected regime of each workload (what an expert would name) lives in ``EXPECTED``; the
@@ -18,15 +15,23 @@ orchestrator and the report read it from here so there is one source of truth.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from bench.gpu.workloads.core import (
+    Family,
+    Runner,
+    Stop,
+    bf16_square,
+    emit,
+    host_work,
+    load_torch,
+    per_second,
+    versions,
+)
 
 # name -> (expected regime, regimes also acceptable, expect a busy_unproductive flag?)
 EXPECTED: dict[str, tuple[str, tuple[str, ...], bool | None]] = {
@@ -68,22 +73,14 @@ def size(full: int, small: int) -> int:
 
 @dataclass
 class Ctx:
-    """What every workload gets: a stop flag, the deadline and a place for its stats."""
+    """What every panel workload gets: the stop flag, its port and a place for its stats."""
 
-    seconds: float
+    stop: Stop
     port: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
     stats: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.seconds
-
     def running(self) -> bool:
-        return not self.stop.is_set() and time.monotonic() < self.deadline
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
+        return not self.stop()
 
 
 def ready(ctx: Ctx, **info: Any) -> None:
@@ -92,11 +89,8 @@ def ready(ctx: Ctx, **info: Any) -> None:
 
 
 def _torch() -> Any:
-    import torch
-
-    if DEV == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    return torch
+    # device 0 is the default; not selected explicitly, as the committed runs did not
+    return load_torch(cuda=DEV == "cuda", device=None)
 
 
 def _sync(torch: Any) -> None:
@@ -105,16 +99,13 @@ def _sync(torch: Any) -> None:
 
 
 def _env_info(torch: Any) -> dict[str, Any]:
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if DEV == "cuda" else DEV,
-    }
+    return {**versions(torch),
+            "device": torch.cuda.get_device_name(0) if DEV == "cuda" else DEV}
 
 
 def _rate(ctx: Ctx, count: float) -> float:
-    elapsed = time.monotonic() - ctx.stats.get("ready_at", time.monotonic())
-    return count / elapsed if elapsed > 0 else 0.0
+    """``count`` per second since ready."""
+    return per_second(count, time.monotonic() - ctx.stats.get("ready_at", time.monotonic()))
 
 
 # --- workloads ------------------------------------------------------------------------------
@@ -173,8 +164,8 @@ def tiny_kernels(ctx: Ctx) -> None:
 
 def _gemm_operands(torch: Any, n: int) -> tuple[Any, Any, Any]:
     """Random bf16 n x n operands and an output, with the GEMM warmed up (cuBLAS picked)."""
-    a = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=DEV, dtype=torch.bfloat16)
+    a = bf16_square(torch, n, DEV)
+    b = bf16_square(torch, n, DEV)
     c = torch.empty(n, n, device=DEV, dtype=torch.bfloat16)
     for _ in range(3):
         torch.matmul(a, b, out=c)
@@ -192,18 +183,10 @@ def small_gemm_sync(ctx: Ctx) -> None:
         for _ in range(8):
             torch.matmul(a, b, out=c)
         c[0, 0].item()  # host sync, like reading back a sampled token
-        _host_work(0.0001)
+        host_work(0.0001)
         batches += 1
     ctx.stats.update(batches=batches, batches_per_second=_rate(ctx, batches),
                      tflops=_rate(ctx, batches * 8 * 2 * n**3) / 1e12)
-
-
-def _host_work(seconds: float) -> None:
-    """Spin the CPU (not sleep) for ``seconds``: stands in for sampling, tokenising, logic."""
-    end = time.perf_counter() + seconds
-    acc = 0
-    while time.perf_counter() < end:
-        acc += 1
 
 
 def large_gemm(ctx: Ctx) -> None:
@@ -256,7 +239,7 @@ def large_kernels_host_sleep(ctx: Ctx) -> None:
         bursts += 1
         time.sleep(0.02)
     elapsed = time.monotonic() - ctx.stats["ready_at"]
-    ctx.stats.update(bursts=bursts, gpu_busy_fraction=busy / elapsed if elapsed else 0.0)
+    ctx.stats.update(bursts=bursts, gpu_busy_fraction=per_second(busy, elapsed))
 
 
 # --- transformer decode with vLLM-style counters ---------------------------------------------
@@ -409,7 +392,7 @@ def dry_run(name: str, ctx: Ctx) -> None:
     ctx.stats["dry_run"] = True
 
 
-RUNNERS: dict[str, Callable[[Ctx], None]] = {
+PANEL: dict[str, Callable[[Ctx], None]] = {
     "allocated_idle": allocated_idle,
     "tiny_kernels": tiny_kernels,
     "small_gemm_sync": small_gemm_sync,
@@ -420,35 +403,38 @@ RUNNERS: dict[str, Callable[[Ctx], None]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=sorted(RUNNERS))
-    parser.add_argument("--seconds", type=float, default=30.0,
-                        help="stop by itself after this long (a safety net; SIGTERM stops it)")
+def _in_ctx(body: Callable[[Ctx], None]) -> Runner:
+    """Adapt a panel workload to the shared runner shape: settings from the arguments, stats
+    (minus the internal ready time) returned for ``done``."""
+
+    def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+        global DEV, SMALL
+        DEV, SMALL = args.device, args.small
+        ctx = Ctx(stop, port=args.port)
+        body(ctx)
+        ctx.stats.pop("ready_at", None)
+        return ctx.stats
+
+    return run
+
+
+def _dry(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+    return _in_ctx(lambda ctx: dry_run(args.name, ctx))(stop, args)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=18080,
                         help="port of the vLLM-style /metrics endpoint (transformer_decode)")
-    parser.add_argument("--dry-run", action="store_true", help="no torch, no GPU")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    global DEV, SMALL
-    DEV, SMALL = args.device, args.small
-    ctx = Ctx(seconds=args.seconds, port=args.port)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: ctx.stop.set())
-    started = time.monotonic()
-    try:
-        if args.dry_run:
-            dry_run(args.workload, ctx)
-        else:
-            RUNNERS[args.workload](ctx)
-    except Exception as exc:
-        emit("error", error=f"{type(exc).__name__}: {exc}")
-        return 1
-    ctx.stats.pop("ready_at", None)
-    emit("done", stats=ctx.stats, wall_seconds=time.monotonic() - started)
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="panel",
+    summary="the first validation panel (gpu_validation.py)",
+    add_arguments=add_arguments,
+    runners={name: _in_ctx(body) for name, body in PANEL.items()},
+    dry_run=_dry,
+    wall_seconds=True,
+    descriptions=DESCRIPTIONS,
+)

@@ -5,12 +5,12 @@ Pinned and pageable copies in both directions from 4 KiB to 1 GiB, copies thrott
 migration (host and device touching the same pages in turn). One process runs every phase
 back to back, so a phase costs seconds instead of a torch start-up each::
 
-    python3 -m bench.gpu.transfer_workloads --phase-seconds 7 [--phases NAME,NAME] [--dry-run]
+    python3 -m bench.gpu.workloads transfers --phase-seconds 7 [--phases NAME,NAME] [--dry-run]
 
-JSON lines on stdout: ``ready`` once, then per phase ``phase`` (with ``wall``, the
-``time.time()`` it started), ``steady`` (buffers allocated, kernels compiled: the phase's
-clock starts) and ``phase_done`` (bytes moved, seconds, rate, the phase's own
-figures), then ``done``. ``bench/gpu/transfers.py`` maps the daemon's 1 s windows onto the phases.
+Events: ``ready`` once, then per phase ``phase`` (with ``wall``, the ``time.time()`` it
+started), ``steady`` (buffers allocated, kernels compiled: the phase's clock starts) and
+``phase_done`` (bytes moved, seconds, rate, the phase's own figures), then ``done``.
+``bench/gpu/transfers.py`` maps the daemon's 1 s windows onto the phases.
 
 Managed memory is allocated with ``cudaMallocManaged`` (CuPy) at 512 MiB, far below the
 card's free memory: asking for more managed memory than the card has free can hang the GPU.
@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
-import os
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+from bench.gpu.workloads.core import (
+    BadArgs,
+    Family,
+    Stop,
+    bf16_square,
+    emit,
+    load_torch,
+    per_second,
+    versions,
+)
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
@@ -91,25 +96,18 @@ PHASES: tuple[Phase, ...] = (
 BY_NAME = {p.name: p for p in PHASES}
 
 
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
-
-
-class Clock:
-    """A phase's deadline. :meth:`start` (called once buffers are allocated and kernels
-    compiled) restarts it and tells the orchestrator that the steady loop begins."""
+class Clock(Stop):
+    """A phase's deadline on the run's stop flag. :meth:`start` (called once buffers are
+    allocated and kernels compiled) restarts it and tells the orchestrator that the steady
+    loop begins."""
 
     def __init__(self, name: str, seconds: float, stop: threading.Event) -> None:
-        self.name, self.seconds = name, seconds
-        self.end = time.monotonic() + seconds
-        self.stop = stop
+        super().__init__(seconds, stop)
+        self.name = name
 
     def start(self) -> None:
-        self.end = time.monotonic() + self.seconds
+        self.restart()
         emit("steady", name=self.name, wall=time.time())
-
-    def __call__(self) -> bool:
-        return self.stop.is_set() or time.monotonic() >= self.end
 
 
 def _pace(t0: float, moved: int, rate: float | None, done: Clock) -> None:
@@ -117,7 +115,7 @@ def _pace(t0: float, moved: int, rate: float | None, done: Clock) -> None:
     if rate:
         wait = t0 + moved / rate - time.monotonic()
         if wait > 0:
-            done.stop.wait(min(wait, max(done.end - time.monotonic(), 0.0)))
+            done.wait(wait)
 
 
 def run_copy(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
@@ -142,8 +140,8 @@ def run_copy(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
 
 
 def _gemm_loop(torch: Any, done: Clock, n: int = 8192, per_sync: int = 4) -> int:
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    a = bf16_square(torch, n)
+    b = bf16_square(torch, n)
     count = 0
     while not done():
         for _ in range(per_sync):
@@ -182,7 +180,7 @@ def run_overlap(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
 def run_feed(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
     host = torch.ones(p.size, dtype=torch.uint8)
     dev = torch.empty(p.size, dtype=torch.uint8, device="cuda")
-    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    a = bf16_square(torch, 2048)
     torch.tanh(a @ a).float().mean().item()
     done.start()
     t0, moved, steps = time.monotonic(), 0, 0
@@ -238,7 +236,7 @@ def run_hold(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
         if p.kind == "notebook":
             (small * 2).sum().item()  # a cell that touches the GPU now and then
             kernels += 1
-        done.stop.wait(min(3.0, max(done.end - time.monotonic(), 0.0)))
+        done.wait(3.0)
     del held
     return {"bytes": 0, "kernels": kernels, "seconds": time.monotonic() - t0}
 
@@ -253,46 +251,33 @@ def run_phase(torch: Any, p: Phase, done: Clock) -> dict[str, Any]:
         "managed": lambda: run_managed(p, done),
     }
     stats = runners[p.kind]()
-    seconds = stats.get("seconds") or 0.0
-    stats["bytes_per_second"] = stats.get("bytes", 0) / seconds if seconds else 0.0
+    stats["bytes_per_second"] = per_second(stats.get("bytes", 0), stats.get("seconds") or 0.0)
     return stats
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--phase-seconds", type=float, default=7.0)
-    ap.add_argument("--gap", type=float, default=1.0, help="quiet seconds between phases")
-    ap.add_argument("--phases", default="", help=f"comma-separated subset of {list(BY_NAME)}")
-    ap.add_argument("--dry-run", action="store_true", help="no torch: phases are sleeps")
-    args = ap.parse_args(argv)
+def transfers(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase (or ``--phases``) back to back, ``--gap`` quiet seconds after each; a phase
+    that fails reports its error in ``phase_done`` and the run goes on."""
     names = [n for n in args.phases.split(",") if n] or list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        emit("error", error=f"unknown phase(s) {unknown}")
-        return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+        raise BadArgs(f"unknown phase(s) {unknown}")
     torch: Any = None
     info: dict[str, Any] = {"dry_run": args.dry_run, "phases": names}
     if not args.dry_run:
-        import torch as _torch
-
-        torch = _torch
-        torch.cuda.set_device(0)
+        torch = load_torch()
         torch.ones(1, device="cuda").sum().item()
-        info.update(name=torch.cuda.get_device_name(0), torch=torch.__version__,
-                    cuda=torch.version.cuda)
+        info.update(name=torch.cuda.get_device_name(0), **versions(torch))
     emit("ready", info=info)
     for name in names:
-        if stop.is_set():
+        if stop.event.is_set():
             break
         p = BY_NAME[name]
         emit("phase", name=name, wall=time.time())
-        done = Clock(name, args.phase_seconds, stop)
+        done = Clock(name, args.phase_seconds, stop.event)
         try:
             if args.dry_run:
-                stop.wait(args.phase_seconds)
+                stop.event.wait(args.phase_seconds)
                 stats: dict[str, Any] = {"dry_run": True}
             else:
                 stats = run_phase(torch, p, done)
@@ -300,10 +285,22 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # one phase lost, not the run
             stats = {"error": f"{type(exc).__name__}: {exc}"}
         emit("phase_done", name=name, wall=time.time(), stats=stats)
-        stop.wait(args.gap)
-    emit("done", stats={"phases": len(names)})
-    return 0
+        stop.event.wait(args.gap)
+    return {"phases": len(names)}
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--phase-seconds", type=float, default=7.0)
+    ap.add_argument("--gap", type=float, default=1.0, help="quiet seconds between phases")
+    ap.add_argument("--phases", default="", help=f"comma-separated subset of {list(BY_NAME)}")
+
+
+FAMILY = Family(
+    name="transfer",
+    summary="the [transfers] run (transfers.py): every bus phase in one process",
+    add_arguments=add_arguments,
+    runners={"transfers": transfers},
+    dry_run=transfers,  # its dry run still walks the phases (as sleeps)
+    seconds=None,
+    descriptions={"transfers": "every bus phase (or --phases) for --phase-seconds each"},
+)

@@ -1,42 +1,39 @@
-"""Workloads for the [diagnosis] validation: transfers, a host-sync loop, collectives, serving.
+"""Workloads of the [diagnosis] run (``bench/gpu/diagnosis.py``): transfers, a host-sync loop,
+collectives, stand-ins for a waiting rank, and serving bursts. One per process::
 
-One workload per process (``bench/gpu/diagnosis.py`` starts each in its own subprocess)::
+    python3 -m bench.gpu.workloads h2d --seconds 30
 
-    python3 -m bench.gpu.diag_workloads h2d --seconds 30
-
-Protocol (as bench/gpu/workloads.py): JSON lines on stdout, ``{"event": "ready", "info": {...}}``
-when the steady loop starts, ``{"event": "done", "stats": {...}}`` when it stops (SIGTERM,
-SIGINT or ``--seconds``), ``{"event": "error", "error": "..."}`` on failure. ``--dry-run``
-imports no torch (ready, sleep, done) so the orchestrator runs on a machine without a GPU.
-
-NVLink multicast must stay off on the lent multi-GPU machines: this module sets
-``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1``
-in ``os.environ`` at import, before torch is imported, so every process it starts inherits them.
+``done`` carries the stats each workload returns; ``--dry-run`` is the plain one (ready,
+sleep, done). The all-reduce rows spawn one NCCL rank per GPU; NVLink multicast stays off
+(the entry point sets ``core.NO_MULTICAST`` before torch loads, and each rank again).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from typing import Any
 
-NO_MULTICAST = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-os.environ.update(NO_MULTICAST)
-os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA index == NVML index
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+from bench.gpu.workloads.core import (
+    NO_MULTICAST,
+    Family,
+    Stop,
+    bf16_square,
+    command,
+    device_info,
+    emit,
+    host_work,
+    idle_dry_run,
+    load_torch,
+    per_second,
+)
 
 # name -> (GPUs it needs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -68,45 +65,10 @@ WORKLOADS: dict[str, tuple[int, str, str]] = {
 }
 
 
-class Stop:
-    """Stop flag set by SIGTERM/SIGINT or the deadline."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.event = threading.Event()
-
-    def __call__(self) -> bool:
-        return self.event.is_set() or time.monotonic() >= self.deadline
-
-
-def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
-
-
-def _torch(device: int = 0) -> Any:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    torch.cuda.set_device(device)
-    return torch
-
-
-def _device_info(torch: Any, index: int) -> dict[str, Any]:
-    props = torch.cuda.get_device_properties(index)
-    info = {"index": index, "name": props.name, "torch": torch.__version__,
-            "cuda": torch.version.cuda}
-    for attr in ("uuid", "pci_bus_id", "pci_device_id", "pci_domain_id"):
-        value = getattr(props, attr, None)
-        if value is not None:
-            info[attr] = str(value)
-    return info
-
-
 # --- transfers ------------------------------------------------------------------------------
 
 def _copy_loop(stop: Stop, args: argparse.Namespace, to_device: bool) -> dict[str, Any]:
-    torch = _torch()
+    torch = load_torch()
     nbytes = args.chunk_mib * 2**20
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
@@ -114,7 +76,7 @@ def _copy_loop(stop: Stop, args: argparse.Namespace, to_device: bool) -> dict[st
     for _ in range(2):  # warm-up
         dst.copy_(src, non_blocking=True)
     torch.cuda.synchronize()
-    emit("ready", info={**_device_info(torch, 0), "chunk_bytes": nbytes,
+    emit("ready", info={**device_info(torch, 0), "chunk_bytes": nbytes,
                         "direction": "h2d" if to_device else "d2h"})
     t0, copies = time.monotonic(), 0
     while not stop():
@@ -124,7 +86,7 @@ def _copy_loop(stop: Stop, args: argparse.Namespace, to_device: bool) -> dict[st
         copies += 4
     wall = time.monotonic() - t0
     return {"copies": copies, "bytes": copies * nbytes, "seconds": wall,
-            "bytes_per_second": copies * nbytes / wall if wall > 0 else 0.0}
+            "bytes_per_second": per_second(copies * nbytes, wall)}
 
 
 def h2d(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
@@ -137,21 +99,14 @@ def d2h(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
 
 # --- host-sync loop -------------------------------------------------------------------------
 
-def _host_work(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    x = 0
-    while time.perf_counter() < end:
-        x += 1
-
-
 def sync_loop(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
-    torch = _torch()
+    torch = load_torch()
     n = args.sync_n
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    a = bf16_square(torch, n)
+    w = bf16_square(torch, n)
     for _ in range(3):
         (a @ w).float().mean().item()
-    emit("ready", info={**_device_info(torch, 0), "n": n, "matmuls_per_step": args.sync_matmuls,
+    emit("ready", info={**device_info(torch, 0), "n": n, "matmuls_per_step": args.sync_matmuls,
                         "host_ms": args.host_ms})
     t0, steps = time.monotonic(), 0
     while not stop():
@@ -159,10 +114,10 @@ def sync_loop(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.sync_matmuls):
             x = torch.tanh(x @ w)
         loss = x.float().mean().item()  # the device -> host sync of every step
-        _host_work(args.host_ms / 1000.0)  # data loading, logging, optimizer bookkeeping
+        host_work(args.host_ms / 1000.0)  # data loading, logging, optimizer bookkeeping
         steps += 1
     wall = time.monotonic() - t0
-    return {"steps": steps, "seconds": wall, "steps_per_second": steps / wall if wall else 0.0,
+    return {"steps": steps, "seconds": wall, "steps_per_second": per_second(steps, wall),
             "last_loss": loss if steps else None}
 
 
@@ -230,10 +185,10 @@ def standin_wait(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def standin_waiting_rank(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
-    torch = _torch()
+    torch = load_torch()
     n = args.gemm_n
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    a = bf16_square(torch, n)
+    b = bf16_square(torch, n)
     torch.cuda.synchronize()
     t = time.monotonic()
     for _ in range(args.gemms):
@@ -243,7 +198,7 @@ def standin_waiting_rank(stop: Stop, args: argparse.Namespace) -> dict[str, Any]
     spinner = Spinner(args.spin_blocks, args.spin_threads)
     spinner.spin(1.0)
     spinner.sync()
-    emit("ready", info={**_device_info(torch, 0), "stand_in": True, "spinner": spinner.kind,
+    emit("ready", info={**device_info(torch, 0), "stand_in": True, "spinner": spinner.kind,
                         "unit_ms": unit_ms, "wait_units": 2})
     t0, steps = time.monotonic(), 0
     while not stop():
@@ -258,13 +213,13 @@ def standin_waiting_rank(stop: Stop, args: argparse.Namespace) -> dict[str, Any]
 
 def gemm(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """Plain bf16 matmuls back to back (the compute half of standin_pair)."""
-    torch = _torch()
+    torch = load_torch()
     n = args.gemm_n
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    a = bf16_square(torch, n)
+    b = bf16_square(torch, n)
     a @ b
     torch.cuda.synchronize()
-    emit("ready", info={**_device_info(torch, 0), "n": n})
+    emit("ready", info={**device_info(torch, 0), "n": n})
     t0, count = time.monotonic(), 0
     while not stop():
         for _ in range(args.gemms):
@@ -272,17 +227,15 @@ def gemm(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.synchronize()
         count += args.gemms
     wall = time.monotonic() - t0
-    return {"gemms": count, "seconds": wall,
-            "tflops": 2 * n**3 * count / wall / 1e12 if wall else 0.0}
+    return {"gemms": count, "seconds": wall, "tflops": per_second(2 * n**3 * count, wall) / 1e12}
 
 
 def standin_pair(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """Two child processes on GPU 0: ``gemm`` and ``standin_wait``."""
-    base = [sys.executable, os.path.abspath(__file__), "--seconds",
-            str(max(1.0, stop.deadline - time.monotonic())),
+    opts = ["--seconds", str(max(1.0, stop.deadline - time.monotonic())),
             "--gemm-n", str(args.gemm_n), "--gemms", str(args.gemms),
             "--spin-blocks", str(args.spin_blocks), "--spin-threads", str(args.spin_threads)]
-    children = {name: subprocess.Popen([*base[:2], name, *base[2:]], stdout=subprocess.PIPE,
+    children = {name: subprocess.Popen(command(name, *opts), stdout=subprocess.PIPE,
                                        text=True, env=dict(os.environ))
                 for name in ("gemm", "standin_wait")}
     events: dict[str, dict[str, Any]] = {}
@@ -329,8 +282,8 @@ def _allreduce_rank(rank: int, world: int, port: int, args: argparse.Namespace,
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     n = args.gemm_n
-    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    a = bf16_square(torch, n, dev)
+    b = bf16_square(torch, n, dev)
     buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=dev, dtype=torch.float32)
     flag = torch.zeros(1, device=dev, dtype=torch.float32)
     units = compute_units[rank]
@@ -355,7 +308,7 @@ def _allreduce_rank(rank: int, world: int, port: int, args: argparse.Namespace,
                             "allreduce_bytes": buf.numel() * 4,
                             "straggler_rank": (compute_units.index(max(compute_units))
                                                if len(set(compute_units)) > 1 else None),
-                            "devices": [_device_info(torch, i) for i in range(world)]})
+                            "devices": [device_info(torch, i) for i in range(world)]})
     t0, steps = time.monotonic(), 0
     while True:
         steps += 1
@@ -363,7 +316,7 @@ def _allreduce_rank(rank: int, world: int, port: int, args: argparse.Namespace,
             break
     wall = time.monotonic() - t0
     emit("rank_stats", rank=rank, steps=steps, seconds=wall,
-         steps_per_second=steps / wall if wall else 0.0, compute_units=units)
+         steps_per_second=per_second(steps, wall), compute_units=units)
     dist.destroy_process_group()
 
 
@@ -476,21 +429,9 @@ def serving(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
                                                               sorted(tokens.items())}}
 
 
-# --- main -----------------------------------------------------------------------------------
+# --- the family ---------------------------------------------------------------------------
 
-FUNCS: dict[str, Callable[[Stop, argparse.Namespace], dict[str, Any]]] = {
-    "h2d": h2d, "d2h": d2h, "sync_loop": sync_loop, "gemm": gemm,
-    "allreduce_straggler": allreduce_straggler, "allreduce_balanced": allreduce_balanced,
-    "standin_wait": standin_wait, "standin_waiting_rank": standin_waiting_rank,
-    "standin_pair": standin_pair, "serving": serving,
-}
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("name", choices=sorted(FUNCS))
-    p.add_argument("--seconds", type=float, default=30.0, help="stop after this long")
-    p.add_argument("--dry-run", action="store_true", help="no torch: ready, sleep, done")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-mib", type=int, default=256, help="copy size (h2d, d2h)")
     p.add_argument("--sync-n", type=int, default=1024, help="matrix size (sync_loop)")
     p.add_argument("--sync-matmuls", type=int, default=4, help="matmuls per step (sync_loop)")
@@ -508,31 +449,19 @@ def parser() -> argparse.ArgumentParser:
                    help="bursts as SECONDS[:STREAMS],... (serving; STREAMS defaults to --streams)")
     p.add_argument("--gap", type=float, default=6.0, help="idle seconds around bursts (serving)")
     p.add_argument("--n-predict", type=int, default=1024, help="tokens per request (serving)")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    stop = Stop(args.seconds)
-
-    def _stop(*_: Any) -> None:
-        stop.event.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        if args.dry_run:
-            emit("ready", info={"dry_run": True})
-            stop.event.wait(max(0.0, stop.deadline - time.monotonic()))
-            stats: dict[str, Any] = {"dry_run": True}
-        else:
-            stats = FUNCS[args.name](stop, args)
-    except Exception as exc:
-        emit("error", error=f"{type(exc).__name__}: {exc}")
-        return 1
-    emit("done", stats=stats)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="diag",
+    summary="the [diagnosis] run (diagnosis.py; gemm is the footprint run's load too)",
+    add_arguments=add_arguments,
+    runners={
+        "h2d": h2d, "d2h": d2h, "sync_loop": sync_loop, "gemm": gemm,
+        "allreduce_straggler": allreduce_straggler, "allreduce_balanced": allreduce_balanced,
+        "standin_wait": standin_wait, "standin_waiting_rank": standin_waiting_rank,
+        "standin_pair": standin_pair, "serving": serving,
+    },
+    dry_run=idle_dry_run,
+    descriptions={**{name: row[2] for name, row in WORKLOADS.items()},
+                  "gemm": "bf16 matmuls back to back (half of standin_pair; the footprint load)"},
+)
