@@ -1,5 +1,7 @@
 """Every workload for a few seconds through the entry point: did it say ``ready`` and ``done``,
-and with which fields. A check that the module runs on a GPU machine, not a measurement::
+and with which fields. A check that the module runs on a GPU machine, not a measurement.
+As the orchestrators do, each runs ``--seconds`` past its ``ready`` (its own ``--seconds`` is
+only a safety net, counted from its start) and is then stopped with SIGTERM::
 
     python3 -m bench.gpu.workloads.smoke --out "$OUT" [--seconds 3] [--names a,b] [--dry-run]
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from bench.gpu.workloads.registry import REGISTRY
 from bench.gpu.workloads.transfer import PHASES
 
 REPO = Path(__file__).resolve().parents[3]
+SETUP_SECONDS = 120.0  # torch start-up, allocation, warm-up (the decoder's is the longest)
 
 
 def _free_port() -> int:
@@ -37,8 +42,8 @@ def options(name: str, args: argparse.Namespace) -> list[str]:
     family = REGISTRY[name].family.name
     if family == "transfer":
         out = ["--phase-seconds", str(args.phase_seconds), "--gap", "0"]
-    else:
-        out = ["--seconds", str(args.seconds)]
+    else:  # a safety net past setup; the smoke stops it --seconds after ready
+        out = ["--seconds", str(args.seconds + SETUP_SECONDS)]
     if family == "panel":
         out += ["--port", str(_free_port())]
     if name == "serving" and args.url:
@@ -49,20 +54,39 @@ def options(name: str, args: argparse.Namespace) -> list[str]:
 def run_one(name: str, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     cmd = command(name, *options(name, args))
     limit = (len(PHASES) * (args.phase_seconds + 3) + 60 if name == "transfers"
-             else args.seconds + 120)  # allocation and warm-up come before the clock starts
+             else args.seconds + SETUP_SECONDS + 30)
     env = {**os.environ, **NO_MULTICAST, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
                                          if p)}
     log.write(f"# --- {name}: {' '.join(cmd)}\n")
     log.flush()
     t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
+                            text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if '"event": "ready"' in line or '"event": "error"' in line:
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if name != "transfers" and ready.wait(limit) and proc.poll() is None:
+        time.sleep(args.seconds)  # the steady loop runs this long, then SIGTERM as in a run
+        proc.send_signal(signal.SIGTERM)
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
-                              text=True, timeout=limit)
-        out, rc = proc.stdout, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        raw = exc.stdout or ""
-        out, rc = raw.decode() if isinstance(raw, bytes) else raw, None
+        rc: int | None = proc.wait(timeout=max(1.0, limit - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+        rc = None
+    reader.join(timeout=10)
+    out = "".join(lines)
     row: dict[str, Any] = {"family": REGISTRY[name].family.name, "command": cmd, "exit": rc,
                            "seconds": round(time.monotonic() - t0, 1), "events": {}}
     phases: dict[str, Any] = {}
