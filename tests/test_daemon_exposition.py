@@ -30,13 +30,15 @@ from tests.test_fault_battery import OpsDaemon, samples, value
 
 # What the hostile engine sends, scrape after scrape (then it starts again).
 _VALUES = ("100", "1e308", "NaN", "+Inf", "-5", "1e18", "200")
+_JUMPS = ("100", "1e18", "1e308", "200", "300")
 
 
 class _HostileEngine:
     """A vLLM-shaped engine on a loopback thread: a new model name on every scrape and
-    generation counters that are huge, NaN, infinite or negative in turn."""
+    generation counters that are huge, NaN, infinite or negative in turn; with ``jumps``,
+    one model whose counter jumps to 1e18 and 1e308 and then grows normally."""
 
-    def __init__(self) -> None:
+    def __init__(self, jumps: bool = False) -> None:
         scrapes = itertools.count()
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -44,6 +46,8 @@ class _HostileEngine:
                 n = next(scrapes)
                 model = f"model-{n}-" + "x" * 300  # over the label length bound too
                 gen = _VALUES[n % len(_VALUES)]
+                if jumps:
+                    model, gen = "m", _JUMPS[min(n, len(_JUMPS) - 1)]
                 body = (
                     "# TYPE vllm:generation_tokens_total counter\n"
                     f'vllm:generation_tokens_total{{engine="0",model_name="{model}"}} {gen}\n'
@@ -85,11 +89,12 @@ def _get(url: str, password: str) -> tuple[int, str]:
 def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
     tmp_path: Path,
 ) -> None:
-    engine = _HostileEngine()
+    engine, jumper = _HostileEngine(), _HostileEngine(jumps=True)
     cfg, web = tmp_path / "config.yaml", tmp_path / "web.yml"
     cfg.write_text(
         "serving:\n  interval: 0.2\n  max_models_per_target: 2\n"
         f"  targets:\n  - url: {engine.url}\n    gpus: ['0']\n"
+        f"  - url: {jumper.url}\n    gpus: ['0']\n"
     )
     hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()
     web.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
@@ -104,7 +109,9 @@ def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
             reloaded = value(found, "goodput_exporter_config_last_reload_successful") == 1.0
             over_cap = value(found, "goodput_serving_target_dropped_values_total",
                              reason="max_models") or 0.0
-            if reloaded and over_cap >= len(_VALUES):
+            jumps = value(found, "goodput_serving_target_dropped_values_total",
+                          target=jumper.url, reason="implausible") or 0.0
+            if reloaded and over_cap >= len(_VALUES) and jumps >= 2:
                 break
             assert time.monotonic() < deadline, "no reload or no dropped values in time"
             time.sleep(0.2)
@@ -113,6 +120,7 @@ def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
     finally:
         assert daemon.stop() == 0
         engine.close()
+        jumper.close()
 
     found = samples(body)
     for name in (
@@ -124,6 +132,13 @@ def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
         assert any(n == name for n, _ in found), name
     assert value(found, "goodput_exporter_http_auth_failures_total",
                  reason="wrong_credentials") == 1.0
+    # The 1e18 jump once published 1.3e18 tokens per SM-second and an MFU of 1: totals hold
+    # only accepted deltas (100, then a reset to 200, then +100), and derived values, where
+    # the step publishes them, stay physical.
+    assert value(found, "goodput_gpu_tokens_total", gpu="0", kind="generation",
+                 model="m") == 400.0
+    assert (value(found, "goodput_gpu_tokens_per_sm_second", gpu="0") or 0) < 2e6
+    assert (value(found, "goodput_gpu_mfu_ratio", gpu="0") or 0) <= 1
     bad = {key: v for key, v in found.items() if not math.isfinite(v)}
     assert bad == {}, bad
     proc = subprocess.run([require("promtool"), "check", "metrics"], input=body.encode(),
