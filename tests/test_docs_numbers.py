@@ -152,6 +152,8 @@ def test_systemd_unit_flags_parse() -> None:
     argv = shlex.split(exec_start[1])
     assert argv[0].endswith("/bin/gpu-goodput-exporter")
     cli.parser().parse_args(argv[1:])
+    # `systemctl reload` is the daemon's SIGHUP reload (issue 22).
+    assert re.search(r"^ExecReload=/bin/kill -HUP \$MAINPID$", unit, re.M)
 
 
 def _rss_figures(text: str) -> list[str]:
