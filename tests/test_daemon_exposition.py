@@ -6,7 +6,7 @@ daemon itself, so the families that only a running process publishes are in the 
 serving values dropped at the edge (a hostile engine: churning model names, 1e308, NaN, a
 negative counter), a target cut under the model cap, a refused login
 (`goodput_exporter_http_auth_failures_total`) and a SIGHUP reload
-(`goodput_exporter_config_last_reload_*`).
+(`goodput_exporter_config_last_reload_*`). /debug/state stays within the model cap too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import base64
 import http.server
 import itertools
 import math
+import re
 import signal
 import subprocess
 import threading
@@ -117,6 +118,9 @@ def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
             time.sleep(0.2)
         status, body = _get(metrics, "right")
         assert status == 200
+        # /debug/state grew from 36 KB to 967 KB under churn: now it holds the admitted models.
+        status, state = _get(daemon.url + "/debug/state", "right")
+        assert status == 200 and len(set(re.findall(r"model-\d+", state))) <= 2
     finally:
         assert daemon.stop() == 0
         engine.close()
