@@ -471,7 +471,9 @@ class Block:
         elif prog in ("python", "python3") and cmd.background and len(words) > 2 \
                 and words[1] == "-m" and words[2].startswith(("tests.", "exporter.")):
             self.helper(cmd, words[1:])
-        elif prog in ("python", "python3") and any(w.startswith("bench/") for w in words):
+        elif prog in ("python", "python3") and any(
+            w.startswith(("bench/", "bench.")) for w in words
+        ):
             self.skip(cmd, "a benchmark, run by hand (docs/benchmarks.md)")
         elif prog == "curl":
             self.curl(cmd)

@@ -345,7 +345,7 @@ async def test_a_removed_target_takes_its_series_at_once(engine: tuple[Engine, s
 
 
 async def test_model_name_churn_does_not_grow_memory(engine: tuple[Engine, str]) -> None:
-    """The fast version of bench/serving_churn.py: 1,200 scrapes of a new model name each,
+    """The fast version of bench/serving/serving_churn.py: 1,200 scrapes of a new model name each,
     through several stale_after cycles; Python memory after warm-up stays flat."""
     import gc
     import tracemalloc
