@@ -8,7 +8,8 @@ SIGTERM in the middle of a request, SIGHUP with a good and a bad new config, sec
 target URL and a malformed static target URL. The hostile engines of issue 22 (model-name
 churn, 1e18/1e308/Inf counters, start-time flapping, duplicate spellings, discovered bad
 URLs, target caps) are in tests/serving/test_trust.py, test_truth.py and the property tests
-of tests/serving/test_accumulate.py.
+of tests/serving/test_accumulate.py; tests/test_daemon_exposition.py drives them through the
+real daemon and checks its /metrics with `promtool check metrics`.
 """
 
 from __future__ import annotations
