@@ -12,13 +12,10 @@ negative counter), a target cut under the model cap, a refused login
 from __future__ import annotations
 
 import base64
-import http.server
-import itertools
 import math
 import re
 import signal
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +24,7 @@ from pathlib import Path
 import bcrypt
 
 from tests.support.prometheus import require
+from tests.support.serving import ThreadEngine
 from tests.test_fault_battery import OpsDaemon, samples, value
 
 # What the hostile engine sends, scrape after scrape (then it starts again).
@@ -34,47 +32,28 @@ _VALUES = ("100", "1e308", "NaN", "+Inf", "-5", "1e18", "200")
 _JUMPS = ("100", "1e18", "1e308", "200", "300")
 
 
-class _HostileEngine:
+def _hostile_engine(jumps: bool = False) -> ThreadEngine:
     """A vLLM-shaped engine on a loopback thread: a new model name on every scrape and
     generation counters that are huge, NaN, infinite or negative in turn; with ``jumps``,
     one model whose counter jumps to 1e18 and 1e308 and then grows normally."""
 
-    def __init__(self, jumps: bool = False) -> None:
-        scrapes = itertools.count()
+    def body(n: int) -> str:
+        model = f"model-{n}-" + "x" * 300  # over the label length bound too
+        gen = _VALUES[n % len(_VALUES)]
+        if jumps:
+            model, gen = "m", _JUMPS[min(n, len(_JUMPS) - 1)]
+        return (
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0",model_name="{model}"}} {gen}\n'
+            "# TYPE vllm:prompt_tokens_total counter\n"
+            f'vllm:prompt_tokens_total{{engine="0",model_name="{model}"}} {n}\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{model}"}} NaN\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="{model}"}} +Inf\n'
+        )
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                n = next(scrapes)
-                model = f"model-{n}-" + "x" * 300  # over the label length bound too
-                gen = _VALUES[n % len(_VALUES)]
-                if jumps:
-                    model, gen = "m", _JUMPS[min(n, len(_JUMPS) - 1)]
-                body = (
-                    "# TYPE vllm:generation_tokens_total counter\n"
-                    f'vllm:generation_tokens_total{{engine="0",model_name="{model}"}} {gen}\n'
-                    "# TYPE vllm:prompt_tokens_total counter\n"
-                    f'vllm:prompt_tokens_total{{engine="0",model_name="{model}"}} {n}\n'
-                    "# TYPE vllm:num_requests_running gauge\n"
-                    f'vllm:num_requests_running{{engine="0",model_name="{model}"}} NaN\n'
-                    "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                    f'vllm:kv_cache_usage_perc{{engine="0",model_name="{model}"}} +Inf\n'
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return ThreadEngine(body)
 
 
 def _get(url: str, password: str) -> tuple[int, str]:
@@ -90,7 +69,7 @@ def _get(url: str, password: str) -> tuple[int, str]:
 def test_the_daemons_metrics_after_hostile_input_pass_promtool_and_are_finite(
     tmp_path: Path,
 ) -> None:
-    engine, jumper = _HostileEngine(), _HostileEngine(jumps=True)
+    engine, jumper = _hostile_engine(), _hostile_engine(jumps=True)
     cfg, web = tmp_path / "config.yaml", tmp_path / "web.yml"
     cfg.write_text(
         "serving:\n  interval: 0.2\n  max_models_per_target: 2\n"
