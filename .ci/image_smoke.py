@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -96,13 +97,22 @@ def process_uid(port: int) -> int:
     sys.exit(f"image_smoke: no exporter process for port {port}")
 
 
+def simulated_gpus() -> int:
+    """The simulated node's size as this checkout's config declares it (the image runs the
+    same code), read without importing the package: this script runs on the bare host."""
+    text = (Path(__file__).resolve().parent.parent / "exporter" / "config.py").read_text()
+    match = re.search(r"^\s*simulate_gpus: int = Field\((\d+)", text, re.M)
+    assert match, "exporter/config.py: no simulate_gpus default"
+    return int(match.group(1))
+
+
 def check_metrics(base: str) -> int:
     status, text = get(base + "/metrics")
     assert status == 200, status
     series = [x for x in text.splitlines() if x.startswith("goodput_")]
     up = [x for x in series if x.startswith("goodput_gpu_up{")]
-    # every GPU of the simulated node (11 by default), each up
-    assert len(up) == 11 and all(float(x.rsplit(" ", 1)[1]) == 1.0 for x in up), up
+    # every GPU of the simulated node (the config default), each up
+    assert len(up) == simulated_gpus() and all(float(x.rsplit(" ", 1)[1]) == 1.0 for x in up), up
     assert get(base + "/healthz")[0] == 200
     return len(series)
 

@@ -78,16 +78,17 @@ class Archetype:
     waiting: float = 0.5  # requests waiting in the engine's queue (serve)
 
 
+_WORKLOADS = {w.name: w for w in patterns.NODE}
 ARCHETYPES = {a.name: a for a in (
-    Archetype("idle", patterns.NODE[0], "none"),
-    Archetype("train", patterns.NODE[2], "train"),
-    Archetype("train_wait", patterns.NODE[10], "train"),  # waits on a slower rank
-    Archetype("serve", patterns.NODE[3], "serve"),
-    Archetype("host_bound", patterns.NODE[4], "serve", waiting=6.0),
-    Archetype("hollow", patterns.NODE[5], "notebook"),
-    Archetype("allocated_idle", patterns.NODE[1], "notebook"),
-    Archetype("thermal", patterns.NODE[6], "none"),
-    Archetype("lost", patterns.NODE[7], "none"),
+    Archetype("idle", _WORKLOADS["idle"], "none"),
+    Archetype("train", _WORKLOADS["compute_gemm"], "train"),
+    Archetype("train_wait", _WORKLOADS["collective_wait"], "train"),  # waits on a slower rank
+    Archetype("serve", _WORKLOADS["memory_decode"], "serve"),
+    Archetype("host_bound", _WORKLOADS["host_bound"], "serve", waiting=6.0),
+    Archetype("hollow", _WORKLOADS["launch_bound"], "notebook"),
+    Archetype("allocated_idle", _WORKLOADS["allocated_idle"], "notebook"),
+    Archetype("thermal", _WORKLOADS["thermal_throttled"], "none"),
+    Archetype("lost", _WORKLOADS["lost_later"], "none"),
 )}
 # Which alert each injected fault raises; every other GPU raises none.
 FAULT_ALERTS = {

@@ -7,30 +7,71 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
 
 import structlog
 from aiohttp import web
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from exporter import __version__, webconfig
-from exporter.config import (
-    DEFAULT_PORT,
-    ConfigError,
-    Settings,
-    build,
-    ignored_env,
-    parse_listen,
-)
+from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
 from exporter.server import address_of, bind_ephemeral
 from exporter.sources.nvml_session import NvmlUnavailable
-from exporter.sources.profiling.modes import MODES
 
 EXIT_USAGE = 2
-# The help quotes the setting's own default, so the two cannot disagree.
-_SIM_GPUS = Settings.model_fields["simulate_gpus"].default
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line spelling of one settings key. Help, default, type and choices come
+    from the key's field in the schema (``exporter/config.py``), so they cannot drift."""
+
+    flag: str
+    key: str
+    """Dotted settings path, e.g. ``kubernetes.interval``."""
+    metavar: str | None = None
+    group: str = ""
+    negate: bool = False
+    """A ``--no-...`` flag that sets a default-on boolean to false."""
+
+
+SERVING = "serving engines (docs/serving.md)"
+PROFILING = "profiling counters (docs/profiling.md)"
+KUBERNETES = "kubernetes attribution (docs/kubernetes.md)"
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--listen", "listen", "HOST:PORT"),
+    Flag("--simulate", "simulate"),
+    Flag("--simulate-gpus", "simulate_gpus", "N"),
+    Flag("--interval", "interval", "SECONDS"),
+    Flag("--node-name", "node_name", "NAME"),
+    Flag("--log-format", "log_format"),
+    Flag("--log-level", "log_level"),
+    Flag("--profiling", "profiling.mode"),
+    Flag("--extended-metrics", "extended_metrics"),
+    Flag("--no-debug-state", "debug_state", negate=True),
+    Flag("--serving-target", "serving.extra_targets", "URL", SERVING),
+    Flag("--discover-serving-pods", "serving.discover_pods", group=SERVING),
+    Flag("--dcgm-host-engine", "profiling.dcgm_host_engine", "ADDR", PROFILING),
+    Flag("--dcgm-exporter-url", "profiling.dcgm_exporter_url", "URL", PROFILING),
+    Flag("--dcgm-bindings-path", "profiling.dcgm_bindings_path", "DIR", PROFILING),
+    Flag("--kubernetes", "kubernetes.enabled", group=KUBERNETES),
+    Flag("--kubelet-socket", "kubernetes.kubelet_socket", "PATH", KUBERNETES),
+    Flag("--kubelet-interval", "kubernetes.interval", "SECONDS", KUBERNETES),
+    Flag("--kubernetes-resource-name", "kubernetes.resource_names", "NAME", KUBERNETES),
+    Flag("--kubernetes-labels-on-every-series", "kubernetes.labels_on_every_series",
+         group=KUBERNETES),
+    Flag("--kubernetes-namespace-label", "kubernetes.namespace_label", "NAME", KUBERNETES),
+    Flag("--kubernetes-pod-label", "kubernetes.pod_label", "NAME", KUBERNETES),
+    Flag("--kubernetes-container-label", "kubernetes.container_label", "NAME", KUBERNETES),
+    Flag("--kubernetes-pod-labels", "kubernetes.pod_labels", group=KUBERNETES),
+    Flag("--proc-root", "kubernetes.proc_root", "PATH", KUBERNETES),
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,168 +94,51 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic-auth settings in the format of Prometheus's exporter-toolkit",
     )
-    add(
-        "--listen",
-        metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default :{DEFAULT_PORT}; port 0 picks a free "
-        "port and logs it)",
-    )
-    add(
-        "--simulate",
-        action="store_true",
-        help=f"run on the built-in simulated {_SIM_GPUS}-GPU node (one workload per GPU) "
-        "instead of NVML",
-    )
-    add(
-        "--simulate-gpus",
-        type=int,
-        dest="simulate_gpus",
-        metavar="N",
-        help=f"number of simulated GPUs (default {_SIM_GPUS})",
-    )
-    add("--interval", type=float, metavar="SECONDS", help="GPU poll interval (default 1)")
-    add(
-        "--node-name",
-        dest="node_name",
-        metavar="NAME",
-        help="value of the node label (default $NODE_NAME or the hostname)",
-    )
-    add(
-        "--log-format",
-        dest="log_format",
-        choices=["json", "console"],
-        help="log format (default json)",
-    )
-    add(
-        "--log-level",
-        dest="log_level",
-        choices=["debug", "info", "warning", "error"],
-        help="default info",
-    )
-    add(
-        "--profiling",
-        dest="profiling__mode",
-        choices=MODES,
-        help="where profiling counters come from: auto picks GPM on Hopper and newer, "
-        "else DCGM if a host engine answers, else dcgm-exporter if configured (default auto)",
-    )
-
-    serve = p.add_argument_group("serving engines (docs/serving.md)")
-    serve.add_argument(
-        "--serving-target",
-        action="append",
-        dest="serving__extra_targets",
-        metavar="URL",
-        help="scrape this serving engine's /metrics (repeatable)",
-    )
-    serve.add_argument(
-        "--discover-serving-pods",
-        action="store_true",
-        dest="serving__discover_pods",
-        help="scrape annotated pods on this node (Kubernetes API watch)",
-    )
-
-    prof = p.add_argument_group("profiling counters (docs/profiling.md)")
-    prof.add_argument(
-        "--dcgm-host-engine",
-        dest="profiling__dcgm_host_engine",
-        metavar="ADDR",
-        help="DCGM host engine: host:port, unix socket path, or 'embedded' (needs SYS_ADMIN)",
-    )
-    prof.add_argument(
-        "--dcgm-exporter-url",
-        dest="profiling__dcgm_exporter_url",
-        metavar="URL",
-        help="a dcgm-exporter /metrics to take profiling counters from",
-    )
-    prof.add_argument(
-        "--dcgm-bindings-path",
-        dest="profiling__dcgm_bindings_path",
-        metavar="DIR",
-        help="where DCGM's Python bindings are installed",
-    )
-
-    add(
-        "--extended-metrics",
-        action="store_true",
-        dest="extended_metrics",
-        help="also publish the optional families (docs/metrics.md marks them)",
-    )
-    add(
-        "--no-debug-state",
-        action="store_false",
-        dest="debug_state",
-        help="do not serve /debug/state (the snapshot as JSON)",
-    )
+    groups: dict[str, Any] = {"": p}
+    for flag in FLAGS:
+        if flag.group not in groups:
+            groups[flag.group] = p.add_argument_group(flag.group)
+        _add_flag(groups[flag.group], flag)
     add_collector_flags(p)
-
-    k8s = p.add_argument_group("kubernetes attribution (docs/kubernetes.md)")
-    k8s.add_argument(
-        "--kubernetes",
-        action="store_true",
-        dest="kubernetes__enabled",
-        help="label GPU series with the pods the kubelet assigned them to",
-    )
-    k8s.add_argument(
-        "--kubelet-socket",
-        dest="kubernetes__kubelet_socket",
-        metavar="PATH",
-        help="kubelet pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)",
-    )
-    k8s.add_argument(
-        "--kubelet-interval",
-        type=float,
-        dest="kubernetes__interval",
-        metavar="SECONDS",
-        help="how often to ask the kubelet (default 10)",
-    )
-    k8s.add_argument(
-        "--kubernetes-resource-name",
-        action="append",
-        dest="kubernetes__resource_names",
-        metavar="NAME",
-        help="extra extended-resource name holding GPUs (repeatable)",
-    )
-    k8s.add_argument(
-        "--kubernetes-labels-on-every-series",
-        action="store_true",
-        dest="kubernetes__labels_on_every_series",
-        help="copy namespace/pod/container onto every per-GPU series (one copy per pod), "
-        "instead of only on goodput_gpu_pod_info",
-    )
-    k8s.add_argument(
-        "--kubernetes-namespace-label",
-        dest="kubernetes__namespace_label",
-        metavar="NAME",
-        help="label name for the namespace (default namespace)",
-    )
-    k8s.add_argument(
-        "--kubernetes-pod-label",
-        dest="kubernetes__pod_label",
-        metavar="NAME",
-        help="label name for the pod (default pod)",
-    )
-    k8s.add_argument(
-        "--kubernetes-container-label",
-        dest="kubernetes__container_label",
-        metavar="NAME",
-        help="label name for the container (default container)",
-    )
-    k8s.add_argument(
-        "--kubernetes-pod-labels",
-        action="store_true",
-        dest="kubernetes__pod_labels",
-        help="read this node's pods' labels from the API server to fill job_name "
-        "(needs get/list on pods)",
-    )
-    k8s.add_argument(
-        "--proc-root",
-        dest="kubernetes__proc_root",
-        metavar="PATH",
-        help="where the host's /proc is mounted, for PID-to-pod mapping",
-    )
     _name_env_vars(p)
     return p
+
+
+def _field(key: str) -> FieldInfo:
+    model: Any = Settings
+    *sections, name = key.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    info: FieldInfo = model.model_fields[name]
+    return info
+
+
+def _add_flag(group: Any, flag: Flag) -> None:
+    """One flag, typed and documented from its settings field."""
+    info = _field(flag.key)
+    kind = info.annotation
+    text = " ".join((info.description or "").replace("``", "").split()).replace("%", "%%")
+    text = text.rstrip(".")
+    kw: dict[str, Any] = {"dest": flag.key.replace(".", "__"), "help": text}
+    if flag.negate:
+        kw.update(action="store_false", help=f"do not {text[:1].lower()}{text[1:]}")
+    elif kind is bool:
+        kw.update(action="store_true")
+    else:
+        if get_origin(kind) is list:
+            kw["action"] = "append"
+            if "repeatable" not in text:
+                kw["help"] += " (repeatable)"
+        elif get_origin(kind) is Literal:
+            kw["choices"] = list(get_args(kind))
+        elif kind in (int, float):
+            kw["type"] = kind
+        default = info.get_default(call_default_factory=False)
+        if default not in (None, "", PydanticUndefined) and get_origin(kind) is not list:
+            kw["help"] += f" (default {default})"
+        if flag.metavar:
+            kw["metavar"] = flag.metavar
+    group.add_argument(flag.flag, **kw)
 
 
 def _name_env_vars(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from exporter.names import COLLECTOR_NAMES, ENGINE_NAMES, Mode
+from exporter import names
+from exporter.names import ENGINE_NAMES, Mode
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -41,7 +42,10 @@ class ConfigError(Exception):
 
 class Section(BaseModel):
     # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # Field docstrings are the descriptions: the CLI's help text comes from them.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
 
 class Authorization(Section):
@@ -132,14 +136,15 @@ class ServingConfig(Section):
 
     targets: list[ServingTarget] = Field(default_factory=list)
     extra_targets: list[str] = Field(default_factory=list)
-    """URLs from ``--serving-target`` (repeatable), scraped in addition to ``targets``."""
+    """Scrape this serving engine's /metrics (repeatable), in addition to targets."""
     interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
     """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
     discover_pods: bool = False
-    """Watch pods on this node for the serving annotations (needs the Kubernetes API)."""
+    """Scrape annotated pods on this node (a Kubernetes API watch for the serving
+    annotations)."""
     annotation_prefix: str = "serving.goodput.dev/"
     max_targets: int = Field(64, gt=0, le=10_000)
     """Targets scraped at most (static and discovered together); a config listing more is
@@ -192,22 +197,28 @@ class KubernetesConfig(Section):
     """Attribution of GPUs and processes to pods; see docs/kubernetes.md."""
 
     enabled: bool = False
+    """Label GPU series with the pods the kubelet assigned them to."""
     kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    # The kubelet rate-limits pod-resources (100 qps, burst 10); one List per interval.
+    """Kubelet pod-resources socket."""
     interval: float = Field(10.0, gt=0, le=MAX_INTERVAL)
+    """How often to ask the kubelet, in seconds (it rate-limits pod-resources to 100 qps,
+    burst 10; one List per interval)."""
     timeout: float = Field(5.0, gt=0)
     # Keep the last mapping this long while the kubelet is unreachable (restarts), so labels
     # do not flap; after that GPUs show as unassigned.
     stale_after: float = Field(60.0, ge=0)
-    # Extra resource names (fnmatch patterns) on top of nvidia.com/gpu, nvidia.com/gpu.shared
-    # and nvidia.com/mig-*.
     resource_names: list[str] = Field(default_factory=list)
+    """Extra extended-resource name holding GPUs (fnmatch pattern; repeatable), on top of
+    nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*."""
     # Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
     # PodResources dynamic_resources are GPUs.
     dra_drivers: list[str] = Field(default_factory=list)
     namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
+    """Label name for the namespace."""
     pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
+    """Label name for the pod."""
     container_label: str = Field(default="container", pattern=_LABEL_NAME)
+    """Label name for the container."""
     labels_on_every_series: bool = False
     """Copy namespace/pod/container onto every per-GPU series (one copy per pod holding the
     GPU), for users who cannot join goodput_gpu_pod_info. Multiplies series by pods per GPU
@@ -215,12 +226,13 @@ class KubernetesConfig(Section):
     # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
     processes: bool = True
     proc_root: str = "/proc"
+    """Where the host's /proc is mounted, for PID-to-pod mapping."""
     process_interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
     # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
     device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    # Read the labels of this node's pods from the API server (needs get/list on pods) to
-    # name each pod's job: the first of job_labels a pod carries wins.
     pod_labels: bool = False
+    """Read this node's pods' labels from the API server to fill job_name (needs get/list
+    on pods): the first of job_labels a pod carries wins."""
     job_labels: list[str] = Field(
         default_factory=lambda: [
             "batch.kubernetes.io/job-name",
@@ -254,9 +266,12 @@ class ProfilingConfig(Section):
     """
 
     mode: Mode = "auto"
+    """Where profiling counters come from: auto picks GPM on Hopper and newer, else DCGM if a
+    host engine answers, else dcgm-exporter if configured."""
     dcgm_host_engine: str = "localhost:5555"
-    """``HOST:PORT``, ``unix:///path/to/socket`` or ``embedded`` (start one in-process; never
-    chosen by ``auto`` since a second engine fights the node's one for the profiler)."""
+    """DCGM host engine: HOST:PORT, unix:///path/to/socket, or embedded (start one
+    in-process, needs SYS_ADMIN; never chosen by auto since a second engine fights the
+    node's one for the profiler)."""
     dcgm_bindings_path: str = ""
     """Directory holding DCGM's Python bindings (dcgm_agent.py ...); searched before the
     standard install locations."""
@@ -265,7 +280,8 @@ class ProfilingConfig(Section):
     dcgm_interval: float = Field(1.0, ge=0.1, le=60)
     dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
     dcgm_exporter_url: str = ""
-    """A node-local dcgm-exporter, e.g. ``http://localhost:9400/metrics``."""
+    """A node-local dcgm-exporter /metrics to take profiling counters from, e.g.
+    http://localhost:9400/metrics."""
     dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
     dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
     dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
@@ -274,10 +290,10 @@ class ProfilingConfig(Section):
     def _check_mode(self) -> ProfilingConfig:
         if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
             raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
-        if self.dcgm_exporter_url and not self.dcgm_exporter_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ValueError("profiling.dcgm_exporter_url must start with http:// or https://")
+        if self.dcgm_exporter_url:
+            from exporter.urls import normalise
+
+            normalise(self.dcgm_exporter_url, "profiling.dcgm_exporter_url")
         return self
 
 
@@ -377,13 +393,20 @@ class ModelConfig(Section):
 
 class Settings(Section):
     listen: str = f":{DEFAULT_PORT}"
+    """Address to serve /metrics on; port 0 picks a free port and logs it."""
     simulate: bool = False
+    """Run on the built-in simulated node (one workload per GPU) instead of NVML."""
     interval: float = Field(1.0, ge=0.1, le=60)
+    """GPU poll interval in seconds."""
     log_format: Literal["json", "console"] = "json"
+    """Log format."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest log level written."""
     node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
+    """Value of the node label (default $NODE_NAME or the hostname)."""
+    # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
-    """GPUs on the simulated node: one per workload of exporter/sim/patterns.py NODE."""
+    """Number of simulated GPUs."""
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
     profiling: ProfilingConfig = ProfilingConfig()
@@ -391,19 +414,18 @@ class Settings(Section):
     collectors: dict[str, bool] = Field(default_factory=dict)
     """Collectors switched on (true) or off (false) against their default; see --help."""
     extended_metrics: bool = False
-    """Also publish the optional families (docs/metrics.md marks them): every pipe, per-window
-    gauges next to their counters, clock-event states, remapped rows."""
+    """Also publish the optional families (docs/metrics.md marks them): every pipe,
+    per-window gauges next to their counters, clock-event states, remapped rows."""
     debug_state: bool = True
     """Serve /debug/state (the snapshot as JSON); the Helm chart turns it off."""
 
     @field_validator("collectors")
     @classmethod
     def _known_collectors(cls, value: dict[str, bool]) -> dict[str, bool]:
-        unknown = sorted(set(value) - set(COLLECTOR_NAMES))
+        known = names.COLLECTOR_NAMES
+        unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(
-                f"unknown collector(s) {unknown}; known: {', '.join(COLLECTOR_NAMES)}"
-            )
+            raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(known)}")
         return value
 
     @field_validator("listen")

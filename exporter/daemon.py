@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import platform
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__, collectors
@@ -25,28 +24,11 @@ from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.model.node import NodeModel
-from exporter.scheduler import Scheduler
+from exporter.scheduler import ModelStep, Scheduler
 from exporter.server import build_app
-from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.snapshot import SnapshotStore
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
-
-# Counters' _created series double the series of every counter for a value Prometheus
-# does not use (it has its own reset detection): off.
-disable_created_metrics()  # type: ignore[no-untyped-call]
-
-LIVE_SERVING_KEYS = frozenset(
-    {
-        "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
-        "max_models_per_target", "max_label_length", "stale_after",
-        "max_tokens_per_second_per_gpu",
-    }
-)
-"""Serving settings a reload applies to the running source; others need a restart."""
-
-MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
-"""Sources whose publish is a GPU poll: the model steps after them."""
 
 
 def open_nvml(settings: Settings) -> NvmlSession:
@@ -67,38 +49,6 @@ def open_nvml(settings: Settings) -> NvmlSession:
     session = NvmlSession(nvml, backend)
     session.open()
     return session
-
-
-class ModelStep:
-    """Runs the node model after GPU polls, at most once per model interval, and publishes
-    its verdicts into the next snapshot."""
-
-    def __init__(
-        self,
-        store: SnapshotStore,
-        model: NodeModel,
-        interval: float,
-        metrics: SelfMetrics | None = None,
-    ) -> None:
-        self.store = store
-        self.model = model
-        self.interval = interval
-        self.metrics = metrics
-        self._last = -float("inf")
-
-    def __call__(self, result: SourceResult) -> None:
-        if result.source not in MODEL_TRIGGERS:
-            return
-        now = time.monotonic()
-        # nvml and a profiling backend both poll each interval: step once per interval.
-        if now - self._last < 0.5 * self.interval:
-            return
-        self._last = now
-        verdicts = self.model.step(self.store.current, self.interval)
-        if self.metrics is not None:  # implausible inputs (MFU above 1, non-finite): counted
-            for reason, count in verdicts.errors.items():
-                self.metrics.errors.labels(self.metrics.node, "model", reason).inc(count)
-        self.store.publish_verdicts(verdicts)
 
 
 @dataclass
@@ -140,21 +90,11 @@ class Daemon:
         return app
 
 
-    def apply(self, settings: Settings) -> list[str]:
-        """Apply a reloaded configuration: the serving section takes effect at the next
-        poll (targets added, removed ones and their series gone). Returns the settings
-        that changed but only take effect at a restart."""
-        restart = [
-            key
-            for key, value in settings.model_dump().items()
-            if key != "serving" and value != self.settings.model_dump()[key]
-        ]
-        old, new = self.settings.serving, settings.serving
-        restart += [
-            f"serving.{key}"
-            for key in type(new).model_fields
-            if key not in LIVE_SERVING_KEYS and getattr(old, key) != getattr(new, key)
-        ]
+    def apply(self, settings: Settings) -> None:
+        """Apply a reloaded configuration's serving section: it takes effect at the next poll
+        (targets added, removed ones and their series gone). What else changed waits for a
+        restart (``reload.needs_restart`` says which)."""
+        new = settings.serving
         self.settings = self.settings.model_copy(update={"serving": new})
         source = next((s for s in self.sources if s.name == "serving"), None)
         if source is not None:
@@ -165,7 +105,6 @@ class Daemon:
                 self.scheduler.add(added)
                 if added not in self.sources:
                     self.sources.append(added)
-        return restart
 
 
 def _serving_collector() -> collectors.Collector:
@@ -202,7 +141,6 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     store.subscribe(exposition.published)
     step = None
     if "model" in names:
-        interval = settings.model.interval or settings.interval
-        step = ModelStep(store, NodeModel(settings.model), interval, metrics)
+        step = ModelStep.for_settings(store, settings, metrics)
     scheduler = Scheduler(sources, store, metrics, after_publish=step)
     return Daemon(settings, session, store, registry, scheduler, exposition, sources)

@@ -1,4 +1,5 @@
-"""Names the settings are checked against: collectors, serving engines, profiling modes.
+"""Names the settings are checked against: collectors (the registry), serving engines,
+profiling modes.
 
 A leaf module (it imports nothing from the exporter) so that ``config.py`` can validate
 against these without importing the collectors and sources, which import ``config``.
@@ -12,7 +13,9 @@ from typing import Literal, get_args
 COLLECTOR_NAMES: tuple[str, ...] = (
     "nvml", "xid", "profiling", "kubelet", "cgroup", "serving", "model"
 )
-"""Every entry of ``exporter.collectors.REGISTRY``, in its order."""
+"""The collector registry, in order: the only list of collectors. Each name is a module
+``exporter/collectors/<name>.py`` whose ``COLLECTOR`` declares it; adding a collector is
+that module and one name here."""
 
 ENGINE_NAMES: frozenset[str] = frozenset({
     "llama.cpp", "lmdeploy", "nim", "ray-vllm", "sglang", "tgi", "triton", "triton-vllm",

@@ -125,10 +125,6 @@ class ProfilingWindow:
         """(direction, bytes/s) of ``link`` (pcie | nvlink)."""
         return self.pcie_bytes_per_second if link == "pcie" else self.nvlink_bytes_per_second
 
-    def link_rate(self, link: str, direction: str) -> float | None:
-        return dict(self.link_rates(link)).get(direction)
-
-
 @dataclass(frozen=True, slots=True)
 class ProfilingTotals:
     """Window ratios integrated over time, so ``rate()`` of them is exact over any range."""
@@ -248,10 +244,6 @@ class ServedModel:
     preemptions: float | None = None
     busy_seconds: float | None = None
 
-    def token_total(self, kinds: frozenset[str] | None = None) -> float:
-        return sum(v for k, v in self.tokens if kinds is None or k in kinds)
-
-
 @dataclass(frozen=True, slots=True)
 class TargetStatus:
     """Health of one serving target and where its work was attributed."""
@@ -292,6 +284,38 @@ class Availability:
     @property
     def ok(self) -> bool:
         return not self.reason
+
+
+# one reading per collector (the payload of its SourceResult) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading:
+    """What one NVML poll read: the device inventory and every GPU's state."""
+
+    inventory: tuple[Device, ...] = ()
+    gpus: Mapping[str, GpuState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class XidReading:
+    """XID counts and last codes per GPU."""
+
+    gpus: Mapping[str, XidState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingReading:
+    """One profiling backend's status (and window) per GPU; several backends may answer."""
+
+    gpus: Mapping[str, ProfilingStatus] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsageReading:
+    """GPU processes and memory per pod's container (from cgroups)."""
+
+    pods: tuple[PodUsage, ...] = ()
 
 
 # verdicts ------------------------------------------------------------------------------------

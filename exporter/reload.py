@@ -15,10 +15,36 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from exporter import webconfig
-from exporter.config import ConfigError, build
+from exporter.config import ConfigError, Settings, build
 from exporter.daemon import Daemon
 
 log = structlog.get_logger("reload")
+
+LIVE_SERVING_KEYS = frozenset(
+    {
+        "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
+        "max_models_per_target", "max_label_length", "stale_after",
+        "max_tokens_per_second_per_gpu",
+    }
+)
+"""Serving settings a reload applies to the running source; others need a restart."""
+
+
+def needs_restart(old: Settings, new: Settings) -> list[str]:
+    """The settings that changed but only take effect at a restart: everything outside the
+    serving section, and the serving settings the running source cannot take live."""
+    restart = [
+        key
+        for key, value in new.model_dump().items()
+        if key != "serving" and value != old.model_dump()[key]
+    ]
+    restart += [
+        f"serving.{key}"
+        for key in type(new.serving).model_fields
+        if key not in LIVE_SERVING_KEYS
+        and getattr(old.serving, key) != getattr(new.serving, key)
+    ]
+    return restart
 
 
 class WebLayer:
@@ -79,7 +105,8 @@ class Reloader:
             web_config.basic_auth.on_failure = metrics.count_auth_failures(
                 webconfig.FAILURE_REASONS
             )
-        restart = self.daemon.apply(settings)
+        restart = needs_restart(self.daemon.settings, settings)
+        self.daemon.apply(settings)
         if (web_config.ssl_context is None) != (self.web.config.ssl_context is None):
             restart.append("tls_server_config")
         self.web.config = web_config

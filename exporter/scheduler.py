@@ -14,9 +14,12 @@ from collections.abc import Callable
 
 import structlog
 
+from exporter.config import Settings
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.model.node import NodeModel
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
+from exporter.util import OnChange
 
 log = structlog.get_logger("scheduler")
 
@@ -29,6 +32,50 @@ stuck in NVML or DCGM) must not keep the process from exiting."""
 
 AfterPublish = Callable[[SourceResult], None]
 """Called on the event loop after each publish (the daemon runs the model from it)."""
+
+
+MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
+"""Sources whose publish is a GPU poll: the model steps after them."""
+
+
+class ModelStep:
+    """Runs the node model after GPU polls, at most once per model interval, and publishes
+    its verdicts into the next snapshot."""
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        model: NodeModel,
+        interval: float,
+        metrics: SelfMetrics | None = None,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.interval = interval
+        self.metrics = metrics
+        self._last = -float("inf")
+
+    @classmethod
+    def for_settings(
+        cls, store: SnapshotStore, settings: Settings, metrics: SelfMetrics | None = None
+    ) -> ModelStep:
+        """The model's window is ``model.interval``, else the GPU poll interval."""
+        interval = settings.model.interval or settings.interval
+        return cls(store, NodeModel(settings.model), interval, metrics)
+
+    def __call__(self, result: SourceResult) -> None:
+        if result.source not in MODEL_TRIGGERS:
+            return
+        now = time.monotonic()
+        # nvml and a profiling backend both poll each interval: step once per interval.
+        if now - self._last < 0.5 * self.interval:
+            return
+        self._last = now
+        verdicts = self.model.step(self.store.current, self.interval)
+        if self.metrics is not None:  # implausible inputs (MFU above 1, non-finite): counted
+            for reason, count in verdicts.errors.items():
+                self.metrics.errors.labels(self.metrics.node, "model", reason).inc(count)
+        self.store.publish_verdicts(verdicts)
 
 
 class Scheduler:
@@ -45,14 +92,14 @@ class Scheduler:
         self.after_publish = after_publish
         self._tasks: list[asyncio.Task[None]] = []
         self._task_sources: list[Source] = []
-        self._last_state: dict[str, tuple[bool, str]] = {}
+        self._log = OnChange(log)
 
     async def start(self) -> None:
-        """Start every source's loop. The inventory sources (``readiness``) start first and
+        """Start every source's loop. The inventory sources (``starts_first``) start first and
         the others once those have published (or after ``FIRST_POLL_WAIT``), so the kubelet,
         cgroup and profiling-off sources match GPUs at their first poll instead of ten
         seconds later."""
-        first = [s for s in self.sources if s.readiness]
+        first = [s for s in self.sources if s.starts_first]
         started = [asyncio.Event() for _ in first]
         for source, event in zip(first, started, strict=True):
             self._spawn(source, event)
@@ -62,7 +109,7 @@ class Scheduler:
                     asyncio.gather(*(e.wait() for e in started)), FIRST_POLL_WAIT
                 )
         for source in self.sources:
-            if not source.readiness:
+            if not source.starts_first:
                 self._spawn(source, None)
 
     def add(self, source: Source) -> None:
@@ -156,12 +203,12 @@ class Scheduler:
         for reason, count in result.errors.items():
             m.errors.labels(m.node, name, reason).inc(count)
         state = (result.ok, result.reason)
-        if self._last_state.get(name) != state:
-            if result.ok:
-                log.info("source_ok", source=name, duration_seconds=round(duration, 4))
-            else:
-                log.error("source_failed", source=name, reason=result.reason, error=result.error)
-            self._last_state[name] = state
+        if result.ok:
+            self._log(name, state, None, event="source_ok", source=name,
+                      duration_seconds=round(duration, 4))
+        else:
+            self._log(name, state, None, event="source_failed", level="error", source=name,
+                      reason=result.reason, error=result.error)
 
 
 def _with_duration(result: SourceResult, duration: float) -> SourceResult:

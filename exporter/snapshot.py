@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -27,16 +27,17 @@ from exporter.readings import (
     Device,
     GpuState,
     NodeVerdicts,
+    NvmlReading,
     PodAssignments,
     PodJobs,
-    PodUsage,
     ProcessInfo,
+    ProfilingReading,
     ProfilingStatus,
-    ServingState,
-    XidState,
 )
 
 __all__ = ["Device", "ProcessInfo", "Snapshot", "SnapshotStore", "SourceResult"]
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ class SourceResult:
 
     ``ok`` false with ``error`` (a one-line message) and ``reason`` (a short snake_case code)
     means the poll as a whole failed; partial failures (one GPU lost, one metric unsupported)
-    live in the typed readings and are counted in ``errors`` (reason -> count), which feeds
-    ``goodput_exporter_source_errors_total``. Each source fills only the fields of its kind.
+    live in the typed reading and are counted in ``errors`` (reason -> count), which feeds
+    ``goodput_exporter_source_errors_total``. The reading's type says what was read: readers
+    look it up by type (:meth:`Snapshot.get`), so a new kind of source adds no field here.
     """
 
     source: str
@@ -56,15 +58,13 @@ class SourceResult:
     error: str = ""
     reason: str = ""
     errors: Mapping[str, int] = field(default_factory=dict)
-    inventory: tuple[Device, ...] | None = None
-    gpus: Mapping[str, GpuState] | None = None
-    profiling: Mapping[str, ProfilingStatus] | None = None
-    xid: Mapping[str, XidState] | None = None
-    pods: PodAssignments | None = None
-    pod_usage: tuple[PodUsage, ...] | None = None
-    pod_jobs: PodJobs | None = None
-    serving: ServingState | None = None
+    reading: object = None
+    """The source's one typed reading (``exporter/readings.py``), None when it read nothing."""
     availability: tuple[Availability, ...] = ()
+
+    def get(self, kind: type[R]) -> R | None:
+        """The reading if it is a ``kind``."""
+        return self.reading if isinstance(self.reading, kind) else None
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,33 @@ class Snapshot:
     """Backends in order of preference, for choosing one per GPU when several answer."""
 
     # typed views across sources -----------------------------------------------------------
+    def get(self, kind: type[R]) -> R | None:
+        """The first published reading of type ``kind`` (one source owns each kind)."""
+        for result in self.results.values():
+            if isinstance(result.reading, kind):
+                return result.reading
+        return None
+
+    def all(self, kind: type[R]) -> tuple[R, ...]:
+        """Every published reading of type ``kind`` (profiling backends share one kind)."""
+        return tuple(r.reading for r in self.results.values() if isinstance(r.reading, kind))
+
+    def stamp(self, kind: type[object]) -> float | None:
+        """When the reading of type ``kind`` was taken, None before the first."""
+        return next(
+            (r.timestamp for r in self.results.values() if isinstance(r.reading, kind)), None
+        )
+
     @property
     def inventory(self) -> tuple[Device, ...]:
-        """Devices as discovered by whichever source owns discovery (the first that has one)."""
-        for result in self.results.values():
-            if result.inventory is not None:
-                return result.inventory
-        return ()
+        """Devices as discovered by NVML (empty before its first poll)."""
+        reading = self.get(NvmlReading)
+        return () if reading is None else reading.inventory
 
     @property
     def gpu_states(self) -> Mapping[str, GpuState]:
-        for result in self.results.values():
-            if result.gpus is not None:
-                return result.gpus
-        return {}
+        reading = self.get(NvmlReading)
+        return {} if reading is None else reading.gpus
 
     @property
     def processes(self) -> tuple[ProcessInfo, ...]:
@@ -103,11 +116,7 @@ class Snapshot:
     def profiling(self, gpu: str) -> ProfilingStatus | None:
         """The profiling status that speaks for ``gpu``: the first available backend in
         preference order, else the first that said why it is not."""
-        found = [
-            r.profiling[gpu]
-            for r in self.results.values()
-            if r.profiling is not None and gpu in r.profiling
-        ]
+        found = list(self.profiling_rows(gpu))
         if not found:
             return None
         order = {name: i for i, name in enumerate(self.profiling_order)}
@@ -116,18 +125,7 @@ class Snapshot:
 
     def profiling_rows(self, gpu: str) -> tuple[ProfilingStatus, ...]:
         """Every backend's status on ``gpu`` (for the availability family)."""
-        return tuple(
-            r.profiling[gpu]
-            for r in self.results.values()
-            if r.profiling is not None and gpu in r.profiling
-        )
-
-    @property
-    def xid(self) -> Mapping[str, XidState]:
-        for result in self.results.values():
-            if result.xid is not None:
-                return result.xid
-        return {}
+        return tuple(r.gpus[gpu] for r in self.all(ProfilingReading) if gpu in r.gpus)
 
     @property
     def pods(self) -> PodAssignments:
@@ -139,31 +137,8 @@ class Snapshot:
     def pods_known(self) -> PodAssignments | None:
         """The kubelet's assignments joined with the pods' job names, or None until the
         kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""
-        for result in self.results.values():
-            if result.pods is not None:
-                return _with_jobs(result.pods, self.pod_jobs)
-        return None
-
-    @property
-    def pod_jobs(self) -> PodJobs | None:
-        for result in self.results.values():
-            if result.pod_jobs is not None:
-                return result.pod_jobs
-        return None
-
-    @property
-    def pod_usage(self) -> tuple[PodUsage, ...]:
-        for result in self.results.values():
-            if result.pod_usage is not None:
-                return result.pod_usage
-        return ()
-
-    @property
-    def serving(self) -> ServingState:
-        for result in self.results.values():
-            if result.serving is not None:
-                return result.serving
-        return ServingState()
+        pods = self.get(PodAssignments)
+        return None if pods is None else _with_jobs(pods, self.get(PodJobs))
 
     @property
     def availability(self) -> tuple[Availability, ...]:
@@ -178,9 +153,20 @@ class Snapshot:
             "node": self.node_name,
             "version": self.version,
             "ready_reason": self.ready_reason,
-            "sources": {name: _plain(r) for name, r in self.results.items()},
+            "sources": {name: _result_json(r) for name, r in self.results.items()},
             "verdicts": _plain(self.verdicts),
         }
+
+
+def _result_json(result: SourceResult) -> dict[str, Any]:
+    """A result's fields with its reading's fields inline, and the reading's type named."""
+    out: dict[str, Any] = _plain(replace(result, reading=None))
+    reading = result.reading
+    out["reading"] = None if reading is None else type(reading).__name__
+    if reading is not None:
+        plain = _plain(reading)
+        out.update(plain if isinstance(plain, dict) else {"value": plain})
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -238,7 +224,7 @@ class SnapshotStore:
             results[result.source] = result
             reason = old.ready_reason
             if reason and result.source in self._ready_sources:
-                if result.ok and (result.inventory or result.profiling):
+                if result.ok and _has_gpus(result.reading):
                     reason = ""
                 elif not result.ok:
                     reason = f"source {result.source}: {result.error}"
@@ -277,4 +263,11 @@ def _with_jobs(pods: PodAssignments, jobs: PodJobs | None) -> PodAssignments:
     names = jobs.jobs
     return PodAssignments(
         tuple(replace(c, job=names.get((c.namespace, c.pod), c.job)) for c in pods.containers)
+    )
+
+
+def _has_gpus(reading: object) -> bool:
+    """Whether a GPU source's reading lists at least one GPU (what readiness waits for)."""
+    return isinstance(reading, (NvmlReading, ProfilingReading)) and bool(
+        getattr(reading, "inventory", None) or reading.gpus
     )

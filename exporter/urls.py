@@ -20,22 +20,23 @@ class BadUrl(ValueError):
     """A target URL that cannot be scraped; the message names the URL, redacted."""
 
 
-def normalise(url: str) -> str:
+def normalise(url: str, what: str = "serving target") -> str:
     """The URL every spelling of one endpoint shares: scheme and host lower case, default
-    port and fragment dropped, empty path ``/``. Raises :class:`BadUrl`."""
+    port and fragment dropped, empty path ``/``. Raises :class:`BadUrl` naming ``what``.
+    The one check of every scrape URL the settings take."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
         host = parts.hostname
     except ValueError as exc:
-        raise BadUrl(f"serving target {redact(url)!r} is not a valid URL: {exc}") from exc
+        raise BadUrl(f"{what} {redact(url)!r} is not a valid URL: {exc}") from exc
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
-        raise BadUrl(f"serving target {redact(url)!r} is not an http(s) URL")
+        raise BadUrl(f"{what} {redact(url)!r} is not an http(s) URL")
     if not host:
-        raise BadUrl(f"serving target {redact(url)!r} names no host")
+        raise BadUrl(f"{what} {redact(url)!r} names no host")
     if any(c.isspace() for c in url.strip()):
-        raise BadUrl(f"serving target {redact(url)!r} contains white space")
+        raise BadUrl(f"{what} {redact(url)!r} contains white space")
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import Any
+
+
+def finite(value: float | None) -> float | None:
+    """The one NaN rule: a NaN or infinite number was not read, so it is None (never 0,
+    which would be a reading)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def clamp_ratio(value: float | None) -> float | None:
+    """A ratio held to 0..1; not read (None, NaN, infinite) stays None."""
+    value = finite(value)
+    return None if value is None else min(max(value, 0.0), 1.0)
 
 
 class OnChange:

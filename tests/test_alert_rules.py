@@ -201,3 +201,21 @@ def test_thresholds_sit_in_the_alert_expression(rule: dict[str, Any]) -> None:
     for name, value in load().alerts[rule["alert"]].thresholds.items():
         assert re.search(rf"(?<![\w.]){re.escape(f'{value:g}')}(?![\w.])", expr), name
     assert re.search(r"(==|>=|<=|>|<) *[\d.]+", expr), "no comparison with a number"
+
+
+LOOKUP = re.compile(r'printf\s+"([^"]*)"\s+((?:\$labels\.\w+\s*)+)\|\s*query')
+
+
+def test_annotation_lookups_are_scoped_by_cluster() -> None:
+    """Every `query` lookup in an annotation names the alert's own cluster: under a global
+    ruler a lookup by node and GPU alone would quote another cluster's GPU or pods."""
+    lookups = 0
+    for rule in alert_rules():
+        for text in rule["annotations"].values():
+            assert text.count("| query") == len(LOOKUP.findall(text)), rule["alert"]
+            for selector, args in LOOKUP.findall(text):
+                lookups += 1
+                assert "cluster=%q" in selector, (rule["alert"], selector)
+                names = re.findall(r"\w+(?==%q)", selector)
+                assert args.split() == [f"$labels.{n}" for n in names], (rule["alert"], args)
+    assert lookups >= 11

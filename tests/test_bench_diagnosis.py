@@ -1,19 +1,15 @@
-"""bench/diagnosis.py and bench/side_by_side.py without a GPU: their pure helpers, and the
-whole diagnosis pipeline on the simulated daemon with dry-run workloads."""
+"""bench/gpu/diagnosis.py and bench/footprint/side_by_side.py without a GPU: their pure
+helpers, and the whole diagnosis pipeline on the simulated daemon with dry-run workloads."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
-
-import diagnosis  # noqa: E402  (bench/ is a script folder, not a package)
-import side_by_side  # noqa: E402
+from bench.footprint import side_by_side
+from bench.gpu import diagnosis
 
 EXPOSITION = """\
 # TYPE goodput_gpu_utilization_ratio gauge

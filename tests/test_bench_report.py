@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
-
-import gpu_validation as gv  # noqa: E402  (bench/ is a script folder, not a package)
-import report  # noqa: E402
+from bench.gpu import gpu_validation as gv
+from bench.gpu import report
 
 EXPOSITION = """\
 # HELP goodput_gpu_utilization_ratio x
@@ -200,7 +196,7 @@ def test_windows_to_regime_from_the_daemon_log() -> None:
 
 
 def test_windows_are_counted_from_steady_state() -> None:
-    import gpu_validation as gv
+    from bench.gpu import gpu_validation as gv
 
     def sample(t: float, sm: float, regime: str) -> dict:
         return {"t": t, "daemon": {"goodput_gpu_sm_active_ratio": sm,
@@ -227,7 +223,7 @@ goodput_gpu_utilization_ratio{gpu="1",uuid="GPU-b",node="n"} 0.99
 
 
 def test_job_state_reads_job_sizes_and_stragglers() -> None:
-    import analysis
+    from bench.gpu import analysis
 
     assert analysis.job_state(JOBS) == {
         "bench/allreduce-0": {"gpus": 2.0, "stragglers": ["1"]},

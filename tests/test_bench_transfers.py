@@ -1,17 +1,13 @@
-"""bench/transfers.py without a GPU: windows given to phases, the table, and the whole
+"""bench/gpu/transfers.py without a GPU: windows given to phases, the table, and the whole
 pipeline on the simulated daemon with dry-run phases."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
-
-import transfer_workloads  # noqa: E402  (bench/ is a script folder, not a package)
-import transfers  # noqa: E402
+from bench.gpu import transfers
+from bench.gpu.workloads import transfer as transfer_workloads
 
 
 def _row(wall: float, regime: str, util: float, graphics: float) -> dict[str, object]:

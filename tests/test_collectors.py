@@ -14,6 +14,7 @@ from exporter.daemon import build as build_daemon
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import REPO
+from tests.support.typed import gpus_of
 
 ON_FOR = {  # settings that switch a default-off collector on
     "kubelet": {"kubernetes": {"enabled": True}},
@@ -42,8 +43,8 @@ def test_no_collector_flag_removes_its_sources_and_families(name: str) -> None:
     entry = next(c for c in collectors.REGISTRY if c.name == name)
     assert collectors.is_enabled(entry, on_settings)
     assert not collectors.is_enabled(entry, off_settings)
-    on_families = {f.name for _, f in on.exposition._encoder.families()}
-    off_families = {f.name for _, f in off.exposition._encoder.families()}
+    on_families = {f.name for g in on.exposition._encoder.groups for f in g.families}
+    off_families = {f.name for g in off.exposition._encoder.groups for f in g.families}
     mine = {f.name for group in entry.families(on_settings) for f in group.families}
     assert not (mine & off_families)
     assert mine & on_families or not mine
@@ -94,7 +95,7 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
     (off,) = [s for s in daemon.sources if isinstance(s, ProfilingOffSource)]
     off.inventory = lambda: (Device("0", "GPU-0"), Device("1", "GPU-1"))
     result = await off.poll()
-    assert {g: (s.backend, s.available, s.reason) for g, s in (result.profiling or {}).items()} == {
+    assert {g: (s.backend, s.available, s.reason) for g, s in gpus_of(result).items()} == {
         "0": ("none", False, "off"), "1": ("none", False, "off")}
 
 

@@ -186,3 +186,25 @@ def test_listen_port_0_means_a_free_port():
     assert build({"listen": "[::1]:0"}, {}).listen == "[::1]:0"
     with pytest.raises(ValueError):
         parse_listen("127.0.0.1:65536")
+
+
+def test_every_interval_setting_is_finite_and_at_most_an_hour() -> None:
+    """Issue 22: `serving.interval: .inf` polled once and never again. Every setting named
+    like an interval, in every section, has an upper bound of at most an hour."""
+    import annotated_types
+
+    from exporter import config as cfg
+
+    checked = []
+    for model in vars(cfg).values():
+        if not (isinstance(model, type) and issubclass(model, cfg.Section)):
+            continue
+        for name, field in model.model_fields.items():
+            if "interval" not in name:
+                continue
+            bounds = [m for m in field.metadata if isinstance(m, (annotated_types.Le,
+                                                                  annotated_types.Lt))]
+            limit = [getattr(m, "le", getattr(m, "lt", None)) for m in bounds]
+            assert limit and min(limit) <= cfg.MAX_INTERVAL, f"{model.__name__}.{name}"
+            checked.append(name)
+    assert len(checked) >= 6

@@ -10,10 +10,12 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from exporter.readings import NvmlReading
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.profiling.dcgm_exporter import DcgmExporterSource, parse
 from exporter.sources.profiling.select import ProfilingSelector
 from tests.support.profiling import profiling_available, sample_value
+from tests.support.typed import gpus_of
 
 UUID0 = "GPU-0f0e0d0c-aaaa-bbbb-cccc-000000000000"
 UUID1 = "GPU-1f1e1d1c-aaaa-bbbb-cccc-111111111111"
@@ -133,12 +135,12 @@ async def server() -> AsyncIterator[Server]:
 @pytest.fixture
 def store() -> SnapshotStore:
     s = SnapshotStore("n1")
-    s.publish(SourceResult(source="nvml", inventory=(
+    s.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=(
         Device(gpu="0", uuid=UUID0),
         Device(gpu="1", uuid=UUID1),
         Device(gpu="1-2", uuid="MIG-abcd", parent_uuid=UUID1, gpu_instance_id="2",
                compute_instance_id="0"),
-    )))
+    ))))
     return s
 
 
@@ -268,13 +270,13 @@ async def test_auto_mode_only_gpus_nobody_else_serves(server, store) -> None:
     selector = ProfilingSelector(("gpm", "dcgm", "dcgm-exporter"))
     src = await source(store, server.url, selector=selector)
     try:
-        assert not (await src.poll()).profiling
+        assert not gpus_of(await src.poll())
         for gpu in ("0", "1", "1-2"):
             selector.report("gpm", gpu, gpu == "0", "" if gpu == "0" else "unsupported")
             selector.report("dcgm", gpu, False, "not_installed")
         result = await src.poll()
     finally:
         await src.close()
-    assert set(result.profiling or {}) == {"1", "1-2"}
+    assert set(gpus_of(result)) == {"1", "1-2"}
     assert selector.owner("1") == "dcgm-exporter"
     assert selector.owner("1-2") == ""

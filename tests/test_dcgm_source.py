@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.readings import NvmlReading
 from exporter.snapshot import Device, SnapshotStore, SourceResult
 from exporter.sources.profiling.dcgm import DcgmSource, HostEngineAddress
 from exporter.sources.profiling.dcgm_bindings import load_bindings
 from exporter.sources.profiling.select import ProfilingSelector
 from tests.support.profiling import profiling_available, sample_value
+from tests.support.typed import gpus_of
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())  # puts the fake modules on sys.path
@@ -43,10 +45,10 @@ def engine() -> FakeHostEngine:
 @pytest.fixture
 def store() -> SnapshotStore:
     s = SnapshotStore("node1")
-    s.publish(SourceResult(source="nvml", inventory=(
+    s.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=(
         Device(gpu="0", uuid="GPU-AAAA", name="NVIDIA A100"),
         Device(gpu="1", uuid="GPU-bbbb", name="NVIDIA A100"),
-    )))
+    ))))
     return s
 
 
@@ -64,7 +66,7 @@ def make(store: SnapshotStore, clock: Clock, host: str = "localhost:5555", **kw:
 def step(src: DcgmSource, engine: FakeHostEngine, clock: Clock, dt: float = 1.0) -> SourceResult:
     clock.t += dt
     engine.advance(dt)
-    return src.collect()
+    return src.poll_blocking()
 
 
 def value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:
@@ -106,7 +108,7 @@ def test_no_new_dcgm_sample_repeats_without_integrating(engine, store, clock) ->
     src = make(store, clock)
     step(src, engine, clock)
     clock.t += 1
-    again = src.collect()  # engine did not sample again
+    again = src.poll_blocking()  # engine did not sample again
     assert value(again, "0", "goodput_gpu_profiled_seconds_total") == pytest.approx(1.0)
     assert value(again, "0", "goodput_gpu_sm_active_ratio") == pytest.approx(0.8)
 
@@ -277,12 +279,12 @@ def test_connect_v2_unix_socket_and_embedded(engine, store, clock, monkeypatch) 
 def test_auto_mode_polls_only_gpus_gpm_declined(engine, store, clock) -> None:
     selector = ProfilingSelector(("gpm", "dcgm"))
     src = make(store, clock, selector=selector, required=False)
-    assert not step(src, engine, clock).profiling  # GPM has not probed yet: wait
+    assert not gpus_of(step(src, engine, clock))  # GPM has not probed yet: wait
     assert not any(c[0].startswith("dcgmConnect") for c in engine.calls)
     selector.report("gpm", "0", True)
     selector.report("gpm", "1", False, "unsupported")
     result = step(src, engine, clock)
-    assert set(result.profiling or {}) == {"1"}
+    assert set(gpus_of(result)) == {"1"}
     assert selector.owner("1") == "dcgm" and selector.owner("0") == "gpm"
 
 

@@ -36,7 +36,8 @@ def known_names() -> set[str]:
 
 def files() -> list[Path]:
     globs = ("README.md", "docs/**/*.md", "alerts/*.yml", "alerts/tests/*.yml",
-             "dashboards/*.json", "exporter/**/*.py", "mixin/**/*.py", "mixin/*.yaml",
+             "dashboards/*.json", "exporter/**/*.py", "exporter/runbooks/*.md",
+             "mixin/**/*.py", "mixin/*.yaml",
              "helm/**/*.yaml", "helm/**/*.tpl", "helm/**/*.txt", "deploy/**/*")
     found = {p for pattern in globs for p in REPO.glob(pattern) if p.is_file()}
     return sorted(found)

@@ -40,6 +40,7 @@ SIZE = [re.compile(p, re.I) for p in (
     rf"simulated node has {N} (?:H100|GPU)s\b",
     rf"simulated node[^.\n]{{0,40}}\((?:`--simulate`,\s*)?{N} GPUs\b",
     rf"--simulate-gpus N\s+number of simulated GPUs \(default {N}\)",
+    rf"`--simulate-gpus N` \| {N} \|",  # README's settings table
 )]
 # Measurements of their day, with the node size they were taken on.
 HISTORICAL = ("docs/benchmarks.md", "docs/validation/")
@@ -101,6 +102,7 @@ def test_every_statement_of_the_node_size_agrees() -> None:
 def test_the_size_check_sees_a_wrong_number() -> None:
     assert [n for _, n in stated_sizes("on the\nsimulated 8-GPU node")] == [8]
     assert [n for _, n in stated_sizes("eight simulated H100s")] == [8]
+    assert [n for _, n in stated_sizes("| `--simulate-gpus N` | 11 | GPUs |")] == [11]
 
 
 def test_readme_workload_table_is_the_simulated_node() -> None:
@@ -150,6 +152,8 @@ def test_systemd_unit_flags_parse() -> None:
     argv = shlex.split(exec_start[1])
     assert argv[0].endswith("/bin/gpu-goodput-exporter")
     cli.parser().parse_args(argv[1:])
+    # `systemctl reload` is the daemon's SIGHUP reload (issue 22).
+    assert re.search(r"^ExecReload=/bin/kill -HUP \$MAINPID$", unit, re.M)
 
 
 def _rss_figures(text: str) -> list[str]:

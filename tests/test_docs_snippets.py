@@ -115,6 +115,21 @@ def check_prometheus_config(s: ds.Snippet, data: dict[str, Any], tmp: Path) -> N
                 f"{s.where}: scrape job {scrape['job_name']!r} scrapes the exporter, but every "
                 f"recording rule, alert and dashboard selects job=\"{job}\" (selector in "
                 f"mixin/config.yaml): name the job {job!r}")
+            # Panels rate raw counters over Grafana's $__rate_interval (1 m for a data source
+            # at its 15 s default): scraped at Prometheus's default of 1 m they stay empty.
+            interval = scrape.get("scrape_interval") or (data.get("global") or {}).get(
+                "scrape_interval", "1m")
+            assert _seconds(str(interval)) <= 15, (
+                f"{s.where}: the exporter is scraped every {interval}; the dashboards need "
+                f"15 s or less (set scrape_interval: 15s)")
+            assert scrape.get("honor_labels") is True, (
+                f"{s.where}: scrape the exporter with honor_labels: true (its pod labels "
+                f"must win over the target's)")
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration))
 
 
 def check_helm_values(where: str, values: dict[str, Any]) -> None:
@@ -456,7 +471,9 @@ class Block:
         elif prog in ("python", "python3") and cmd.background and len(words) > 2 \
                 and words[1] == "-m" and words[2].startswith(("tests.", "exporter.")):
             self.helper(cmd, words[1:])
-        elif prog in ("python", "python3") and any(w.startswith("bench/") for w in words):
+        elif prog in ("python", "python3") and any(
+            w.startswith(("bench/", "bench.")) for w in words
+        ):
             self.skip(cmd, "a benchmark, run by hand (docs/benchmarks.md)")
         elif prog == "curl":
             self.curl(cmd)
@@ -522,6 +539,10 @@ def test_checks_catch_wrong_snippets(tmp_path: Path) -> None:
                      "    static_configs: [{targets: ['n:9433']}]\n")
     with pytest.raises(AssertionError, match="name the job 'gpu-goodput-exporter'"):
         check_prometheus_config(bad, yaml.safe_load(bad.text), tmp_path)
+    slow = ds.Snippet("x.md", 1, "yaml", "scrape_configs:\n  - job_name: gpu-goodput-exporter\n"
+                      "    honor_labels: true\n    static_configs: [{targets: ['n:9433']}]\n")
+    with pytest.raises(AssertionError, match="scraped every 1m"):
+        check_prometheus_config(slow, yaml.safe_load(slow.text), tmp_path)
     pytest.importorskip("helm_python")
     with pytest.raises(AssertionError, match=r"x\.md:1: the chart refuses"):
         check_helm_values("x.md:1", {"serviceMonitr": {"enabled": True}})

@@ -55,7 +55,7 @@ def exposition(sim, clock, openmetrics: bool = False) -> bytes:
         s.open()
     for _ in range(3):
         for s in sources:
-            store.publish(s.collect())
+            store.publish(s.poll_blocking())
         clock.advance(1.0)
     sources[2].shutdown()
     return encoder.encode(store.current, openmetrics=openmetrics)
@@ -142,11 +142,11 @@ def full_node_exposition(sim, clock, openmetrics: bool) -> str:
         for i in range(1, 6):
             clock.advance(1.0)
             for s in sources:
-                store.publish(s.collect())
-            store.publish(SourceResult(source="kubelet", pods=typed.job("5", "6", "7")))
+                store.publish(s.poll_blocking())
+            store.publish(SourceResult(source="kubelet", reading=typed.job("5", "6", "7")))
             served = {"2": (typed.served(100.0 * i, flops=1e13 * i),)}
             store.publish(
-                SourceResult(source="serving", timestamp=clock(), serving=ServingState(served))
+                SourceResult(source="serving", timestamp=clock(), reading=ServingState(served))
             )
             store.publish_verdicts(model.step(store.current, 1.0))
     finally:

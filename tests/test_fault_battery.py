@@ -8,7 +8,8 @@ SIGTERM in the middle of a request, SIGHUP with a good and a bad new config, sec
 target URL and a malformed static target URL. The hostile engines of issue 22 (model-name
 churn, 1e18/1e308/Inf counters, start-time flapping, duplicate spellings, discovered bad
 URLs, target caps) are in tests/serving/test_trust.py, test_truth.py and the property tests
-of tests/serving/test_accumulate.py.
+of tests/serving/test_accumulate.py; tests/test_daemon_exposition.py drives them through the
+real daemon and checks its /metrics with `promtool check metrics`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from exporter.sim.physics import GpuPhysics
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import REPO
 from tests.support.prometheus import free_port, wait_http
+from tests.support.serving import ThreadEngine, vllm_text
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -194,6 +196,18 @@ def test_sigterm_during_a_request_exits_cleanly() -> None:
     assert b'"event": "stopped"' in out
 
 
+def _refused(args: list[str]) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Start the simulated daemon with ``args``; it must refuse to run (exit 2). Returns the
+    process and the non-blank lines it wrote to stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", *args],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    return proc, [line for line in proc.stderr.splitlines() if line.strip()]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -203,13 +217,7 @@ def test_sigterm_during_a_request_exits_cleanly() -> None:
     ],
 )
 def test_config_errors_are_one_line_naming_the_key(args: list[str], message: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "exporter", "--simulate", *args],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    proc, lines = _refused(args)
     assert len(lines) == 1 or "usage:" in proc.stderr, proc.stderr
     assert message in proc.stderr
 
@@ -236,38 +244,9 @@ def test_busy_port_is_one_line_and_exit_2() -> None:
 # serving trust: reload, bad URLs, secrets, through the real daemon ---------------------------
 
 
-class _Engine:
-    """A vLLM-shaped engine on a loopback thread; ``queries`` records what it was sent."""
-
-    def __init__(self, generation: float) -> None:
-        import http.server
-        import threading
-
-        from tests.support.serving import vllm_text
-
-        engine = self
-        self.queries: list[str] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                engine.queries.append(self.path)
-                body = vllm_text(generation).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def _engine(generation: float) -> ThreadEngine:
+    """A vLLM-shaped engine on a loopback thread serving ``generation`` tokens."""
+    return ThreadEngine(lambda _n: vllm_text(generation))
 
 
 def _get(url: str) -> tuple[str, dict[str, str]]:
@@ -294,7 +273,7 @@ def test_sighup_reloads_targets_and_web_config_and_refuses_a_bad_config(tmp_path
     """New targets start, removed ones stop and their series go, the web config's headers
     change; a config that does not validate is refused with one log line, the running one
     stays, and goodput_exporter_config_last_reload_successful says so."""
-    first, second = _Engine(100.0), _Engine(200.0)
+    first, second = _engine(100.0), _engine(200.0)
     cfg, web_cfg, log = tmp_path / "config.yaml", tmp_path / "web.yaml", tmp_path / "log"
     cfg.write_text(
         f"serving:\n  interval: 0.2\n  targets:\n  - url: {first.url}\n    gpus: ['0']\n"
@@ -349,7 +328,7 @@ def test_sighup_reloads_targets_and_web_config_and_refuses_a_bad_config(tmp_path
 def test_secrets_in_a_target_url_stay_out_of_logs_metrics_and_debug_state(
     tmp_path: Path,
 ) -> None:
-    engine = _Engine(5.0)
+    engine = _engine(5.0)
     secret_url = engine.url.replace("http://", "http://scraper:pw-4711@") + "?token=tok-0815"
     dead = "http://127.0.0.1:1/metrics?token=tok-dead-42"
     port = free_port()
@@ -386,13 +365,7 @@ def test_secrets_in_a_target_url_stay_out_of_logs_metrics_and_debug_state(
     ],
 )
 def test_a_malformed_static_target_is_one_line_and_exit_2(args: list[str], message: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "exporter", "--simulate", *args],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    proc, lines = _refused(args)
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "hunter2" not in proc.stderr
 # === [ops] config edges, HOST:0, login floods (issue 22 items 6 and 8) =====================

@@ -21,10 +21,10 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
 def run(nvml, clock, windows: int, dt: float = 1.0) -> tuple[GpmSource, SourceResult]:
     source = GpmSource(NvmlSession(nvml, "test"), clock=clock)
     source.open()
-    result = source.collect()  # seeds the baseline sample
+    result = source.poll_blocking()  # seeds the baseline sample
     for _ in range(windows):
         clock.advance(dt)
-        result = source.collect()
+        result = source.poll_blocking()
     return source, result
 
 
@@ -54,7 +54,7 @@ def test_short_windows_keep_the_baseline(sim, clock):
     source, first = run(sim, clock, windows=1)
     calls = sim.calls["nvmlGpmMetricsGet"]
     clock.advance(0.1)
-    again = source.collect()
+    again = source.poll_blocking()
     assert sim.calls["nvmlGpmMetricsGet"] == calls, "no window under min_window"
     assert value(again, "2", "goodput_gpu_sm_active_ratio") == value(
         first, "2", "goodput_gpu_sm_active_ratio"
@@ -98,7 +98,7 @@ def test_denied_profiling_is_reported_and_recovers(clock):
         del nvml.gpus[1].fail["nvmlGpmSampleGet"]
         for _ in range(2):
             clock.advance(1.0)
-            result = source.collect()
+            result = source.poll_blocking()
     assert value(result, "1", "goodput_gpu_profiling_available", source="gpm", reason="") == 1.0
     said = [(e["event"], e.get("reason")) for e in logs if e["event"].startswith("gpm_sampling")]
     assert said == [("gpm_sampling_failed", "no_permission"), ("gpm_sampling_ok", None)]
@@ -108,7 +108,7 @@ def test_lost_gpu_keeps_counters_and_other_gpus(sim, clock):
     source, before = run(sim, clock, windows=3)
     total = value(before, "7", "goodput_gpu_sm_active_seconds_total")
     clock.advance(90.0)
-    result = source.collect()
+    result = source.poll_blocking()
     assert value(result, "7", "goodput_gpu_profiling_available", reason="gpu_lost") == 0.0
     assert value(result, "7", "goodput_gpu_sm_active_seconds_total") == total
     assert value(result, "2", "goodput_gpu_sm_active_ratio") > 0.9
@@ -129,7 +129,7 @@ def test_a_gpu_that_fails_every_poll_leaks_no_sample(sim, clock):
     clock.advance(90.0)  # GPU 7 is lost from here on
     for _ in range(50):
         clock.advance(1.0)
-        source.collect()
+        source.poll_blocking()
     assert len(sim._samples) <= len(sim.gpus)
     source.shutdown()
     assert len(sim._samples) == 0

@@ -32,7 +32,7 @@ def mig_node(clock: ManualClock):  # type: ignore[no-untyped-def]
 
 
 def identity(result: SourceResult, gpu: str) -> dict[str, str]:
-    device = {d.gpu: d for d in result.inventory or ()}[gpu]
+    device = {d.gpu: d for d in result.reading.inventory or ()}[gpu]
     ((values, _),) = IDENTITY.families[0].rows(device)
     return dict(zip(IDENTITY.families[0].labels, values, strict=True))
 
@@ -42,10 +42,10 @@ def test_instances_carry_the_profile_from_their_nvml_name(clock: ManualClock) ->
     source = NvmlSource(session, clock=clock)
     source.open()
     try:
-        result = source.collect()
+        result = source.poll_blocking()
     finally:
         source.shutdown()
-    gpus = {d.gpu: d for d in result.inventory or ()}
+    gpus = {d.gpu: d for d in result.reading.inventory or ()}
     assert set(gpus) == {"0", *SLICES}
     assert gpus["0"].mig_profile == "" and not gpus["0"].is_mig
     for gpu, profile in SLICES.items():
@@ -70,10 +70,10 @@ def run(clock: ManualClock, steps: int) -> NodeVerdicts:
         for i in range(1, steps + 1):
             clock.advance(1.0)
             for source in sources:
-                store.publish(source.collect())
+                store.publish(source.poll_blocking())
             models = {gpu: (served(1000.0 * i, flops=ENGINE_FLOPS * i),) for gpu in SLICES}
             store.publish(
-                SourceResult(source="serving", timestamp=clock(), serving=ServingState(gpus=models))
+                SourceResult(source="serving", timestamp=clock(), reading=ServingState(gpus=models))
             )
             verdicts = model.step(store.current, 1.0)
             store.publish_verdicts(verdicts)

@@ -21,8 +21,10 @@ from exporter.readings import (
     GpuState,
     GpuVerdict,
     NodeVerdicts,
+    NvmlReading,
     PodAssignments,
     PodJobs,
+    ProfilingReading,
     ProfilingStatus,
     ProfilingWindow,
     ServedModel,
@@ -81,7 +83,7 @@ class Node:
         if not self.devices:
             self.devices = tuple(Device(g, f"GPU-{g}", H100) for g in self.gpus)
         if self.pods is not None:
-            self.store.publish(SourceResult(source="kubelet", pods=self.pods))
+            self.store.publish(SourceResult(source="kubelet", reading=self.pods))
 
     def step(
         self,
@@ -102,8 +104,8 @@ class Node:
                          energy_joules=self.energy, memory_used_bytes=70e9,
                          memory_total_bytes=80e9, process_count=1)
         self.store.publish(SourceResult(source="nvml", timestamp=self.t,
-                                        inventory=self.devices,
-                                        gpus={d.gpu: state for d in self.devices}))
+                                        reading=NvmlReading(self.devices, {
+                                            d.gpu: state for d in self.devices})))
         if move:
             self.sequence += 1
         profiling = {
@@ -111,7 +113,8 @@ class Node:
                                  sequence=self.sequence)
             for gpu, w in windows.items()
         }
-        self.store.publish(SourceResult(source="gpm", timestamp=self.t, profiling=profiling))
+        self.store.publish(SourceResult(source="gpm", timestamp=self.t,
+                                        reading=ProfilingReading(profiling)))
         if tokens_per_second is not None:
             self.tokens += tokens_per_second
             if flops_per_second is not None:
@@ -124,7 +127,7 @@ class Node:
             )
             self.store.publish(SourceResult(
                 source="serving", timestamp=self.t,
-                serving=ServingState(gpus={d.gpu: (served,) for d in self.devices})))
+                reading=ServingState(gpus={d.gpu: (served,) for d in self.devices})))
         self.clock.now += 1.0
         verdicts = self.model.step(self.store.current, 1.0)
         self.store.publish_verdicts(verdicts)
@@ -205,7 +208,7 @@ def test_non_finite_input_is_an_error_not_a_nan() -> None:
     node = Node()
     node.run(3, GEMM)
     bad = GpuState(utilization=math.nan, power_watts=500.0)
-    node.store.publish(SourceResult(source="nvml", inventory=node.devices, gpus={"0": bad}))
+    node.store.publish(SourceResult(source="nvml", reading=NvmlReading(node.devices, {"0": bad})))
     verdicts = node.model.step(node.store.current, 1.0)
     assert verdicts.errors["non_finite_input"] == 1
     v = one(verdicts)
@@ -263,7 +266,7 @@ def test_two_pods_of_one_job_are_one_job() -> None:
     the straggler is found across the two pods' GPUs, named by the job."""
     pods = PodAssignments(job("0", pod="train-0").containers + job("1", pod="train-1").containers)
     node = Node(gpus=("0", "1"), pods=pods)
-    node.store.publish(SourceResult(source="pod_labels", pod_jobs=PodJobs(
+    node.store.publish(SourceResult(source="pod_labels", reading=PodJobs(
         {("ml", "train-0"): "train", ("ml", "train-1"): "train"})))
     verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
     (j,) = verdicts.jobs

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from exporter.config import ModelConfig
 from exporter.model.core import REGIMES, GpuModel, ModelRates, Window, assess
 from exporter.model.flops import PEAK_DENSE_FLOPS, peak_flops
+from tests.support.typed import evaluate
 
 CFG = ModelConfig(model_parameters={"m": 7e9, "zero": 0.0})
 
@@ -84,7 +85,7 @@ def test_more_tokens_never_lower_the_score(w: Window, low: float, extra: float) 
 def test_debounced_verdict_always_one_regime(ws: list[Window]) -> None:
     model = GpuModel(CFG)
     for w in ws:
-        v = model.evaluate(w)
+        v = evaluate(model, w)
         assert v.regime in REGIMES
         if v.window.regime == "unknown" and not v.window.busy_no_output:
             assert not v.busy_unproductive

@@ -20,6 +20,7 @@ from exporter.model.core import (
     Window,
     assess,
 )
+from tests.support.typed import evaluate
 
 CFG = ModelConfig(model_parameters={"llama-8b": 8e9})
 H100 = "NVIDIA H100 80GB HBM3"
@@ -368,7 +369,7 @@ SERVING_BURST = prof(
 
 
 def run(model: GpuModel, windows: list[Window]) -> list[str]:
-    return [model.evaluate(w).regime for w in windows]
+    return [evaluate(model, w).regime for w in windows]
 
 
 def test_enter_after_n_windows() -> None:
@@ -390,7 +391,7 @@ def test_conclusive_window_ends_a_quiet_spell_at_once() -> None:
 
 def test_regime_seconds_follow_every_window_but_the_state_is_debounced() -> None:
     m = GpuModel(CFG)
-    verdicts = [m.evaluate(w) for w in [IDLE_W, IDLE_W, IDLE_W, TINY, IDLE_W]]
+    verdicts = [evaluate(m, w) for w in [IDLE_W, IDLE_W, IDLE_W, TINY, IDLE_W]]
     assert [v.window.regime for v in verdicts][-2:] == [LAUNCH_BOUND, IDLE]
     assert verdicts[-2].regime == IDLE
 
@@ -416,10 +417,10 @@ def test_unknown_entered_at_once() -> None:
 
 def test_flag_debounced_and_forced_off_when_unusable() -> None:
     m = GpuModel(CFG)
-    flags = [m.evaluate(w).hollow_busy for w in [TINY] * 4]
+    flags = [evaluate(m, w).hollow_busy for w in [TINY] * 4]
     assert flags == [False, False, True, True]
-    assert m.evaluate(GEMM).hollow_busy  # one healthy window does not clear it (leave=2)
-    assert not m.evaluate(GEMM).hollow_busy
+    assert evaluate(m, GEMM).hollow_busy  # one healthy window does not clear it (leave=2)
+    assert not evaluate(m, GEMM).hollow_busy
     run(m, [TINY] * 3)
-    v = m.evaluate(BROKEN)
+    v = evaluate(m, BROKEN)
     assert v.regime == UNKNOWN and not v.busy_unproductive

@@ -61,7 +61,7 @@ def run_node(seconds: int) -> list[NodeVerdicts]:
         for _ in range(seconds):
             clock.now += 1.0
             for source in sources:
-                store.publish(source.collect())
+                store.publish(source.poll_blocking())
             verdicts = model.step(store.current, 1.0)
             store.publish_verdicts(verdicts)
             out.append(verdicts)

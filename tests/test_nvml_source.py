@@ -12,14 +12,15 @@ from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml import FAMILIES, IDENTITY, NvmlSource
 from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from tests.conftest import ManualClock, make_node
+from tests.support.typed import gpus_of
 
 
 def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | None:
     """What /metrics would show for ``gpu``: the typed reading through the declared family
     (optional families included)."""
     readings = {
-        id(FAMILIES): (result.gpus or {}).get(gpu),
-        id(IDENTITY): {d.gpu: d for d in result.inventory or ()}.get(gpu),
+        id(FAMILIES): gpus_of(result).get(gpu),
+        id(IDENTITY): {d.gpu: d for d in result.reading.inventory or ()}.get(gpu),
     }
     for group in (FAMILIES, IDENTITY):
         reading = readings[id(group)]
@@ -33,23 +34,23 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
 
 
 def processes(result: SourceResult) -> list[ProcessInfo]:
-    return [p for state in (result.gpus or {}).values() for p in state.processes]
+    return [p for state in gpus_of(result).values() for p in state.processes]
 
 
 def poll(nvml, clock: ManualClock, steps: int = 2, dt: float = 1.0) -> SourceResult:
     source = NvmlSource(NvmlSession(nvml, "test"), clock=clock)
     source.open()
-    result = source.collect()
+    result = source.poll_blocking()
     for _ in range(steps - 1):
         clock.advance(dt)
-        result = source.collect()
+        result = source.poll_blocking()
     return result
 
 
 def test_healthy_node_reports_every_gpu(sim, clock):
     result = poll(sim, clock)
     assert result.ok
-    assert [d.gpu for d in result.inventory] == [str(i) for i in range(8)]
+    assert [d.gpu for d in result.reading.inventory] == [str(i) for i in range(8)]
     for gpu in map(str, range(8)):
         assert value(result, gpu, "goodput_gpu_up") == 1.0
         assert value(result, gpu, "goodput_gpu_memory_total_bytes") == 80 * 1024**3
@@ -68,10 +69,10 @@ def test_healthy_node_reports_every_gpu(sim, clock):
 def test_energy_counter_integrates_power(sim, clock):
     source = NvmlSource(NvmlSession(sim, "test"), clock=clock)
     source.open()
-    first = source.collect()
+    first = source.poll_blocking()
     for _ in range(4):  # the energy counter is re-read on the 5th poll
         clock.advance(2.5)
-        second = source.collect()
+        second = source.poll_blocking()
     joules = value(second, "2", "goodput_gpu_energy_joules_total") - value(
         first, "2", "goodput_gpu_energy_joules_total"
     )
@@ -108,11 +109,11 @@ def test_error_on_one_gpu_leaves_the_others_up(sim, clock):
 def test_lost_gpu_is_marked_lost_never_a_crash(sim, clock):
     source = NvmlSource(NvmlSession(sim, "test"), clock=clock)
     source.open()
-    assert value(source.collect(), "7", "goodput_gpu_up") == 1.0
+    assert value(source.poll_blocking(), "7", "goodput_gpu_up") == 1.0
     clock.advance(91.0)
     with capture_logs() as logs:
         for _ in range(3):  # keeps polling a lost GPU without crashing
-            result = source.collect()
+            result = source.poll_blocking()
             clock.advance(1.0)
     assert result.ok
     assert value(result, "7", "goodput_gpu_up", reason="gpu_lost") == 0.0
@@ -143,10 +144,10 @@ def test_transient_process_list_error_skips_one_poll_not_forever(sim, clock):
     with capture_logs() as logs:
         for _ in range(3):
             clock.advance(1.0)
-            failed = source.collect()
+            failed = source.poll_blocking()
         del sim.gpus[1].fail["nvmlDeviceGetComputeRunningProcesses"]
         clock.advance(1.0)
-        back = source.collect()
+        back = source.poll_blocking()
     assert value(failed, "1", "goodput_gpu_processes") is None  # not read: no series, not 0
     assert value(failed, "1", "goodput_gpu_up") == 1.0
     assert value(back, "1", "goodput_gpu_processes") == 1.0  # attribution comes back
@@ -177,7 +178,7 @@ def test_mig_instances_are_discovered_with_their_identity(clock):
         FakeMig(2, 0, "MIG-bbbb", 20 * 1024**3, 0),
     ]
     result = poll(nvml, clock, steps=1)
-    gpus = {d.gpu: d for d in result.inventory}
+    gpus = {d.gpu: d for d in result.reading.inventory}
     assert set(gpus) == {"0", "0-1", "0-2"}
     assert gpus["0-1"].uuid == "MIG-aaaa" and gpus["0-1"].parent_uuid == nvml.gpus[0].uuid
     assert value(result, "0-1", "goodput_gpu_memory_used_bytes") == 5 * 1024**3
@@ -205,11 +206,11 @@ def test_source_reports_nvml_unavailable_and_recovers(clock):
     nvml = make_node(clock, ["compute_gemm"])
     nvml.library_present = False
     source = NvmlSource(NvmlSession(nvml, "test"), clock=clock)
-    failed = source.collect()
+    failed = source.poll_blocking()
     assert not failed.ok and failed.reason == "nvml_unavailable"
     assert "NVML Shared Library Not Found" in failed.error
     nvml.library_present = True  # e.g. the driver finished loading
-    assert source.collect().ok
+    assert source.poll_blocking().ok
     source.shutdown()
     assert nvml.initialized == 0
 

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import collectors
 from exporter.config import Settings
 from exporter.metrics.encode import Encoder
-from exporter.readings import ContainerGpus, Device, GpuState, PodAssignments
+from exporter.readings import ContainerGpus, Device, GpuState, NvmlReading, PodAssignments
 from exporter.snapshot import SnapshotStore, SourceResult
 
 SHARED = PodAssignments((
@@ -21,8 +21,8 @@ def exposition(pod_labels: tuple[str, str, str] | None) -> list[tuple[str, dict[
     store = SnapshotStore("n")
     devices = (Device("0", "GPU-0"), Device("1", "GPU-1"))
     states = {"0": GpuState(power_watts=300.0), "1": GpuState(power_watts=100.0)}
-    store.publish(SourceResult(source="nvml", inventory=devices, gpus=states))
-    store.publish(SourceResult(source="kubelet", pods=SHARED))
+    store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=devices, gpus=states)))
+    store.publish(SourceResult(source="kubelet", reading=SHARED))
     settings = Settings(simulate=True, kubernetes={"enabled": True})
     encoder = Encoder(collectors.families(collectors.REGISTRY, settings), pod_labels=pod_labels)
     text = encoder.encode(store.current).decode()

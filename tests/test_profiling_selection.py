@@ -19,6 +19,7 @@ from exporter.sources.profiling.dcgm_bindings import load_bindings
 from exporter.sources.profiling.families import AVAILABILITY
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.profiling.select import ProfilingSelector
+from tests.support.typed import gpus_of
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")
 load_bindings(FAKE_DIR, search_paths=())
@@ -64,7 +65,7 @@ def _inventory() -> tuple[Device, ...]:
 
 def _rows(result: SourceResult, gpu: str) -> list[tuple[str, float, dict[str, str]]]:
     """goodput_gpu_profiling_available as /metrics shows it for this backend's status."""
-    status = (result.profiling or {}).get(gpu)
+    status = gpus_of(result).get(gpu)
     if status is None:
         return []
     fam = AVAILABILITY.families[0]
@@ -127,17 +128,17 @@ def test_mixed_node_gpm_on_hopper_dcgm_on_ampere() -> None:
     dcgm = DcgmSource(_inventory, bindings_path=FAKE_DIR, selector=selector,
                       loader=lambda p: load_bindings(p, search_paths=()))
     with capture_logs() as logs:
-        g1 = gpm.collect()
-        d1 = dcgm.collect()
+        g1 = gpm.poll_blocking()
+        d1 = dcgm.poll_blocking()
         fake_dcgm_engine.ENGINE.advance()
-        g2 = gpm.collect()
-        d2 = dcgm.collect()
+        g2 = gpm.poll_blocking()
+        d2 = dcgm.poll_blocking()
     assert _rows(g1, "1") == [("goodput_gpu_profiling_available", 0.0,
                                {"source": "gpm", "reason": "unsupported"})]
-    assert set(d1.profiling or {}) == {"1"}  # DCGM never touches the H100
+    assert set(gpus_of(d1)) == {"1"}  # DCGM never touches the H100
     assert _rows(d2, "1") == [("goodput_gpu_profiling_available", 1.0,
                                {"source": "dcgm", "reason": ""})]
-    assert "1" not in (g2.profiling or {})  # GPM steps aside once DCGM serves GPU 1
+    assert "1" not in gpus_of(g2)  # GPM steps aside once DCGM serves GPU 1
     assert selector.owner("0") == "gpm" and selector.owner("1") == "dcgm"
     chosen = [e for e in logs if e["event"] == "profiling_source_selected"]
     assert [(e["gpu"], e["source"]) for e in chosen] == [("0", "gpm"), ("1", "dcgm")]

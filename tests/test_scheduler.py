@@ -51,7 +51,7 @@ class Wedged(BlockingSource):
         self.release = threading.Event()
         self.entered = threading.Event()
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         self.entered.set()
         self.release.wait(30)
         return SourceResult(source=self.name)

@@ -15,7 +15,7 @@ from exporter.config import build as build_settings
 from exporter.daemon import build
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
-from exporter.readings import Device, GpuState
+from exporter.readings import Device, GpuState, NvmlReading
 from exporter.server import build_app
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml_session import NvmlSession
@@ -110,7 +110,7 @@ async def test_not_ready_with_reason_until_a_gpu_poll_succeeds():
             )
         )
         assert "NVML init failed" in await (await client.get("/readyz")).text()
-        store.publish(SourceResult(source="nvml", inventory=(Device("0", "GPU-x"),)))
+        store.publish(SourceResult(source="nvml", reading=NvmlReading((Device("0", "GPU-x"),))))
         assert (await client.get("/readyz")).status == 200
     finally:
         await client.close()
@@ -130,8 +130,8 @@ async def test_concurrent_scrapes_during_publishes_are_always_complete():
         while not stop.is_set():
             n += 1
             state = GpuState(utilization=(n % 100) / 100, power_watts=float(n))
-            store.publish(SourceResult(source="nvml", inventory=devices,
-                                       gpus={d.gpu: state for d in devices}))
+            reading = NvmlReading(devices, {d.gpu: state for d in devices})
+            store.publish(SourceResult(source="nvml", reading=reading))
             await asyncio.sleep(0)
         return n
 
@@ -187,8 +187,8 @@ async def test_every_variant_is_complete_and_parseable_while_publishing():
         while not stop.is_set():
             n += 1
             state = GpuState(power_watts=float(n), energy_joules=float(n * 10))
-            store.publish(SourceResult(source="nvml", inventory=devices,
-                                       gpus={d.gpu: state for d in devices}))
+            reading = NvmlReading(devices, {d.gpu: state for d in devices})
+            store.publish(SourceResult(source="nvml", reading=reading))
             await asyncio.sleep(0)
         return n
 

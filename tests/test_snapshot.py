@@ -13,6 +13,8 @@ from exporter.readings import (
     GpuState,
     GpuVerdict,
     NodeVerdicts,
+    NvmlReading,
+    ProfilingReading,
     ProfilingStatus,
     ProfilingWindow,
 )
@@ -23,7 +25,7 @@ DEVICES = (Device("0", "GPU-0"), Device("1", "GPU-1"))
 
 def test_publish_swaps_and_shares_the_other_results() -> None:
     store = SnapshotStore("n")
-    nvml = SourceResult(source="nvml", inventory=DEVICES, gpus={"0": GpuState()})
+    nvml = SourceResult(source="nvml", reading=NvmlReading(DEVICES, {"0": GpuState()}))
     first = store.publish(nvml)
     second = store.publish(SourceResult(source="xid"))
     assert second.version == first.version + 1
@@ -34,7 +36,7 @@ def test_publish_swaps_and_shares_the_other_results() -> None:
 
 def test_verdicts_land_in_the_next_snapshot_only() -> None:
     store = SnapshotStore("n")
-    before = store.publish(SourceResult(source="nvml", inventory=DEVICES))
+    before = store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES)))
     verdicts = NodeVerdicts(gpus={"0": GpuVerdict("idle", "idle")})
     after = store.publish_verdicts(verdicts)
     assert before.verdicts.gpus == {} and after.verdicts is verdicts
@@ -48,21 +50,21 @@ def test_readiness_waits_for_an_inventory_and_says_why() -> None:
     assert "NVML init failed" in store.current.ready_reason
     store.publish(SourceResult(source="xid"))  # not a readiness source
     assert store.current.ready_reason
-    store.publish(SourceResult(source="nvml", inventory=DEVICES))
+    store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES)))
     assert store.current.ready_reason == ""
 
 
 def test_profiling_view_prefers_the_available_backend_in_order() -> None:
     store = SnapshotStore("n", profiling_order=("gpm", "dcgm"))
     window = ProfilingWindow(1.0, sm_active=0.5)
-    store.publish(SourceResult(source="gpm", profiling={
+    store.publish(SourceResult(source="gpm", reading=ProfilingReading({
         "0": ProfilingStatus("gpm", False, "unsupported"),
         "1": ProfilingStatus("gpm", True, window=window),
-    }))
-    store.publish(SourceResult(source="dcgm", profiling={
+    })))
+    store.publish(SourceResult(source="dcgm", reading=ProfilingReading({
         "0": ProfilingStatus("dcgm", True, window=window),
         "1": ProfilingStatus("dcgm", True, window=window),
-    }))
+    })))
     snap = store.current
     assert snap.profiling("0").backend == "dcgm"  # the one that works
     assert snap.profiling("1").backend == "gpm"  # both work: preference order
@@ -80,7 +82,7 @@ def test_a_raising_listener_is_logged_and_the_others_still_told() -> None:
     store.subscribe(broken)
     store.subscribe(seen.append)
     with capture_logs() as logs:
-        snap = store.publish(SourceResult(source="nvml", inventory=DEVICES))
+        snap = store.publish(SourceResult(source="nvml", reading=NvmlReading(inventory=DEVICES)))
     assert seen == [snap] and store.current is snap
     assert [e["event"] for e in logs] == ["snapshot_listener_failed"]
 
@@ -106,7 +108,7 @@ def test_debug_json_is_plain() -> None:
     import json
 
     store = SnapshotStore("n")
-    store.publish(SourceResult(source="nvml", inventory=DEVICES, gpus={"0": GpuState()}))
+    store.publish(SourceResult(source="nvml", reading=NvmlReading(DEVICES, {"0": GpuState()})))
     doc = json.loads(json.dumps(store.current.to_json()))
     assert doc["sources"]["nvml"]["inventory"][1]["uuid"] == "GPU-1"
 
@@ -123,7 +125,8 @@ def test_results_and_verdicts_racing_lose_neither_and_readers_see_a_growing_vers
 
     def results() -> None:
         for i in range(rounds):
-            store.publish(SourceResult(source="nvml", inventory=DEVICES, timestamp=float(i)))
+            reading = NvmlReading(inventory=DEVICES)
+            store.publish(SourceResult(source="nvml", reading=reading, timestamp=float(i)))
 
     def verdicts() -> None:
         for i in range(rounds):

@@ -62,14 +62,6 @@ class Encoder:
         self._prefix: dict[tuple[str, str, tuple[str, ...]], str] = {}
         self._headers: dict[tuple[str, bool], str] = {}
 
-    def families(self) -> list[tuple[Group, Family[object]]]:
-        return [
-            (group, fam)
-            for group in self.groups
-            for fam in group.families
-            if fam.default or self.include_optional
-        ]
-
     def encode(self, snap: Snapshot, openmetrics: bool = False) -> bytes:
         node = snap.node_name
         out: list[str] = []

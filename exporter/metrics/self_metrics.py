@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class SelfMetrics:
     """Instruments for the scheduler; one instance per registry."""
 
     def __init__(self, registry: CollectorRegistry, node: str) -> None:
+        # Counters' _created series double the series of every counter for a value
+        # Prometheus does not use (it has its own reset detection): off, process-wide.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         f = BUILD_INFO
         self.build_info = Gauge(f.name, f.help, f.labels, registry=registry)
         f = POLL_DURATION

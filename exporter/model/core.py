@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from exporter.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.hysteresis import Hysteresis
+from exporter.util import clamp_ratio as _ratio
+from exporter.util import finite as _finite
 
 IDLE = "idle"
 ALLOCATED_IDLE = "allocated_idle"
@@ -129,18 +131,6 @@ class Verdict:
 
 
 # helpers -------------------------------------------------------------------------------------
-def _finite(value: float | None) -> float | None:
-    """Inputs that are NaN or infinite are treated as not read."""
-    if value is None or not math.isfinite(value):
-        return None
-    return value
-
-
-def _ratio(value: float | None) -> float | None:
-    value = _finite(value)
-    return None if value is None else min(max(value, 0.0), 1.0)
-
-
 def _clean(w: Window) -> Window:
     """A copy of ``w`` with every ratio clamped to 0..1 and every non-finite number dropped."""
     from dataclasses import replace
@@ -514,9 +504,6 @@ class GpuModel:
             reason: Hysteresis(False, cfg.enter_windows, cfg.leave_windows, enter_for={False: 1})
             for reason in UNPRODUCTIVE_REASONS
         }
-
-    def evaluate(self, window: Window) -> Verdict:
-        return self.debounce(assess(window, self.cfg))
 
     def debounce(self, a: Assessment) -> Verdict:
         """Feed one window's assessment (possibly adjusted by the node step) through the

@@ -28,7 +28,7 @@ from exporter.model.core import (
     Window,
     assess,
 )
-from exporter.model.readings import WindowBuilder
+from exporter.model.windows import WindowBuilder
 from exporter.readings import GpuVerdict, JobVerdict, NodeVerdicts
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange

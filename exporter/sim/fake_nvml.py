@@ -22,9 +22,9 @@ from typing import Any
 
 import pynvml as _real
 
-from exporter.sim.physics import RATIO_FIELDS, GpuPhysics, GpuSpec, Pattern
 from exporter.sim.physics import THROTTLE_HW_THERMAL as _HW_THERM
 from exporter.sim.physics import THROTTLE_SW_THERMAL as _SW_THERM
+from exporter.sim.physics import GpuPhysics, GpuSpec, Pattern
 
 NVMLError = _real.NVMLError
 
@@ -536,10 +536,6 @@ class _EventData:
 
 def _address(sample: Any) -> int:
     return ctypes.cast(sample, ctypes.c_void_p).value or 0
-
-
-def ratios_fields() -> tuple[str, ...]:
-    return RATIO_FIELDS
 
 
 def simulated_node(

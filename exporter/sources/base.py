@@ -18,8 +18,9 @@ class Source(abc.ABC):
 
     name: str = "source"
     interval: float = 1.0
-    #: Whether a successful poll of this source makes the daemon ready (GPU sources do).
-    readiness: bool = False
+    #: Lists the GPUs others match against (NVML): started first, so the rest see an inventory
+    #: at their first poll.
+    starts_first: bool = False
 
     async def start(self) -> None:
         """Acquire resources (open libraries, register events). Errors here are reported
@@ -48,7 +49,7 @@ class BlockingSource(Source):
         await asyncio.get_running_loop().run_in_executor(self._executor, self.open)
 
     async def poll(self) -> SourceResult:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.collect)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.poll_blocking)
 
     async def close(self) -> None:
         try:
@@ -60,7 +61,8 @@ class BlockingSource(Source):
         """Blocking part of :meth:`start`."""
 
     @abc.abstractmethod
-    def collect(self) -> SourceResult: ...
+    def poll_blocking(self) -> SourceResult:
+        """Blocking part of :meth:`poll` (one verb for a source's act: poll)."""
 
     def shutdown(self) -> None:
         """Blocking part of :meth:`close`."""

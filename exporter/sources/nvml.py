@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
-from exporter.readings import Device, GpuState, ProcessInfo
+from exporter.readings import Device, GpuState, NvmlReading, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
@@ -57,7 +57,7 @@ class NvmlSource(SessionSource):
     """Polls plain NVML for every device of the session."""
 
     name = SOURCE
-    readiness = True
+    starts_first = True
 
     def __init__(
         self,
@@ -92,7 +92,7 @@ class NvmlSource(SessionSource):
         self._polls = 0
         self._cached: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         now = self.clock()
         elapsed = 0.0 if self._last_poll is None else now - self._last_poll
         self._last_poll = now
@@ -107,8 +107,7 @@ class NvmlSource(SessionSource):
                 errors[reason] = errors.get(reason, 0) + 1
         return SourceResult(
             source=SOURCE,
-            gpus=states,
-            inventory=tuple(dh.device for dh in self.session.devices),
+            reading=NvmlReading(tuple(dh.device for dh in self.session.devices), states),
             errors=errors,
         )
 

@@ -204,7 +204,7 @@ class SessionSource(BlockingSource):
 
     It opens the session on its first poll (and keeps trying on later polls while NVML cannot
     be initialised, reporting ``nvml_unavailable``), and releases it on shutdown. Subclasses
-    implement :meth:`read` and may extend :meth:`open` / :meth:`shutdown`.
+    implement :meth:`poll_session` and may extend :meth:`open` / :meth:`shutdown`.
     """
 
     def __init__(self, session: NvmlSession, interval: float = 1.0) -> None:
@@ -222,7 +222,7 @@ class SessionSource(BlockingSource):
             self.session.close()
             self._opened = False
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         if not self._opened:
             try:
                 self.open()
@@ -230,7 +230,7 @@ class SessionSource(BlockingSource):
                 return SourceResult(
                     source=self.name, ok=False, reason="nvml_unavailable", error=str(exc)
                 )
-        return self.read()
+        return self.poll_session()
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         raise NotImplementedError

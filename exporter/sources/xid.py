@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from exporter.metrics.families import GpuFamilies, by_label, gauge
-from exporter.readings import XidState
+from exporter.readings import XidReading, XidState
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import NvmlSession, SessionSource, error_reason
 
@@ -24,6 +25,7 @@ log = structlog.get_logger("xid")
 
 SOURCE = "xid"
 WAIT_MS = 1000
+
 
 def _handle_key(handle: Any) -> int:
     try:
@@ -96,18 +98,16 @@ class XidSource(SessionSource):
                 self._last[gpu] = xid
             log.error("xid_event", gpu=gpu, xid=xid)
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         with self._lock:
             if self._error and self._thread is None:
                 return SourceResult(source=SOURCE, ok=False, reason=self._reason, error=self._error)
             states = {
-                gpu: XidState(
-                    counts=tuple(sorted(counts.items())), last=self._last.get(gpu, 0)
-                )
+                gpu: XidState(counts=tuple(sorted(counts.items())), last=self._last.get(gpu, 0))
                 for gpu, counts in self._counts.items()
                 if gpu
             }
-        return SourceResult(source=SOURCE, xid=states)
+        return SourceResult(source=SOURCE, reading=XidReading(states))
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -120,9 +120,13 @@ class XidSource(SessionSource):
         super().shutdown()
 
 
+def _states(reading: XidReading | None) -> Mapping[str, XidState]:
+    return {} if reading is None else reading.gpus
+
+
 FAMILIES = GpuFamilies[XidState](
     SOURCE,
-    lambda snap: snap.xid,
+    lambda snap: _states(snap.get(XidReading)),
     (
         by_label(
             "goodput_gpu_xid_errors_total",

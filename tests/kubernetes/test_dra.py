@@ -101,7 +101,7 @@ async def test_dra_whole_gpus_uuid_cdi_and_shared_claims(
     result = await src.poll()
     await src.close()
     assert result.ok and result.errors == {}
-    assert entries(result.pods) == {
+    assert entries(result.reading) == {
         ("ml", "train-0", "main", DRIVER, ("0", "1")),
         ("ml", "uuid-named", "main", DRIVER, ("2",)),
         ("infer", "a", "srv", DRIVER, ("3",)),
@@ -109,8 +109,8 @@ async def test_dra_whole_gpus_uuid_cdi_and_shared_claims(
         ("ml", "mig", "main", DRIVER, ("4-2",)),
         ("net", "nic", "c", "nvidia.com/gpu", ("3",)),
     }
-    assert result.pods is not None
-    assert result.pods.holders("3") == (
+    assert result.reading is not None
+    assert result.reading.holders("3") == (
         ("infer", "a", "srv"),
         ("infer", "b", "srv"),
         ("net", "nic", "c"),
@@ -146,9 +146,9 @@ async def test_unknown_dra_devices_are_counted(kubelet: tuple[KubeletStandIn, st
     ]
     result = await source(path).poll()
     assert result.errors == {"unmatched_device": 2}
-    assert entries(result.pods) == {("ml", "p", "main", DRIVER, ())}
+    assert entries(result.reading) == {("ml", "p", "main", DRIVER, ())}
     extra = await source(path, dra_drivers=["example.com/*"]).poll()
-    assert ("ml", "p", "main", "example.com/gpu", ()) in entries(extra.pods)
+    assert ("ml", "p", "main", "example.com/gpu", ()) in entries(extra.reading)
 
 
 def test_dra_names() -> None:

@@ -34,8 +34,8 @@ def source(
 
 
 def holders(result: SourceResult, gpu: str) -> tuple[tuple[str, str, str], ...]:
-    assert result.pods is not None
-    return result.pods.holders(gpu)
+    assert result.reading is not None
+    return result.reading.holders(gpu)
 
 
 def status(result: SourceResult) -> str:
@@ -65,14 +65,14 @@ async def test_plain_gpus_mig_and_time_slicing(kubelet: tuple[KubeletStandIn, st
     )
     assert holders(result, "4-2") == (("research", "nb", "lab"),)
     assert holders(result, "3") == () and holders(result, "4-1") == ()
-    assert result.pods is not None
-    assert result.pods.pod_gpus() == {
+    assert result.reading is not None
+    assert result.reading.pod_gpus() == {
         ("infer", "decode-a"): ("2",),
         ("infer", "decode-b"): ("2",),
         ("ml", "trainer-0"): ("0", "1"),
         ("research", "nb"): ("4-2",),
     }
-    [trainer] = [c for c in result.pods.containers if c.pod == "trainer-0"]
+    [trainer] = [c for c in result.reading.containers if c.pod == "trainer-0"]
     assert trainer.resource == GPU and trainer.device_ids == (UUIDS[0], UUIDS[1])
     assert not result.errors
 
@@ -112,7 +112,7 @@ async def test_a_pod_that_goes_away_loses_its_gpus(kubelet: tuple[KubeletStandIn
     standin.pods = standin.pods[1:]
     second = await src.poll()
     assert holders(second, "0") == () and holders(second, "1") == (("ml", "b", "c"),)
-    assert second.pods is not None and ("ml", "a") not in second.pods.pod_gpus()
+    assert second.reading is not None and ("ml", "a") not in second.reading.pod_gpus()
 
 
 async def test_inventory_is_read_at_every_poll(kubelet: tuple[KubeletStandIn, str]) -> None:
@@ -169,7 +169,8 @@ async def test_erroring_server_reports_error_and_drops_stale_mapping(
     standin.fail = grpc.StatusCode.INTERNAL
     result = await src.poll()
     assert status(result) == "error" and "INTERNAL" in result.error
-    assert holders(result, "0") == () and result.pods is not None and not result.pods.containers
+    assert holders(result, "0") == ()
+    assert result.reading is not None and not result.reading.containers
     standin.fail = grpc.StatusCode.RESOURCE_EXHAUSTED
     assert status(await src.poll()) == "rate_limited"
     standin.fail = None
@@ -181,7 +182,7 @@ async def test_missing_socket(tmp_path: Path) -> None:
     result = await source(str(tmp_path / "nope.sock")).poll()
     assert not result.ok and status(result) == "socket_missing"
     assert "nope.sock" in result.error
-    assert result.pods is None  # never answered: no assignments, not "no pods"
+    assert result.reading is None  # never answered: no assignments, not "no pods"
 
 
 async def test_socket_appearing_later_is_picked_up(
@@ -247,7 +248,7 @@ async def test_garbage_on_the_socket(garbage_server: str) -> None:
     result = await src.poll()
     assert time.monotonic() - started < 3.0
     assert not result.ok and status(result) in {"unavailable", "error"}, result.error
-    assert result.pods is None  # never answered: no assignments, not "no pods"
+    assert result.reading is None  # never answered: no assignments, not "no pods"
     await src.close()
 
 

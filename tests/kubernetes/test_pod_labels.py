@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from exporter.config import KubernetesConfig
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
-from exporter.readings import ContainerGpus, Device, PodAssignments, PodJobs
+from exporter.readings import ContainerGpus, Device, NvmlReading, PodAssignments, PodJobs
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.kubernetes.families import families
 from exporter.sources.kubernetes.podlabels import PodLabelSource, job_names
@@ -100,7 +100,7 @@ async def test_lists_this_nodes_pods_and_names_their_jobs(
     result = await src.poll()
     await src.close()
     assert result.ok and reason(result) == ""
-    assert result.pod_jobs == PodJobs({("ml", "train-0"): "train", ("ml", "js-0"): "js"})
+    assert result.reading == PodJobs({("ml", "train-0"): "train", ("ml", "js-0"): "js"})
     assert server.requests == [("spec.nodeName=node-a", f"Bearer {TOKEN}")]
 
 
@@ -116,7 +116,7 @@ async def test_failures_keep_the_last_names(
     bad = await src.poll()
     await src.close()
     assert not bad.ok and reason(bad) == why and bad.reason == why
-    assert bad.pod_jobs == good.pod_jobs  # a pod's job label does not change while it runs
+    assert bad.reading == good.reading  # a pod's job label does not change while it runs
 
 
 async def test_a_hanging_api_server_times_out(tmp_path: Path, api: tuple[ApiServer, str]) -> None:
@@ -125,7 +125,7 @@ async def test_a_hanging_api_server_times_out(tmp_path: Path, api: tuple[ApiServ
     src = PodLabelSource(config(tmp_path, url, pod_labels_timeout=0.3), node_name="n")
     result = await asyncio.wait_for(src.poll(), timeout=5)
     await src.close()
-    assert not result.ok and reason(result) == "timeout" and result.pod_jobs is None
+    assert not result.ok and reason(result) == "timeout" and result.reading is None
 
 
 async def test_no_token_and_no_api_server(
@@ -165,10 +165,10 @@ def test_job_name_reaches_the_pod_info_series() -> None:
     snap = Snapshot(
         node_name="node-a",
         results={
-            "nvml": SourceResult(source="nvml", inventory=inventory),
-            "kubelet": SourceResult(source="kubelet", pods=pods),
+            "nvml": SourceResult(source="nvml", reading=NvmlReading(inventory=inventory)),
+            "kubelet": SourceResult(source="kubelet", reading=pods),
             "pod_labels": SourceResult(
-                source="pod_labels", pod_jobs=PodJobs({("ml", "train-0"): "train"})
+                source="pod_labels", reading=PodJobs({("ml", "train-0"): "train"})
             ),
         },
     )
@@ -185,7 +185,7 @@ def test_debug_state_names_pods_plainly() -> None:
     snap = Snapshot(
         node_name="n",
         results={
-            "pod_labels": SourceResult(source="pod_labels", pod_jobs=PodJobs({("ml", "a"): "j"}))
+            "pod_labels": SourceResult(source="pod_labels", reading=PodJobs({("ml", "a"): "j"}))
         },
     )
-    assert snap.to_json()["sources"]["pod_labels"]["pod_jobs"] == {"jobs": {"ml/a": "j"}}
+    assert snap.to_json()["sources"]["pod_labels"]["jobs"] == {"ml/a": "j"}

@@ -74,10 +74,10 @@ PROCESSES = (
 
 def usage_by_pod(result: SourceResult, gpu: str) -> Usage:
     """(namespace, pod, container) -> (processes, memory used) on ``gpu``."""
-    assert result.pod_usage is not None
+    assert result.reading is not None
     return {
         (u.namespace, u.pod, u.container): (u.processes, u.memory_used_bytes)
-        for u in result.pod_usage
+        for u in result.reading.pods
         if u.gpu == gpu
     }
 
@@ -134,7 +134,7 @@ async def setup(
         enabled=True, kubelet_socket=path, proc_root=str(proc), device_checkpoint=str(ckpt)
     )
     kubelet_source = KubeletSource(config, inventory=lambda: INVENTORY)
-    pods = (await kubelet_source.poll()).pods
+    pods = (await kubelet_source.poll()).reading
     await kubelet_source.close()
     return cgroup_source(config, pods=pods), config
 
@@ -143,7 +143,7 @@ async def test_pods_sharing_a_gpu_are_told_apart_by_uid(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str]
 ) -> None:
     src, _ = await setup(tmp_path, kubelet, checkpoint=True)
-    result = src.collect()
+    result = src.poll_blocking()
     assert result.ok and status(result) == ""
     assert usage_by_pod(result, "2") == {
         ("infer", "decode-a", "server"): (2, 3 * GiB),
@@ -160,7 +160,7 @@ async def test_without_checkpoint_only_unambiguous_gpus_are_named(
     tmp_path: Path, kubelet: tuple[KubeletStandIn, str]
 ) -> None:
     src, _ = await setup(tmp_path, kubelet, checkpoint=False)
-    result = src.collect()
+    result = src.poll_blocking()
     assert result.ok
     assert usage_by_pod(result, "0") == {("ml", "trainer", "main"): (1, None)}
     assert usage_by_pod(result, "2") == {("", "", ""): (4, 9 * GiB)}
@@ -169,16 +169,16 @@ async def test_without_checkpoint_only_unambiguous_gpus_are_named(
 async def test_no_host_pid_and_missing_proc(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     config = KubernetesConfig(enabled=True, proc_root=str(tmp_path / "proc"))
-    result = cgroup_source(config, processes=(ProcessInfo("0", 4242, GiB),)).collect()
+    result = cgroup_source(config, processes=(ProcessInfo("0", 4242, GiB),)).poll_blocking()
     assert not result.ok and status(result) == "no_host_pid"
-    assert "hostPID" in result.error and result.pod_usage == ()
+    assert "hostPID" in result.error and result.reading.pods == ()
     missing = cgroup_source(config.model_copy(update={"proc_root": str(tmp_path / "x")}))
-    assert status(missing.collect()) == "proc_missing"
+    assert status(missing.poll_blocking()) == "proc_missing"
 
 
 async def test_no_processes_is_fine(tmp_path: Path) -> None:
-    result = cgroup_source(KubernetesConfig(proc_root=str(tmp_path)), processes=()).collect()
-    assert result.ok and status(result) == "" and result.pod_usage == ()
+    result = cgroup_source(KubernetesConfig(proc_root=str(tmp_path)), processes=()).poll_blocking()
+    assert result.ok and status(result) == "" and result.reading.pods == ()
 
 
 def test_checkpoint_formats() -> None:
@@ -208,7 +208,7 @@ async def test_invalid_checkpoint_falls_back(
     src, config = await setup(tmp_path, kubelet, checkpoint=False)
     Path(config.device_checkpoint).write_text("{not json")
     with capture_logs() as logs:
-        results = [src.collect() for _ in range(3)]
+        results = [src.poll_blocking() for _ in range(3)]
     assert all(r.ok and ("ml", "trainer", "main") in usage_by_pod(r, "0") for r in results)
     states = [e["state"] for e in logs if e["event"] == "device_checkpoint"]
     assert states == ["invalid"]  # once per change, not per poll
@@ -227,5 +227,5 @@ async def test_waits_for_the_kubelets_first_answer(tmp_path: Path) -> None:
     snap = Snapshot(node_name="n", results={"kubelet": failed})
     assert snap.pods_known is None and snap.pods == PodAssignments()
     src = PodProcessSource(config, processes=lambda: PROCESSES, pods=lambda: snap.pods_known)
-    result = src.collect()
-    assert result.ok and result.pod_usage is None and status(result) == "kubelet_pending"
+    result = src.poll_blocking()
+    assert result.ok and result.reading is None and status(result) == "kubelet_pending"

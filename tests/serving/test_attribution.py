@@ -110,7 +110,7 @@ async def test_source_attributes_a_local_engine_through_proc(tmp_path: Path) -> 
     assert metric(result, TARGET_GPUS, via="process") == 2.0
     assert metric(result, TOKENS, gpu="1", kind="generation") == 45.0
     assert metric(result, TOKENS, gpu="2", kind="generation") == 45.0
-    assert result.serving is not None and "3" not in result.serving.gpus
+    assert result.reading is not None and "3" not in result.reading.gpus
 
 
 async def test_triton_series_go_to_the_gpu_they_name(tmp_path: Path) -> None:

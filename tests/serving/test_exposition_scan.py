@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.harness import REPO
-from bench.serving_body import vllm_body
+from bench.serving.serving_body import vllm_body
 from exporter.sources.serving.adapter import (
     PREFIXES,
     READS,
@@ -36,6 +35,7 @@ from exporter.sources.serving.exposition import (
     scan,
 )
 from exporter.sources.serving.fetch import ScrapeError
+from tests.support.harness import REPO
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "fixtures").glob("*.txt"))

@@ -82,7 +82,7 @@ async def test_broken_targets_fail_alone(zoo: tuple[Zoo, str]) -> None:
         assert metric(result, TARGET_UP, target=url) == 0.0, path
         assert metric(result, TARGET_ERROR, target=url, reason=reason) == 1.0, path
         assert metric(result, SCRAPE_DURATION, target=url) is not None
-    assert "1" not in result.serving.gpus  # nothing from the broken targets reached GPU 1
+    assert "1" not in result.reading.gpus  # nothing from the broken targets reached GPU 1
     assert {x["gpu"] for x in series(result, TOKENS)} == {"0"}
     assert result.errors == {"timeout": 2, "http_500": 1, "bad_encoding": 1,
                              "parse_error": 1, "body_too_large": 1}
@@ -184,7 +184,7 @@ async def test_no_attribution_publishes_tokens_at_node_level(zoo: tuple[Zoo, str
     assert metric(result, TOKENS, kind="generation", model="m", engine="vllm") == 100.0
     assert metric(later, TOKENS, kind="generation") == 150.0
     assert metric(later, REQUESTS, state="running") == 3.0
-    assert result.serving is not None and set(result.serving.gpus) == {""}
+    assert result.reading is not None and set(result.reading.gpus) == {""}
     lines = [e for e in logs if e["event"] == "serving_target_unattributed"]
     assert len(lines) == 1
     assert lines[0]["target"] == f"{base}/ok"

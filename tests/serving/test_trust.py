@@ -174,13 +174,16 @@ async def test_huge_jumps_and_overflow_are_dropped_and_counting_goes_on(
     src = source(config(f"{base}/metrics"), clock)
     seen = []
     try:
-        for _ in raw:
-            result = await src.poll()
-            clock.now += 1.0
-            assert all(v == v and abs(v) != float("inf") for _, _, v in exposition(result))
-            seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
+        with capture_logs() as logs:
+            for _ in raw:
+                result = await src.poll()
+                clock.now += 1.0
+                assert all(v == v and abs(v) != float("inf") for _, _, v in exposition(result))
+                seen.append(metric(result, TOKENS, gpu="0", kind="generation"))
     finally:
         await src.close()
+    # logged once, not once per implausible value
+    assert len([e for e in logs if e["event"] == "serving_counter_implausible"]) == 1
     # 100; 1e18 implausible; 1e308 implausible; +Inf/NaN refused at the edge; 1e308 flat;
     # 150 is a reset (the new value counts); 250 grows by 100.
     assert seen == [100.0, 100.0, 100.0, 100.0, 100.0, 100.0, 250.0, 350.0]
@@ -223,9 +226,12 @@ async def test_discovered_duplicates_and_targets_past_the_cap_are_dropped_and_co
     )
     src = source(cfg, Clock(), targets)
     try:
-        result = await src.poll()
+        with capture_logs() as logs:
+            result = await src.poll()
+            await src.poll()  # still over the cap: no second line
     finally:
         await src.close()
+    assert len([e for e in logs if e["event"] == "serving_targets_over_cap"]) == 1
     assert len(series(result, TARGET_UP)) == 3
     assert metric(result, TARGETS_DROPPED, reason="duplicate") == 1.0
     assert metric(result, TARGETS_DROPPED, reason="max_targets") == 3.0
@@ -345,7 +351,7 @@ async def test_a_removed_target_takes_its_series_at_once(engine: tuple[Engine, s
 
 
 async def test_model_name_churn_does_not_grow_memory(engine: tuple[Engine, str]) -> None:
-    """The fast version of bench/serving_churn.py: 1,200 scrapes of a new model name each,
+    """The fast version of bench/serving/serving_churn.py: 1,200 scrapes of a new model name each,
     through several stale_after cycles; Python memory after warm-up stays flat."""
     import gc
     import tracemalloc

@@ -236,8 +236,8 @@ async def test_llamacpp_model_name_from_v1_models_once_per_process(
             result = await source.poll()
         assert script.model_calls == 1
         assert metric(result, TOKENS, gpu="0", kind="generation", model="qwen2.5-7b") == 10.0
-        assert result.serving is not None
-        assert result.serving.targets[0].model == "qwen2.5-7b"
+        assert result.reading is not None
+        assert result.reading.targets[0].model == "qwen2.5-7b"
         script.models = script.models.replace("qwen2.5-7b", "llama-3-8b")
         script.headers = {"Process-Start-Time-Unix": "200"}  # restarted with another model
         result = await source.poll()

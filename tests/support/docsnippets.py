@@ -57,7 +57,8 @@ class Snippet:
 
 def doc_files(root: Path = REPO) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md")),
-            *sorted((root / "docs" / "runbooks").glob("*.md"))]
+            *sorted((root / "docs" / "runbooks").glob("*.md")),
+            *sorted((root / "exporter" / "runbooks").glob("*.md"))]  # served at /runbooks/
 
 
 def snippets(path: Path, root: Path = REPO) -> list[Snippet]:

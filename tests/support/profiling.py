@@ -5,10 +5,11 @@ from __future__ import annotations
 from exporter.readings import ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.profiling.families import AVAILABILITY, FAMILIES
+from tests.support.typed import gpus_of
 
 
 def status(result: SourceResult, gpu: str) -> ProfilingStatus | None:
-    return (result.profiling or {}).get(gpu)
+    return gpus_of(result).get(gpu)
 
 
 def sample_value(result: SourceResult, gpu: str, name: str, **lbl: str) -> float | None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,37 @@ from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
 
 HUGE_BYTES = 50 * 1024 * 1024
+
+
+class ThreadEngine:
+    """An engine on a loopback thread for tests that drive a daemon subprocess (no event
+    loop of their own): ``body(n)`` gives the text of the n-th scrape (from 0), and
+    ``queries`` records each request's path."""
+
+    def __init__(self, body: Callable[[int], str]) -> None:
+        engine = self
+        self.queries: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                engine.queries.append(self.path)
+                data = body(len(engine.queries) - 1).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def vllm_text(generation: float, prompt: float = 0.0, model: str = "m") -> str:

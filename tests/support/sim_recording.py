@@ -113,7 +113,7 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
         now[0] = t0 + i * step + (i * 0.193) % 0.5
         ts = end - duration + i * step
         for source in sources:
-            store.publish(source.collect())
+            store.publish(source.poll_blocking())
         store.publish_verdicts(model.step(store.current, step))
         gpu_values: dict[str, dict[str, float]] = defaultdict(dict)
         uuids: dict[str, str] = {}

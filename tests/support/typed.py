@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from exporter.model.core import GpuModel, Verdict, Window, assess
 from exporter.readings import (
     ContainerGpus,
     Device,
     GpuState,
+    NvmlReading,
     PodAssignments,
+    ProfilingReading,
     ProfilingStatus,
     ProfilingWindow,
     ServedModel,
@@ -120,17 +123,20 @@ def results(
         SourceResult(
             source="nvml",
             timestamp=timestamp,
-            inventory=devices,
-            gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices}),
+            reading=NvmlReading(
+                inventory=devices,
+                gpus=dict(states if states is not None else {d.gpu: gpu_state() for d in devices}),
+            ),
         )
     ]
     if windows is not None:
-        out.append(SourceResult(source="gpm", timestamp=timestamp, profiling=dict(windows)))
+        reading = ProfilingReading(dict(windows))
+        out.append(SourceResult(source="gpm", timestamp=timestamp, reading=reading))
     if pods is not None:
-        out.append(SourceResult(source="kubelet", timestamp=timestamp, pods=pods))
+        out.append(SourceResult(source="kubelet", timestamp=timestamp, reading=pods))
     if serving is not None:
         state = ServingState(gpus=dict(serving))
-        out.append(SourceResult(source="serving", timestamp=timestamp, serving=state))
+        out.append(SourceResult(source="serving", timestamp=timestamp, reading=state))
     return out
 
 
@@ -140,3 +146,14 @@ def snapshot_with(*published: SourceResult, node: str = "node-a") -> Snapshot:
     for result in published:
         store.publish(result)
     return store.current
+
+
+def gpus_of(result: SourceResult) -> Mapping[str, object]:
+    """A per-GPU reading's map (NVML, XID, profiling), empty when the poll read nothing."""
+    reading = result.reading
+    return getattr(reading, "gpus", {}) if reading is not None else {}
+
+
+def evaluate(model: GpuModel, window: Window) -> Verdict:
+    """One GPU's verdict for one window, as the node step makes it when no peer adjusts it."""
+    return model.debounce(assess(window, model.cfg))

@@ -7,11 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row
-from exporter.readings import Availability, PodUsage
+from exporter.readings import Availability, PodUsage, PodUsageReading
 from exporter.snapshot import Snapshot
-
-COLLECTOR = "kubernetes"
-
 
 Holder = tuple[str, str, str, str]
 """(namespace, pod, container, job_name)."""
@@ -29,7 +26,8 @@ def _holders(snap: Snapshot) -> Mapping[str, tuple[Holder, ...]]:
 
 def _usage(snap: Snapshot) -> Mapping[str, tuple[PodUsage, ...]]:
     out: dict[str, list[PodUsage]] = {}
-    for usage in snap.pod_usage:
+    reading = snap.get(PodUsageReading)
+    for usage in reading.pods if reading is not None else ():
         out.setdefault(usage.gpu, []).append(usage)
     return {gpu: tuple(rows) for gpu, rows in out.items()}
 
@@ -51,16 +49,13 @@ def _availability(rows: tuple[Availability, ...]) -> Iterable[Row]:
     return (((a.source, a.reason), 1.0 if a.ok else 0.0) for a in rows)
 
 
-def families(
+def attribution_families(
     namespace: str = "namespace", pod: str = "pod", container: str = "container"
-) -> tuple[
-    GpuFamilies[tuple[Holder, ...]],
-    GpuFamilies[tuple[PodUsage, ...]],
-    NodeFamilies[tuple[Availability, ...]],
-]:
+) -> tuple[GpuFamilies[tuple[Holder, ...]], NodeFamilies[tuple[Availability, ...]]]:
+    """The kubelet collector's: which pods hold each GPU, and whether attribution works."""
     names = (namespace, pod, container)
     info = GpuFamilies[tuple[Holder, ...]](
-        COLLECTOR,
+        "kubelet",
         _holders,
         (
             Family(
@@ -75,8 +70,34 @@ def families(
             ),
         ),
     )
+    status = NodeFamilies[tuple[Availability, ...]](
+        "kubelet",
+        lambda snap: snap.availability or None,
+        (
+            Family(
+                "goodput_attribution_available",
+                "gauge",
+                "1 if attribution of GPUs to pods works through `source` (kubelet: "
+                "pod-resources API; cgroup: PID to pod through /proc/<pid>/cgroup); 0 with "
+                "`reason` (socket_missing, permission_denied, unavailable, timeout, "
+                "rate_limited, error, proc_missing, no_host_pid, kubelet_pending; pod_labels: "
+                "no_token, forbidden, invalid, timeout, unavailable) if not. GPU metrics flow "
+                "either way.",
+                _availability,
+                labels=("source", "reason"),
+            ),
+        ),
+    )
+    return info, status
+
+
+def usage_families(
+    namespace: str = "namespace", pod: str = "pod", container: str = "container"
+) -> GpuFamilies[tuple[PodUsage, ...]]:
+    """The cgroup collector's: what each pod's processes use on a GPU."""
+    names = (namespace, pod, container)
     usage = GpuFamilies[tuple[PodUsage, ...]](
-        COLLECTOR,
+        "cgroup",
         _usage,
         (
             Family(
@@ -97,22 +118,16 @@ def families(
             ),
         ),
     )
-    status = NodeFamilies[tuple[Availability, ...]](
-        COLLECTOR,
-        lambda snap: snap.availability or None,
-        (
-            Family(
-                "goodput_attribution_available",
-                "gauge",
-                "1 if attribution of GPUs to pods works through `source` (kubelet: "
-                "pod-resources API; cgroup: PID to pod through /proc/<pid>/cgroup); 0 with "
-                "`reason` (socket_missing, permission_denied, unavailable, timeout, "
-                "rate_limited, error, proc_missing, no_host_pid, kubelet_pending; pod_labels: "
-                "no_token, forbidden, invalid, timeout, unavailable) if not. GPU metrics flow "
-                "either way.",
-                _availability,
-                labels=("source", "reason"),
-            ),
-        ),
-    )
-    return info, usage, status
+    return usage
+
+
+def families(
+    namespace: str = "namespace", pod: str = "pod", container: str = "container"
+) -> tuple[
+    GpuFamilies[tuple[Holder, ...]],
+    GpuFamilies[tuple[PodUsage, ...]],
+    NodeFamilies[tuple[Availability, ...]],
+]:
+    """All Kubernetes families (info, usage, status), for tests that encode them together."""
+    info, status = attribution_families(namespace, pod, container)
+    return info, usage_families(namespace, pod, container), status

@@ -80,7 +80,7 @@ class KubeletSource(Source):
         pods = PodAssignments(tuple(assigned))
         self._last_good = (time.monotonic(), pods)
         return SourceResult(
-            source=SOURCE, errors=errors, pods=pods, availability=(Availability(SOURCE),)
+            source=SOURCE, errors=errors, reading=pods, availability=(Availability(SOURCE),)
         )
 
     def _failed(self, exc: KubeletError) -> SourceResult:
@@ -98,7 +98,7 @@ class KubeletSource(Source):
             ok=False,
             reason=exc.reason,
             error=str(exc),
-            pods=pods,
+            reading=pods,
             availability=(Availability(SOURCE, exc.reason),),
         )
 

@@ -148,13 +148,11 @@ class PodLabelSource(Source):
                 ok=False,
                 reason=exc.reason,
                 error=str(exc),
-                pod_jobs=self._jobs,
+                reading=self._jobs,
                 availability=(Availability(SOURCE, exc.reason),),
             )
         self._jobs = PodJobs(jobs)
-        return SourceResult(
-            source=SOURCE, pod_jobs=self._jobs, availability=(Availability(SOURCE),)
-        )
+        return SourceResult(source=SOURCE, reading=self._jobs, availability=(Availability(SOURCE),))
 
     async def close(self) -> None:
         if self._session is not None:

@@ -28,6 +28,7 @@ from exporter.readings import (
     ContainerGpus,
     PodAssignments,
     PodUsage,
+    PodUsageReading,
     ProcessInfo,
 )
 from exporter.snapshot import SourceResult
@@ -102,7 +103,7 @@ class PodProcessSource(BlockingSource):
         self._pods = pods
         self._log = OnChange(log)
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         root = self._config.proc_root
         if not os.path.isdir(root):
             return self._failed("proc_missing", f"proc root {root} is not a directory")
@@ -142,7 +143,7 @@ class PodProcessSource(BlockingSource):
         return SourceResult(
             source=SOURCE,
             errors=errors,
-            pod_usage=usage(found),
+            reading=PodUsageReading(usage(found)),
             availability=(Availability(SOURCE),),
         )
 
@@ -176,6 +177,6 @@ class PodProcessSource(BlockingSource):
             ok=False,
             reason=reason,
             error=error,
-            pod_usage=(),
+            reading=PodUsageReading(),
             availability=(Availability(SOURCE, reason),),
         )

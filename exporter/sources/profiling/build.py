@@ -14,7 +14,7 @@ from collections.abc import Callable
 import structlog
 
 from exporter.config import ProfilingConfig, Settings
-from exporter.readings import Device, ProfilingStatus
+from exporter.readings import Device, ProfilingReading, ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
@@ -41,7 +41,9 @@ class ProfilingOffSource(Source):
 
     async def poll(self) -> SourceResult:
         off = ProfilingStatus("none", False, "off")
-        return SourceResult(source=self.name, profiling={d.gpu: off for d in self.inventory()})
+        return SourceResult(
+            source=self.name, reading=ProfilingReading({d.gpu: off for d in self.inventory()})
+        )
 
 
 def build_profiling_sources(

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from exporter.readings import Device, ProfilingStatus, ProfilingWindow
+from exporter.readings import Device, ProfilingReading, ProfilingStatus, ProfilingWindow
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.profiling.dcgm_bindings import (
@@ -181,7 +181,7 @@ class DcgmSource(BlockingSource):
     def shutdown(self) -> None:
         self._disconnect()
 
-    def collect(self) -> SourceResult:
+    def poll_blocking(self) -> SourceResult:
         devices = self._wanted()
         if not devices:
             return SourceResult(source=SOURCE)  # GPM (or nothing) covers every GPU: stay idle
@@ -303,13 +303,15 @@ class DcgmSource(BlockingSource):
                     continue
             out[device.gpu] = self._integrator.unavailable(device.gpu, SOURCE, self._down_reason)
         if not self.required:
-            return SourceResult(source=SOURCE, profiling=out, errors={self._down_reason: 1})
+            return SourceResult(
+                source=SOURCE, reading=ProfilingReading(out), errors={self._down_reason: 1}
+            )
         return SourceResult(
             source=SOURCE,
             ok=False,
             reason=self._down_reason,
             error=self._down_error,
-            profiling=out,
+            reading=ProfilingReading(out),
         )
 
     # polling -----------------------------------------------------------------------------------
@@ -340,7 +342,7 @@ class DcgmSource(BlockingSource):
                 if not self.selector.should_publish(SOURCE, device.gpu):
                     continue
             out[device.gpu] = status
-        return SourceResult(source=SOURCE, profiling=out, errors=errors)
+        return SourceResult(source=SOURCE, reading=ProfilingReading(out), errors=errors)
 
     def _watch(self, device: Device, state: _GpuState, now: float) -> None:
         b = self._bindings()

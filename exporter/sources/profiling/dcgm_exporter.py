@@ -27,12 +27,13 @@ import aiohttp
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.readings import Device, ProfilingStatus
+from exporter.readings import Device, ProfilingReading, ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.profiling.fields import NAMES, RATIO_FIELDS, build_window, normalise_uuid
 from exporter.sources.profiling.integrator import ProfilingIntegrator
 from exporter.sources.profiling.select import ProfilingSelector
+from exporter.util import OnChange
 
 log = structlog.get_logger("dcgm_exporter")
 
@@ -162,7 +163,7 @@ class DcgmExporterSource(Source):
         self._last_scrape_at = 0.0
         self._scrape_reason = "pending"
         self._gpu_reason: dict[str, str] = {}
-        self._vocabulary = ""
+        self._log = OnChange(log)
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -186,9 +187,9 @@ class DcgmExporterSource(Source):
         except _ScrapeError as exc:
             return self._failed(devices, exc)
         self._scrape_state("", "")
-        if scrape.vocabulary and scrape.vocabulary != self._vocabulary:
-            self._vocabulary = scrape.vocabulary
-            log.info("dcgm_exporter_vocabulary", url=self.url, vocabulary=scrape.vocabulary)
+        if scrape.vocabulary:
+            self._log("vocabulary", scrape.vocabulary, "", event="dcgm_exporter_vocabulary",
+                      url=self.url)
         gap = now - self._last_scrape_at if self._last_scrape_at else self.interval
         self._last_scrape_at = now
         seconds = min(gap, MAX_WINDOW)
@@ -208,7 +209,7 @@ class DcgmExporterSource(Source):
             self._gpu_state(device, reason)
             if self._publish(device.gpu, reason):
                 out[device.gpu] = status
-        return SourceResult(source=SOURCE, profiling=out, errors=errors)
+        return SourceResult(source=SOURCE, reading=ProfilingReading(out), errors=errors)
 
     def _wanted(self) -> list[Device]:
         return [
@@ -248,9 +249,13 @@ class DcgmExporterSource(Source):
                 out[device.gpu] = self._integrator.unavailable(device.gpu, SOURCE, exc.reason)
         if self.required:
             return SourceResult(
-                source=SOURCE, ok=False, reason=exc.reason, error=str(exc), profiling=out
+                source=SOURCE,
+                ok=False,
+                reason=exc.reason,
+                error=str(exc),
+                reading=ProfilingReading(out),
             )
-        return SourceResult(source=SOURCE, profiling=out, errors={exc.reason: 1})
+        return SourceResult(source=SOURCE, reading=ProfilingReading(out), errors={exc.reason: 1})
 
     def _publish(self, gpu: str, reason: str) -> bool:
         if self.selector is None:

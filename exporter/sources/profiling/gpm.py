@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from exporter.readings import ProfilingStatus, ProfilingWindow
+from exporter.readings import ProfilingReading, ProfilingStatus, ProfilingWindow
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 from exporter.sources.profiling.fields import BANDWIDTH_IDS, MIB, PERCENT_IDS, WANTED_IDS
@@ -70,7 +70,7 @@ class GpmSource(SessionSource):
         self._states.clear()
         super().shutdown()
 
-    def read(self) -> SourceResult:
+    def poll_session(self) -> SourceResult:
         statuses: dict[str, ProfilingStatus] = {}
         errors: dict[str, int] = {}
         for dh in self.session.devices:
@@ -81,7 +81,7 @@ class GpmSource(SessionSource):
                 statuses[dh.device.gpu] = status
             if reason:
                 errors[reason] = errors.get(reason, 0) + 1
-        return SourceResult(source=SOURCE, profiling=statuses, errors=errors)
+        return SourceResult(source=SOURCE, reading=ProfilingReading(statuses), errors=errors)
 
     # per device -----------------------------------------------------------------------------
     def _poll_device(self, dh: DeviceHandle) -> tuple[ProfilingStatus | None, str]:

@@ -14,15 +14,13 @@ import threading
 from dataclasses import dataclass, field
 
 from exporter.readings import ProfilingStatus, ProfilingTotals, ProfilingWindow
+from exporter.util import clamp_ratio
 
 
-def clamp_ratio(value: float | None) -> float | None:
-    """0..1; NaN (the counter did not move in the window) reads as 0, None stays None."""
-    if value is None:
-        return None
-    if math.isnan(value):
-        return 0.0
-    return min(max(value, 0.0), 1.0)
+def _ratio(value: float | None) -> float | None:
+    """0..1 (:func:`~exporter.util.clamp_ratio`), except that GPM's NaN means the counter
+    did not move in the window: idle, so 0."""
+    return clamp_ratio(0.0 if value is not None and math.isnan(value) else value)
 
 
 @dataclass
@@ -102,18 +100,18 @@ def _clean(window: ProfilingWindow) -> ProfilingWindow:
         out = []
         for key, value in values:
             if ratio:
-                out.append((key, clamp_ratio(value) or 0.0))
+                out.append((key, _ratio(value) or 0.0))
             elif math.isfinite(value):
                 out.append((key, max(value, 0.0)))
         return tuple(sorted(out))
 
     return replace(
         window,
-        graphics_active=clamp_ratio(window.graphics_active),
-        sm_active=clamp_ratio(window.sm_active),
-        sm_occupancy=clamp_ratio(window.sm_occupancy),
-        tensor_active=clamp_ratio(window.tensor_active),
-        dram_active=clamp_ratio(window.dram_active),
+        graphics_active=_ratio(window.graphics_active),
+        sm_active=_ratio(window.sm_active),
+        sm_occupancy=_ratio(window.sm_occupancy),
+        tensor_active=_ratio(window.tensor_active),
+        dram_active=_ratio(window.dram_active),
         tensor_pipes=pairs(window.tensor_pipes, True),
         pipes=pairs(window.pipes, True),
         pcie_bytes_per_second=pairs(window.pcie_bytes_per_second, False),

@@ -101,7 +101,7 @@ _TYPES = frozenset(
 
 MAX_SAMPLES = 30_000
 """Kept sample lines per body (buckets are never kept). The 8 MiB vLLM body of
-bench/serving_body.py (256 model x rank pairs) keeps 4,890, so a body hits this only past
+bench/serving/serving_body.py (256 model x rank pairs) keeps 4,890, so a body hits this only past
 about 50 MB of that shape or with far more series of the read families; each costs
 under a kilobyte once parsed, so this bounds a hostile body (one family with a model
 name per line) to about 25 MiB over its text, within the chart's 128 Mi. Past it the

@@ -11,8 +11,12 @@ from exporter.snapshot import Snapshot
 COLLECTOR = "serving"
 
 
+def _state(snap: Snapshot) -> ServingState:
+    return snap.get(ServingState) or ServingState()
+
+
 def _per_gpu(snap: Snapshot) -> Mapping[str, tuple[ServedModel, ...]]:
-    return snap.serving.gpus
+    return _state(snap).gpus
 
 
 def _tokens(models: tuple[ServedModel, ...]) -> Iterable[Row]:
@@ -133,7 +137,7 @@ def _discovery(state: ServingState) -> Iterable[Row]:
 
 NODE = NodeFamilies[ServingState](
     COLLECTOR,
-    lambda snap: snap.serving if (snap.serving.targets or snap.serving.discovery) else None,
+    lambda snap: (lambda s: s if (s.targets or s.discovery) else None)(_state(snap)),
     (
         Family(
             "goodput_serving_target_up",

@@ -203,7 +203,7 @@ class ServingSource(Source):
         return SourceResult(
             source=self.name,
             errors=dict(errors),
-            serving=ServingState(
+            reading=ServingState(
                 gpus=self._served(gauges),
                 targets=tuple(statuses),
                 discovery=discovery,

@@ -1,0 +1,1 @@
+"""Benchmarks and validation runs, by hand (bench/README.md)."""

@@ -1,0 +1,1 @@
+"""What the daemon costs: CPU, memory, scrape latency."""

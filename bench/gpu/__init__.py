@@ -1,0 +1,1 @@
+"""Validation on real GPUs: known workloads, what the daemon saw."""

@@ -1,0 +1,1 @@
+"""Serving engines: totals against a real llama-server, churn."""

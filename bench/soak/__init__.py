@@ -1,0 +1,1 @@
+"""Long runs with faults: memory, descriptors, threads."""

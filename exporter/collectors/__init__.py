@@ -1,0 +1,50 @@
+"""The collector registry, resolved: ``exporter/names.py`` lists the collectors (a leaf
+module, so the settings validate against it without importing any collector), and each is
+declared in the module of this package named after it (name, default, settings section,
+sources, reading types, families). ``daemon.py`` wires only what :func:`enabled` returns;
+the CLI makes one ``--collector.<name>`` / ``--no-collector.<name>`` pair per entry, the
+config file takes ``collectors: {<name>: true|false}``, and ``docs/metrics.md`` lists
+every family of every entry. Adding a collector means one new module here and one name in
+``exporter/names.py`` (docs/architecture.md has the recipe).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+from exporter import names
+from exporter.collectors.base import Collector, Context
+from exporter.config import Settings
+from exporter.metrics.families import Group
+
+__all__ = ["NAMES", "REGISTRY", "Collector", "Context", "enabled", "families", "is_enabled"]
+
+
+def load(collector_names: Iterable[str]) -> tuple[Collector, ...]:
+    """Each name's declaration, ``exporter.collectors.<name>.COLLECTOR``."""
+    out = []
+    for name in collector_names:
+        collector = importlib.import_module(f"exporter.collectors.{name}").COLLECTOR
+        if not isinstance(collector, Collector) or collector.name != name:
+            raise TypeError(f"exporter.collectors.{name}.COLLECTOR must declare {name!r}")
+        out.append(collector)
+    return tuple(out)
+
+
+REGISTRY: tuple[Collector, ...] = load(names.COLLECTOR_NAMES)
+NAMES: tuple[str, ...] = tuple(c.name for c in REGISTRY)
+
+
+def is_enabled(collector: Collector, settings: Settings) -> bool:
+    choice = settings.collectors.get(collector.name)
+    return collector.default(settings) if choice is None else choice
+
+
+def enabled(settings: Settings) -> list[Collector]:
+    return [c for c in REGISTRY if is_enabled(c, settings)]
+
+
+def families(collectors: Iterable[Collector], settings: Settings) -> list[Group]:
+    """The family groups of ``collectors``, in registry order."""
+    return [group for collector in collectors for group in collector.families(settings)]

@@ -1,0 +1,31 @@
+"""NVML: identity, health, utilization, memory, power, energy, clocks and ECC per GPU."""
+
+from __future__ import annotations
+
+from exporter.collectors.base import Collector, Context, always
+from exporter.config import Settings
+from exporter.metrics.families import Group, erase
+from exporter.readings import NvmlReading
+from exporter.sources.base import Source
+
+
+def _sources(ctx: Context) -> list[Source]:
+    from exporter.sources.nvml import NvmlSource
+
+    return [NvmlSource(ctx.session, interval=ctx.settings.interval)]
+
+
+def _families(_: Settings) -> tuple[Group, ...]:
+    from exporter.sources.nvml import FAMILIES, IDENTITY
+
+    return (erase(IDENTITY), erase(FAMILIES))
+
+
+COLLECTOR = Collector(
+    "nvml",
+    "identity, health, utilization, memory, power, energy, clocks, ECC of every GPU",
+    always,
+    _sources,
+    _families,
+    readings=(NvmlReading,),
+)

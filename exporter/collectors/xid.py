@@ -1,0 +1,26 @@
+"""XID critical-error events per GPU."""
+
+from __future__ import annotations
+
+from exporter.collectors.base import Collector, Context, always
+from exporter.config import Settings
+from exporter.metrics.families import Group, erase
+from exporter.readings import XidReading
+from exporter.sources.base import Source
+
+
+def _sources(ctx: Context) -> list[Source]:
+    from exporter.sources.xid import XidSource
+
+    return [XidSource(ctx.session, interval=ctx.settings.interval)]
+
+
+def _families(_: Settings) -> tuple[Group, ...]:
+    from exporter.sources.xid import FAMILIES
+
+    return (erase(FAMILIES),)
+
+
+COLLECTOR = Collector(
+    "xid", "XID critical-error events", always, _sources, _families, readings=(XidReading,)
+)
