@@ -1,7 +1,7 @@
 """A simulated GPU fleet, for sizing the rules, alerts and dashboards on real Prometheus.
 
-    python bench/fleet.py write --nodes 1000 --hours 6 --out /tmp/fleet   # history, hour by hour
-    python bench/fleet.py serve --nodes 20                                 # live /metrics per node
+    python -m bench.fleet.generator write --nodes 1000 --hours 6 --out /tmp/fleet  # history
+    python -m bench.fleet.generator serve --nodes 20        # live /metrics, one port per node
 
 Running the real exporter pipeline (simulated NVML, NVML and GPM sources, the efficiency model,
 the exporter's own Encoder) for every node costs ~45 ms per node-step on one core, days of CPU
@@ -40,22 +40,20 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from exporter import collectors
+from exporter.config import ModelConfig, Settings
+from exporter.logging import configure
+from exporter.metrics.encode import Encoder
+from exporter.model.node import NodeModel
+from exporter.sim import patterns
+from exporter.sim.fake_nvml import FakeGpu, FakeNvml
+from exporter.sim.physics import GpuPhysics
+from exporter.snapshot import SnapshotStore
+from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.gpm import GpmSource
 
-from exporter import collectors  # noqa: E402
-from exporter.config import ModelConfig, Settings  # noqa: E402
-from exporter.logging import configure  # noqa: E402
-from exporter.metrics.encode import Encoder  # noqa: E402
-from exporter.model.node import NodeModel  # noqa: E402
-from exporter.sim import patterns  # noqa: E402
-from exporter.sim.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
-from exporter.sim.physics import GpuPhysics  # noqa: E402
-from exporter.snapshot import SnapshotStore  # noqa: E402
-from exporter.sources.nvml import NvmlSource  # noqa: E402
-from exporter.sources.nvml_session import NvmlSession  # noqa: E402
-from exporter.sources.profiling.gpm import GpmSource  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 STEP = 15.0
 WARMUP_STEPS = 20  # the model's first verdicts and a lost GPU's fall: not replayed
@@ -262,7 +260,7 @@ def record_archetypes(extended: bool = False) -> Traces:
         # The poll phase wanders, as a real poll loop's does (see sim_recording.record).
         now[0] = t0 + i * STEP + (i * 0.193) % 0.5
         for source in sources:
-            store.publish(source.collect())
+            store.publish(source.poll_blocking())
         store.publish_verdicts(model.step(store.current, STEP))
         if i < WARMUP_STEPS:
             continue

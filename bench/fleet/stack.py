@@ -1,4 +1,5 @@
-"""Sharded and federated Prometheus over a simulated fleet (bench/fleet.py), all real servers.
+"""Sharded and federated Prometheus over a simulated fleet (bench/fleet/generator.py), all
+real servers.
 
 Two (or more) shards each hold the nodes that `hashmod` relabelling of the target address
 would give them, backfilled with raw history and with the goodput.shard.* recording rules
@@ -15,7 +16,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -27,12 +27,10 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench.fleet import generator as fleet_mod
+from tests.support.harness import free_port, stop_process, wait_http
 
-from bench import fleet as fleet_mod  # noqa: E402
-from bench.harness import free_port, stop_process, wait_http  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 RULES = REPO / "alerts" / "goodput.rules.yml"
 ALERTS = REPO / "alerts" / "goodput_alerts.rules.yml"

@@ -1,6 +1,6 @@
 """What the rules and dashboards cost on one real Prometheus holding a whole simulated fleet.
 
-    python bench/fleet_bench.py --nodes 125 --report /tmp/fleet-1000.json   # 1,000 GPUs, 24 h
+    python -m bench.fleet.measure --nodes 125 --report /tmp/fleet-1000.json   # 1,000 GPUs, 24 h
 
 Backfills ``--hours`` of history (the last ``--fine-hours`` at 15 s, older hours at 60 s) and
 every recording rule, then adds the minutes since as a fresh tail and starts Prometheus with
@@ -28,14 +28,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import yaml
 
-import yaml  # noqa: E402
+from bench.fleet import generator as fleet
+from bench.fleet.stack import ALERTS, RULES, backfill_rules, prometheus
 
-from bench import fleet  # noqa: E402
-from bench.fleet_stack import ALERTS, RULES, backfill_rules, prometheus  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 BOARDS = sorted((REPO / "dashboards").glob("goodput-*.json"))
 RANGES = {"default": (3 * 3600, 15), "24h": (24 * 3600, 90)}  # seconds, Grafana's step
@@ -63,7 +61,8 @@ def substitute(expr: str, range_s: int, step: int, node: str = ".*") -> str:
                         ("$__range_s", str(range_s)), ("$__range", f"{range_s}s")):
         expr = expr.replace(name, value)
     expr = re.sub(r"\$\{?node\}?", node, expr)
-    return re.sub(r"\$\{?(cluster|namespace|model|gpu)\}?", ".*", expr)
+    # Every other dashboard variable (cluster, namespace, model, gpu, engine_job, ...): All.
+    return re.sub(r"\$\{?(?!__)(\w+)\}?", ".*", expr)
 
 
 def timed_query(url: str, expr: str, at: float, range_s: int, step: int,

@@ -1,0 +1,1 @@
+"""The simulated fleet: generator, sharded Prometheus stack, benchmark (issue 27)."""
