@@ -8,7 +8,7 @@ import re
 from tests.conftest import REPO
 
 BENCH = REPO / "bench"
-FOLDERS = {"footprint", "gpu", "serving", "soak"}
+FOLDERS = {"fleet", "footprint", "gpu", "serving", "soak"}
 
 
 def _scripts() -> list[str]:
