@@ -118,8 +118,10 @@ def test_readme_workload_table_is_the_simulated_node() -> None:
 
 
 def test_readme_says_what_make_run_runs() -> None:
-    dry = subprocess.run(["make", "-n", "run"], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()
+    # --no-print-directory: under `make test` this is a sub-make, which would otherwise
+    # print "Entering directory" lines around the commands.
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "run"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()
     readme = re.sub(r"\s+", " ", (REPO / "README.md").read_text())
     claimed = re.findall(r"`make run` first creates `\.venv` with the runtime dependencies "
                          r"\(`([^`]+)`\), then runs `([^`]+)`", readme)
