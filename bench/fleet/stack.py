@@ -13,7 +13,6 @@ groups. Everything listens on loopback.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet_mod
+from tests.support.backfill import levels
 from tests.support.harness import free_port, stop_process, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +36,6 @@ RULES = REPO / "alerts" / "goodput.rules.yml"
 ALERTS = REPO / "alerts" / "goodput_alerts.rules.yml"
 SHARD_PREFIX = "goodput.shard."
 GLOBAL_PREFIX = "goodput.global."
-RECORD_REF = re.compile(r"goodput:[a-z0-9_:]+")
 # What the global Prometheus federates: every recorded series, and the raw series the global
 # rules and the fleet dashboard join on (about 3 per GPU).
 FEDERATED_RAW = ("goodput_gpu_info", "goodput_gpu_pod_info", "goodput_gpu_regime",
@@ -48,27 +47,6 @@ def groups(path: Path, prefix: str) -> list[dict[str, Any]]:
     """The rule groups of ``path`` whose name starts with ``prefix``."""
     return [g for g in yaml.safe_load(path.read_text())["groups"]
             if g["name"].startswith(prefix)]
-
-
-def rule_levels(rules: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Recording rules in passes, each reading only rules of earlier passes (or series that
-    are already stored)."""
-    names = {r["record"] for r in rules}
-    level: dict[str, int] = {}
-    while len(level) < len(rules):
-        progressed = False
-        for r in rules:
-            # A rule may read its own last value (goodput:exporter_node:info): not a cycle.
-            deps = set(RECORD_REF.findall(r["expr"])) & names - {r["record"]}
-            if r["record"] not in level and deps <= level.keys():
-                level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
-                progressed = True
-        if not progressed:
-            raise ValueError("recording rules depend on each other in a cycle")
-    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for r in rules:
-        out[level[r["record"]]].append(r)
-    return out
 
 
 class Prometheus:
@@ -148,7 +126,7 @@ def backfill_rules(workdir: Path, rule_groups: list[dict[str, Any]], start: floa
     rules = [r for g in rule_groups for r in g["rules"] if "record" in r]
     interval = rule_groups[0].get("interval", "1m") if rule_groups else "1m"
     data = workdir / "data"
-    for i, level in enumerate(rule_levels(rules)):
+    for i, level in enumerate(levels(rules)):
         t = time.monotonic()
         rule_file = workdir / f"level{i}.rules.yml"
         rule_file.write_text(yaml.safe_dump(

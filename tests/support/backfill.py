@@ -26,9 +26,16 @@ RECORD_REF = re.compile(r"goodput:[a-z0-9_:]+")
 
 
 def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
-    """Recording rules grouped so each group only reads rules of earlier groups."""
+    """The recording rules of ``path`` grouped so each group only reads rules of earlier
+    groups."""
     rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
              if "record" in r]
+    return levels(rules)
+
+
+def levels(rules: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``rules`` in passes, each reading only rules of earlier passes (or stored series):
+    the order a backfill must evaluate them in."""
     names = {r["record"] for r in rules}
     level: dict[str, int] = {}
     while len(level) < len(rules):
@@ -41,7 +48,7 @@ def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
                 progressed = True
         if not progressed:
             raise ValueError("recording rules depend on each other in a cycle")
-    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values()) + 1)]
+    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for r in rules:
         out[level[r["record"]]].append(r)
     return out
