@@ -43,6 +43,11 @@ HEADER = """\
 SHARD = "goodput.shard"
 GLOBAL = "goodput.global"
 
+# The serving engines' own TTFT histograms (vLLM, SGLang), scraped from the engine pods under
+# whatever job the user gave them; the exporter does not re-export them.
+TTFT_BUCKETS = ("vllm:time_to_first_token_seconds_bucket"
+                "|sglang:time_to_first_token_seconds_bucket")
+
 
 def _rule(record: str, expr: str) -> dict[str, Any]:
     return {"record": record, "expr": expr}
@@ -252,11 +257,21 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         f"group by ({tk}, {q.node}) ({q.s('goodput_exporter_build_info')})\n"
         f"or on ({tk})\n"
         f"  ({rec('goodput:exporter_node:info')} and on ({tk}) up{{{cfg.selector}}})\n")
+    # TTFT per model, from the engines' histograms: a handful of series per model whatever the
+    # number of engine pods, so the serving dashboard's latency panel reads a few series instead
+    # of every pod's buckets (7 s at 8,000 GPUs, docs/benchmarks.md). Engine pods sit on the
+    # shard that scrapes them, so a shard records its part; a sum by the same labels on the
+    # global level adds the shards up (buckets of one `le` add, so the quantile stays exact).
+    serving = [_rule(
+        "goodput:model_ttft_seconds_bucket:rate5m",
+        f"sum by ({cfg.labels.cluster}, {ns}, model_name, le) (\n"
+        f'  rate({{__name__=~"{TTFT_BUCKETS}"}}[{w.rate}])\n)\n')]
     price_rule = _rule("goodput:gpu_hour_price_dollars",
                        f"vector({cfg.gpu_hour_price_dollars:g})")
     return {"groups": [
         _group(cfg, f"{SHARD}.gpu", gpu),
         _group(cfg, f"{SHARD}.node", [exporter_node, *node]),
+        _group(cfg, f"{SHARD}.serving", serving),
         _group(cfg, f"{GLOBAL}.fleet", [price_rule, *namespace, *model]),
         _group(cfg, f"{GLOBAL}.job", job),
     ]}

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "dashboards"
 SCHEMA = OUT / "schema" / "dashboard.schema.json"
 BOARDS = sorted(OUT.glob("*.json"))
-VARIABLES = {"cluster", "node", "namespace", "model", "gpu", "engine_job"}
+VARIABLES = {"cluster", "node", "namespace", "model", "gpu"}
 # What Grafana substitutes for its built-in variables, matching the 30 minutes backfilled.
 BUILTINS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range_s": "1800",
             "$__range": "30m"}
@@ -83,8 +83,7 @@ def test_schema_catches_a_bad_panel() -> None:
 BOARD_VARIABLES = {
     "goodput-fleet": ["datasource", "cluster", "node", "namespace", "model", "gpu"],
     "goodput-node": ["datasource", "cluster", "node", "gpu"],
-    "goodput-serving": ["datasource", "cluster", "node", "namespace", "model", "gpu",
-                        "engine_job"],
+    "goodput-serving": ["datasource", "cluster", "node", "namespace", "model", "gpu"],
 }
 
 
@@ -101,7 +100,7 @@ def test_variables(path: Path) -> None:
 @pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
 def test_queries_parse(path: Path) -> None:
     for title, expr in targets(load(path)):
-        assert "goodput" in expr or "time_to_first_token" in expr, title
+        assert "goodput" in expr, title
         try:
             promql_parser.parse(substitute(expr))
         except Exception as exc:  # promql_parser raises ValueError subclasses
@@ -286,7 +285,7 @@ def test_panels_needing_more_than_the_defaults_say_why(path: Path) -> None:
             assert "--extended-metrics" in panel["description"], panel["title"]
         if all(r & optional for r in reads):
             assert "--extended-metrics" in no_value, panel["title"]
-        if any("time_to_first_token" in e for e in exprs):
+        if any("ttft" in e for e in exprs):
             assert "scrape" in no_value and "directly" in panel["description"], panel["title"]
 
 
@@ -397,14 +396,28 @@ def test_namespace_filter_narrows_the_fleet_stats(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_ttft_follows_the_node_filter(prom: tuple[PrometheusServer, float]) -> None:
-    """Engine series carry no node label: the node filter reaches them through the pods the
-    exporter attributes on that node."""
+def test_ttft_is_per_model_from_the_recorded_histogram(
+        prom: tuple[PrometheusServer, float]) -> None:
+    """The TTFT panel reads goodput:model_ttft_seconds_bucket:rate5m (a few series per model,
+    not every engine pod's buckets) and follows the model and namespace filters."""
     server, end = prom
     expr = _target("goodput-serving", "Time to first token (p50, p90)")
-    assert _query(server, _fill(expr, node="sim-node"), end)
-    assert _query(server, _fill(expr, node="other-node"), end) == []
-    assert _query(server, _fill(expr, engine_job="no-such-job"), end) == []
+    assert "goodput:model_ttft_seconds_bucket:rate5m" in expr
+    result = _query(server, _fill(expr), end)
+    assert result and all(0 < float(s["value"][1]) < 60 for s in result)
+    assert _query(server, _fill(expr, model="no-such-model"), end) == []
+    assert _query(server, _fill(expr, namespace="no-such-namespace"), end) == []
+
+
+@pytest.mark.parametrize("board, node_metric", [("goodput-node", "goodput_gpu_info"),
+                                                ("goodput-serving", "goodput_gpu_tokens_total")])
+def test_per_gpu_boards_open_on_one_node(board: str, node_metric: str) -> None:
+    """The boards that draw a line per GPU open on the first node, never All: with All they
+    would draw every GPU of the fleet (8-70 s a panel at 8,000 GPUs, docs/benchmarks.md)."""
+    node = next(v for v in load(OUT / f"{board}.json")["templating"]["list"]
+                if v["name"] == "node")
+    assert not node.get("includeAll") and "current" not in node
+    assert node["query"]["query"].startswith(f"label_values({node_metric}{{")
 
 
 def test_busy_table_survives_both_reasons_and_an_exporter_rollover(tmp_path: Path) -> None:

@@ -118,8 +118,12 @@ NEEDS_ENGINE_SCRAPE = ("No data: Prometheus must scrape the vLLM/SGLang pods the
 
 
 def _label_variable(ctx: Ctx, name: str, label: str, metric: str,
-                    selector: str, label_name: str) -> dash.QueryVariable:
-    return (
+                    selector: str, label_name: str, *,
+                    all_option: bool = True) -> dash.QueryVariable:
+    """A multi-value variable over a label's values. Without ``all_option`` it has no "All"
+    and Grafana opens on the first value: for boards that draw a line per GPU, where All
+    would draw every GPU of the fleet (docs/scaling.md)."""
+    var = (
         dash.QueryVariable(name)
         .label(label)
         .datasource(ctx.ds)
@@ -128,18 +132,21 @@ def _label_variable(ctx: Ctx, name: str, label: str, metric: str,
         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(model.VariableSort.ALPHABETICAL_ASC)
         .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(model.VariableOption(selected=True, text="All", value="$__all"))
     )
+    if not all_option:
+        return var.include_all(False)
+    return (var.include_all(True).all_value(".*")
+            .current(model.VariableOption(selected=True, text="All", value="$__all")))
 
 
 VARIABLES = ("cluster", "node", "namespace", "model", "gpu")
 
 
-def variables(ctx: Ctx, names: tuple[str, ...] = VARIABLES) -> list[Any]:
+def variables(ctx: Ctx, names: tuple[str, ...] = VARIABLES,
+              node_from: str | None = None) -> list[Any]:
     """datasource, then of cluster (optional label), node, namespace, model, gpu those a
-    dashboard uses."""
+    dashboard uses. With ``node_from`` (a metric) the node variable lists the nodes having
+    it and opens on the first one instead of All."""
     lb = ctx.cfg.labels
     datasource = dash.DatasourceVariable("datasource").label("Data source").type(
         ctx.cfg.grafana.datasource_type)
@@ -150,7 +157,8 @@ def variables(ctx: Ctx, names: tuple[str, ...] = VARIABLES) -> list[Any]:
     every = {
         "cluster": _label_variable(ctx, "cluster", "Cluster", "goodput_gpu_info",
                                    ctx.cfg.selector, lb.cluster),
-        "node": _label_variable(ctx, "node", "Node", "goodput_gpu_info", ctx.cluster_f, lb.node),
+        "node": _label_variable(ctx, "node", "Node", node_from or "goodput_gpu_info",
+                                ctx.cluster_f, lb.node, all_option=node_from is None),
         "namespace": _label_variable(ctx, "namespace", "Namespace", "goodput_gpu_pod_info",
                                      ctx.node_f, lb.namespace),
         "model": _label_variable(ctx, "model", "Model", "goodput_gpu_tokens_total", ctx.node_f,
@@ -161,7 +169,8 @@ def variables(ctx: Ctx, names: tuple[str, ...] = VARIABLES) -> list[Any]:
 
 
 def base(ctx: Ctx, uid: str, title: str, description: str,
-         names: tuple[str, ...] = VARIABLES, extra: list[Any] | None = None) -> dash.Dashboard:
+         names: tuple[str, ...] = VARIABLES, extra: list[Any] | None = None,
+         node_from: str | None = None) -> dash.Dashboard:
     board = (
         dash.Dashboard(title)
         .uid(uid)
@@ -172,7 +181,7 @@ def base(ctx: Ctx, uid: str, title: str, description: str,
         .refresh("1m")
         .timezone("browser")
         .tooltip(model.DashboardCursorSync.CROSSHAIR)
-        .variables(variables(ctx, names) + (extra or []))
+        .variables(variables(ctx, names, node_from) + (extra or []))
         .link(
             dash.DashboardLink("Goodput dashboards")
             .type(model.DashboardLinkType.DASHBOARDS)

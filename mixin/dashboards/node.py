@@ -42,7 +42,8 @@ def build(ctx: Ctx) -> dash.Dashboard:
 
     board = base(ctx, UIDS["node"], "GPU goodput / Node and GPU drilldown",
                  "One node, one GPU: what kernel-time utilisation hides, the regime, power, "
-                 "clocks, throttling and errors.", names=("cluster", "node", "gpu"))
+                 "clocks, throttling and errors.", names=("cluster", "node", "gpu"),
+                 node_from="goodput_gpu_info")
     board.with_row(dash.Row("The utilization lie"))
     board.with_panel(
         series(

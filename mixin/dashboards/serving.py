@@ -15,42 +15,15 @@ from mixin.dashboards.common import (
     series,
 )
 
-# The engines' own TTFT histograms, scraped from the engine pods (not the exporter's job).
-TTFT_BUCKETS = ("vllm:time_to_first_token_seconds_bucket"
-                "|sglang:time_to_first_token_seconds_bucket")
-TTFT_COUNTS = ("vllm:time_to_first_token_seconds_count"
-               "|sglang:time_to_first_token_seconds_count")
-
-
-def _engine_job(ctx: Ctx) -> dash.QueryVariable:
-    """The Prometheus job(s) the engines are scraped under."""
-    return (
-        dash.QueryVariable("engine_job")
-        .label("Engine job")
-        .datasource(ctx.ds)
-        .query({"query": f'label_values({{__name__=~"{TTFT_COUNTS}"}}, job)',
-                "refId": "engine_job"})
-        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(model.VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(model.VariableOption(selected=True, text="All", value="$__all"))
-    )
-
 
 def _ttft(ctx: Ctx, q: float) -> str:
-    """The q-quantile of time to first token per model, for the engine pods in scope: the
-    pods on the selected GPUs (through goodput_gpu_pod_info), or every engine pod while all
-    GPUs are selected (engine series carry no node label; attribution may be off)."""
+    """The q-quantile of time to first token per model, from the engines' histograms as
+    goodput.shard.serving records them (a few series per model). Summing by the kept labels
+    adds up the parts each shard recorded."""
     lb = ctx.cfg.labels
-    sel = (f'{{__name__=~"{TTFT_BUCKETS}", job=~"$engine_job", {lb.cluster}=~"$cluster", '
-           f'{ctx.ns_f}, model_name=~"$model"}}')
-    rate = f"rate({sel}[$__rate_interval])"
-    pods = f"group by ({lb.namespace}, {lb.pod}) (goodput_gpu_pod_info{{{ctx.gpu_f}}})"
-    scoped = (f"{rate} and on ({lb.namespace}, {lb.pod}) {pods}\n"
-              f"  or {rate} and on () {ctx.all_gpus_selected()}")
-    return f"histogram_quantile({q:g}, sum by ({lb.cluster}, le, model_name) (\n  {scoped}\n))"
+    sel = f'{ctx.rule_ns_f}, model_name=~"$model"'
+    return (f"histogram_quantile({q:g}, sum by ({lb.cluster}, le, model_name) (\n"
+            f"  goodput:model_ttft_seconds_bucket:rate5m{{{sel}}}\n))")
 
 
 def build(ctx: Ctx) -> dash.Dashboard:
@@ -63,9 +36,37 @@ def build(ctx: Ctx) -> dash.Dashboard:
     in_ns = ctx.in_namespaces
     SERVING_GPUS = f"group by ({gk}) (goodput_gpu_tokens_total{{{MODEL}}})"
     board = base(ctx, UIDS["serving"], "GPU goodput / Serving workload",
-                 "Serving engines on their GPUs: tokens against SM activity, queue, KV cache, "
-                 "time to first token, model FLOPs utilisation.", extra=[_engine_job(ctx)])
-    board.with_row(dash.Row("Throughput"))
+                 "Serving engines: per model across the fleet, then per GPU of the selected "
+                 "nodes: tokens against SM activity, queue, KV cache, time to first token, "
+                 "model FLOPs utilisation.", node_from="goodput_gpu_tokens_total")
+    by_model = ctx.rule_by_model_f
+    board.with_row(dash.Row("Models (every node)"))
+    board.with_panel(series(
+        ctx, "Tokens/s by model", "short",
+        (f"sum by (model) (goodput:model_tokens:rate5m{{{by_model}}})", "{{model}}"),
+        description="Prompt + generation tokens per second of each model, over every node "
+        "(goodput:model_tokens:rate5m). The node, GPU and namespace filters do not apply."))
+    board.with_panel(series(
+        ctx, "Time to first token (p50, p90)", "s",
+        (_ttft(ctx, 0.5), "p50 {{model_name}}"),
+        (_ttft(ctx, 0.9), "p90 {{model_name}}"),
+        description="From the engines' own TTFT histograms (vLLM, SGLang), which Prometheus "
+        "scrapes from the engine pods directly; the exporter does not re-export them. Per "
+        "model over every engine pod (goodput:model_ttft_seconds_bucket:rate5m, a few series "
+        "per model whatever the fleet's size). The node and GPU filters do not apply: engine "
+        "series carry no node label.", no_value=NEEDS_ENGINE_SCRAPE))
+    board.with_panel(series(
+        ctx, "Tokens per joule by model", "short",
+        (f"goodput:model_tokens_per_joule:ratio_rate5m{{{by_model}}}", "{{model}}"),
+        description="Tokens per joule of board energy of the GPUs serving each model, per "
+        "cluster (goodput:model_tokens_per_joule:ratio_rate5m). The node, GPU and namespace "
+        "filters do not apply."))
+    board.with_panel(series(
+        ctx, "Serving GPUs by model", "none",
+        (f"sum by (model) (goodput:model_gpus:count{{{by_model}}})", "{{model}}"),
+        description="GPUs that produced tokens for each model in the last 5 minutes "
+        "(goodput:model_gpus:count). The node, GPU and namespace filters do not apply."))
+    board.with_row(dash.Row("Throughput of the selected nodes' GPUs"))
     # Each (GPU, model, engine, kind) once, whichever exporter pods report it, then summed.
     tokens_per_series = one_per_gpu(rate("goodput_gpu_tokens_total", MODEL),
                                     "model", "engine", "kind")
@@ -108,7 +109,7 @@ def build(ctx: Ctx) -> dash.Dashboard:
         "model, and joules per generated token, both over the rules' 5 m window "
         "(goodput:gpu_tokens_per_joule:ratio_rate5m, "
         "goodput:gpu_joules_per_token:ratio_rate5m)."))
-    board.with_row(dash.Row("Queue and memory"))
+    board.with_row(dash.Row("Queue and memory of the selected nodes' GPUs"))
     board.with_panel(series(
         ctx, "Queue: running and waiting requests", "none",
         (in_ns(f"sum by ({gk}, model, state) ({requests})"),
@@ -121,15 +122,7 @@ def build(ctx: Ctx) -> dash.Dashboard:
          "{{node}} gpu {{gpu}} {{model}}"),
         description="Share of the engine's KV-cache blocks in use; near 1 the engine "
                     "preempts or queues requests.").max(1))
-    board.with_row(dash.Row("Latency and model FLOPs"))
-    board.with_panel(series(
-        ctx, "Time to first token (p50, p90)", "s",
-        (_ttft(ctx, 0.5), "p50 {{model_name}}"),
-        (_ttft(ctx, 0.9), "p90 {{model_name}}"),
-        description="From the engines' own TTFT histograms (vLLM, SGLang), which Prometheus "
-        "scrapes from the engine pods directly (the Engine job variable picks their job); the "
-        "exporter does not re-export them. Node and GPU filters narrow it to the engine pods "
-        "on those GPUs (needs pod attribution).", no_value=NEEDS_ENGINE_SCRAPE))
+    board.with_row(dash.Row("Model FLOPs of the selected nodes' GPUs"))
     board.with_panel(series(
         ctx, "MFU (model FLOPs utilisation)", "percentunit",
         (in_ns(f"{one_per_gpu(f'goodput_gpu_mfu_ratio{{{GPU}}}')} and on ({gk}) {SERVING_GPUS}"),
