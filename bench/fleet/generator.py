@@ -492,10 +492,11 @@ def _run(*argv: str, timeout: float = 3600) -> str:
 def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, end: float,
                  hours: float, fine_hours: float = 1.0, batch_gpus: int = 2000,
                  log: Callable[[str], None] = print, end_step: int = ORIGIN,
-                 include_end: bool = True) -> int:
+                 include_end: bool = True, coarse_stride: int = 4) -> int:
     """Raw history into the TSDB at ``data``, an hour (and a batch of nodes) at a time: the
-    last ``fine_hours`` at 15 s, older hours at 60 s (what the 24 h panels need). The sample
-    at ``end`` is step ``end_step`` of the timeline."""
+    last ``fine_hours`` at 15 s, older hours every ``coarse_stride``-th step (60 s by
+    default; what the 24 h panels need). The sample at ``end`` is step ``end_step`` of the
+    timeline."""
     promtool = shutil.which("promtool") or "promtool"
     gpus_per_node = max(1, len(replay.fleet.gpus) // max(1, len(replay.fleet.nodes)))
     per_batch = max(1, batch_gpus // gpus_per_node)
@@ -506,7 +507,7 @@ def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, en
     while h < hours:
         span = min(1.0, hours - h)
         fine = hours - h <= fine_hours + 1e-9
-        stride = 1 if fine else 4
+        stride = 1 if fine else coarse_stride
         first = start_step + int(h * 3600 / STEP)
         steps = int(span * 3600 / STEP / stride)
         t_start = end - (hours - h) * 3600

@@ -53,16 +53,38 @@ def panel_targets(board: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def substitute(expr: str, range_s: int, step: int, node: str = ".*") -> str:
-    """Grafana's substitutions: every variable All, but ``node`` (the node board is about one
-    node; with All it would draw every GPU of the fleet)."""
+def substitute(expr: str, range_s: int, step: int, chosen: dict[str, str] | None = None) -> str:
+    """Grafana's substitutions: the variables in ``chosen`` (those without All, at the value
+    Grafana opens on), every other variable All."""
     rate_interval = max(4 * 15, step + 15)
     for name, value in (("$__rate_interval", f"{rate_interval}s"), ("$__interval", f"{step}s"),
                         ("$__range_s", str(range_s)), ("$__range", f"{range_s}s")):
         expr = expr.replace(name, value)
-    expr = re.sub(r"\$\{?node\}?", node, expr)
-    # Every other dashboard variable (cluster, namespace, model, gpu, engine_job, ...): All.
+    for name, value in (chosen or {}).items():
+        # Grafana escapes regex characters in the value; in a PromQL string, a doubled \.
+        escaped = re.sub(r"([.^$|?*+()\[\]{}])", r"\\\\\1", value)
+        expr = re.sub(rf"\$\{{{name}\}}|\${name}\b", escaped.replace("\\", "\\\\"), expr)
     return re.sub(r"\$\{?(?!__)(\w+)\}?", ".*", expr)
+
+
+def opening_values(url: str, board: dict[str, Any], at: float, range_s: int) -> dict[str, str]:
+    """What Grafana opens a board on for each variable that has no All: the first value of
+    its label_values() query, sorted as the variable sorts (alphabetically)."""
+    chosen: dict[str, str] = {}
+    for var in board["templating"]["list"]:
+        if var.get("type") != "query" or var.get("includeAll"):
+            continue
+        m = re.fullmatch(r"label_values\((.+), *(\w+)\)", var["query"]["query"], re.S)
+        if not m:
+            raise ValueError(f"{var['name']}: cannot read {var['query']['query']!r}")
+        params = urllib.parse.urlencode({"match[]": substitute(m[1], range_s, 15, chosen),
+                                         "start": f"{at - range_s:.0f}", "end": f"{at:.0f}"})
+        with urllib.request.urlopen(f"{url}/api/v1/label/{m[2]}/values?{params}",
+                                    timeout=300) as resp:
+            values = sorted(json.load(resp)["data"])
+        if values:
+            chosen[var["name"]] = values[0]
+    return chosen
 
 
 def timed_query(url: str, expr: str, at: float, range_s: int, step: int,
@@ -94,7 +116,9 @@ def pct(values: list[float], p: float) -> float:
 def render(report: dict[str, Any]) -> str:
     """The report as the markdown tables of docs/benchmarks.md."""
     out = [f"{report['gpus']:,} GPUs ({report['nodes']} nodes), {report['hours']:g} h of "
-           f"history (last {report['fine_hours']:g} h at 15 s, older at 60 s), "
+           f"history (last {report['fine_hours']:g} h at 15 s, older at "
+           f"{report.get('coarse_step_s', 60)} s, rules there every "
+           f"{report.get('coarse_rule_interval', '1m')}), "
            f"{report['cpus']} CPUs.", "",
            "| rule group | last evaluation s |", "|---|---|"]
     out += [f"| {g} | {v:.3f} |" for g, v in sorted(report["rule_group_seconds"].items())]
@@ -119,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--fine-hours", type=float, default=3.0)
+    parser.add_argument("--coarse-stride", type=int, default=4,
+                        help="older hours keep every n-th 15 s sample (4: 60 s)")
+    parser.add_argument("--coarse-rule-interval", default="1m",
+                        help="rule evaluation interval backfilled over the older hours")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the TSDB afterwards")
@@ -141,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch.mkdir()
     report: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * args.gpus,
                               "hours": args.hours, "fine_hours": args.fine_hours,
+                              "coarse_step_s": args.coarse_stride * fleet.STEP,
+                              "coarse_rule_interval": args.coarse_rule_interval,
                               "cpus": os.cpu_count(), "extended_metrics": args.extended_metrics}
     plan = fleet.plan(args.nodes, args.gpus)
     t = time.monotonic()
@@ -157,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         samples += fleet.backfill_raw(
             replay, plan.nodes, data, scratch, end - args.fine_hours * 3600, coarse, 0.0,
             log=log, end_step=fleet.ORIGIN - int(args.fine_hours * 3600 / fleet.STEP),
-            include_end=False)
+            include_end=False, coarse_stride=args.coarse_stride)
     before = du(data)
     samples += fleet.backfill_raw(replay, plan.nodes, data, scratch, end, args.fine_hours,
                                   args.fine_hours, log=log)
@@ -166,14 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     report["raw_backfill_s"] = round(time.monotonic() - t, 1)
     report["raw_bytes_per_gpu_day_15s"] = round(fine_bytes / gpus / args.fine_hours * 24)
 
-    # Recording rules over the whole history, a dependency level per pass.
+    # Recording rules over the whole history, a dependency level per pass: the older hours at
+    # --coarse-rule-interval, the fine ones at the groups' own interval (measuring their bytes).
     rule_groups = yaml.safe_load(RULES.read_text())["groups"]
     t = time.monotonic()
+    fine_start = end - args.fine_hours * 3600
+    if coarse > 0:
+        backfill_rules(args.workdir, rule_groups, end - args.hours * 3600 + 600, fine_start,
+                       log=log, interval=args.coarse_rule_interval)
     before = du(data)
-    backfill_rules(args.workdir, rule_groups, end - args.hours * 3600 + 600, end, log=log)
+    backfill_rules(args.workdir, rule_groups, fine_start + (600 if coarse <= 0 else 0), end,
+                   log=log)
     report["rules_backfill_s"] = round(time.monotonic() - t, 1)
     report["rule_bytes_per_gpu_day_1m"] = round(
-        (du(data) - before) / gpus / (args.hours - 600 / 3600) * 24)
+        (du(data) - before) / gpus / args.fine_hours * 24)
 
     # The minutes the backfill took, as fresh raw data, so the groups evaluate on live data.
     now = float(int(time.time()))
@@ -227,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         panels = []
         for board_path in BOARDS:
             board = json.loads(board_path.read_text())
+            opened = {name: opening_values(prom.url, board, at, range_s)
+                      for name, (range_s, _) in RANGES.items()}
+            report.setdefault("opened_on", {})[board_path.stem] = opened["default"]
             for title, expr, instant in panel_targets(board):
                 row: dict[str, Any] = {"board": board_path.stem.removeprefix("goodput-"),
                                        "panel": title, "instant": instant}
                 for name, (range_s, step) in RANGES.items():
-                    node = plan.nodes[0] if board_path.stem == "goodput-node" else ".*"
-                    q = substitute(expr, range_s, step, node)
+                    q = substitute(expr, range_s, step, opened[name])
                     runs = [timed_query(prom.url, q, at, range_s, step, instant)
                             for _ in range(args.reps)]
                     lat = [r[0] for r in runs]

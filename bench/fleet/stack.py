@@ -119,12 +119,13 @@ def _run(*argv: str, timeout: float = 7200) -> None:
 
 
 def backfill_rules(workdir: Path, rule_groups: list[dict[str, Any]], start: float, end: float,
-                   log: Callable[[str], None] = print) -> None:
+                   log: Callable[[str], None] = print, interval: str | None = None) -> None:
     """The recording rules of ``rule_groups`` over [start, end] into workdir/data, a
-    dependency level per pass (promtool cannot see rules it backfills in the same run)."""
+    dependency level per pass (promtool cannot see rules it backfills in the same run), at
+    the groups' interval or ``interval`` (coarser for old hours)."""
     promtool = shutil.which("promtool") or "promtool"
     rules = [r for g in rule_groups for r in g["rules"] if "record" in r]
-    interval = rule_groups[0].get("interval", "1m") if rule_groups else "1m"
+    interval = interval or (rule_groups[0].get("interval", "1m") if rule_groups else "1m")
     data = workdir / "data"
     for i, level in enumerate(levels(rules)):
         t = time.monotonic()
