@@ -110,6 +110,35 @@ def series_counts(st: Stack) -> dict[str, int]:
     return out
 
 
+def render(report: dict[str, Any]) -> str:
+    """The report as the markdown tables of docs/benchmarks.md."""
+    gpus = report["gpus"]
+    out = ["| server | rule group | evaluations | first s | later: median / max s |",
+           "|---|---|---|---|---|"]
+    for key, g in report["rule_groups"].items():
+        server, group = key.split(" ", 1)
+        out.append(f"| {server} | {group} | {g['evaluations']} | {g['first_s']:.3f} | "
+                   f"{g['later_median_s']:.3f} / {g['later_max_s']:.3f} |")
+    out += ["", "| alert | injected | fired | false positives | missed |", "|---|---|---|---|---|"]
+    quiet = []
+    for alert, v in report["verdicts"]["alerts"].items():
+        if v["injected"] or v["fired"]:
+            out.append(f"| {alert} | {v['injected']} | {v['fired']} | {v['false_positives']} | "
+                       f"{v['missed']} |")
+        else:
+            quiet.append(alert)
+    st = report["verdicts"]["straggler"]
+    series = report["series"]
+    out += ["", f"Nothing injected and nothing fired: {', '.join(quiet)}.",
+            f"Straggler rule: {st['jobs']} multi-node jobs, {st['injected']} injected "
+            f"stragglers, {st['named_right']} named right of {st['named']} named, "
+            f"{st['balanced_jobs_named']} balanced jobs named.",
+            "Series: " + ", ".join(f"{k} {v:,}" for k, v in series.items())
+            + f" ({sum(v for k, v in series.items() if k != 'global') / gpus:.1f} per GPU on "
+            f"the shards, {series['global'] / gpus:.1f} on the global)."]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -120,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="evaluations of every group")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-sharded"))
     parser.add_argument("--report", type=Path, default=Path("fleet-sharded.json"))
+    parser.add_argument("--render", type=Path, help="print a report as markdown and exit")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())), end="")
+        return 0
 
     def log(message: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
