@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import statistics
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -31,7 +30,15 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet
-from bench.fleet.stack import ALERTS, RULES, backfill_rules, prometheus
+from bench.fleet.stack import (
+    ALERTS,
+    RULES,
+    backfill_rules,
+    log,
+    prometheus,
+    rendered,
+    report_options,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,16 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the TSDB afterwards")
     parser.add_argument("--extended-metrics", action="store_true")
-    parser.add_argument("--report", type=Path, default=Path("fleet-report.json"),
-                        help="JSON report to write")
-    parser.add_argument("--render", type=Path, help="print a report as markdown and exit")
+    report_options(parser, "fleet-report.json")
     args = parser.parse_args(argv)
-    if args.render:
-        print(render(json.loads(args.render.read_text())), end="")
+    if rendered(args, render):
         return 0
-
-    def log(message: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     data = args.workdir / "data"

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,16 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet
-from bench.fleet.stack import ALERTS, GLOBAL_PREFIX, Prometheus, Stack, sharded
+from bench.fleet.stack import (
+    ALERTS,
+    GLOBAL_PREFIX,
+    Prometheus,
+    Stack,
+    log,
+    rendered,
+    report_options,
+    sharded,
+)
 from mixin.config import load as load_config
 
 
@@ -148,15 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of data past the start, evaluated live")
     parser.add_argument("--rounds", type=int, default=5, help="evaluations of every group")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fleet-sharded"))
-    parser.add_argument("--report", type=Path, default=Path("fleet-sharded.json"))
-    parser.add_argument("--render", type=Path, help="print a report as markdown and exit")
+    report_options(parser, "fleet-sharded.json")
     args = parser.parse_args(argv)
-    if args.render:
-        print(render(json.loads(args.render.read_text())), end="")
+    if rendered(args, render):
         return 0
-
-    def log(message: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     plan = fleet.plan(args.nodes, args.gpus)

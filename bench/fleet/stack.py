@@ -12,9 +12,11 @@ groups. Everything listens on loopback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -41,6 +43,24 @@ GLOBAL_PREFIX = "goodput.global."
 FEDERATED_RAW = ("goodput_gpu_info", "goodput_gpu_pod_info", "goodput_gpu_regime",
                  "goodput_gpu_busy_unproductive", "goodput_exporter_build_info")
 FEDERATE = ['{__name__=~"goodput:.+"}', f'{{__name__=~"{"|".join(FEDERATED_RAW)}"}}']
+
+
+def log(message: str) -> None:
+    """A benchmark's progress line on stderr, timestamped."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def report_options(parser: argparse.ArgumentParser, default: str) -> None:
+    """--report (the JSON a run writes) and --render (print a saved one as markdown)."""
+    parser.add_argument("--report", type=Path, default=Path(default), help="JSON report to write")
+    parser.add_argument("--render", type=Path, help="print a report as markdown and exit")
+
+
+def rendered(args: argparse.Namespace, render: Callable[[dict[str, Any]], str]) -> bool:
+    """With --render, print that report through ``render`` and say so (the run is skipped)."""
+    if args.render:
+        print(render(json.loads(args.render.read_text())), end="")
+    return bool(args.render)
 
 
 def groups(path: Path, prefix: str) -> list[dict[str, Any]]:
