@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,50 +29,14 @@ from bench.fleet import generator as fleet
 from bench.fleet.stack import (
     ALERTS,
     GLOBAL_PREFIX,
-    Prometheus,
     Stack,
     log,
     rendered,
     report_options,
     sharded,
+    watch_groups,
 )
 from mixin.config import load as load_config
-
-
-def _durations(server: Prometheus) -> dict[str, tuple[int, float]]:
-    """group -> (iterations so far, last evaluation's seconds)."""
-    its = {line.split('rule_group="')[1].split('"')[0].split(";")[-1]: int(float(line.split()[-1]))
-           for line in server.metric("prometheus_rule_group_iterations_total")}
-    last = {line.split('rule_group="')[1].split('"')[0].split(";")[-1]: float(line.split()[-1])
-            for line in server.metric("prometheus_rule_group_last_duration_seconds")}
-    return {g: (its.get(g, 0), last[g]) for g in last}
-
-
-def watch_groups(st: Stack, rounds: int, timeout: float,
-                 log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """Every evaluation's duration of every group on every server, until each group has run
-    ``rounds`` times (or ``timeout``)."""
-    servers = {f"shard{i}": s for i, s in enumerate(st.shards)} | {"global": st.global_}
-    seen: dict[tuple[str, str], dict[int, float]] = {}
-    deadline = time.monotonic() + timeout
-    while True:
-        for name, server in servers.items():
-            for group, (iteration, seconds) in _durations(server).items():
-                if iteration:
-                    seen.setdefault((name, group), {})[iteration] = seconds
-        done = all(len(v) >= rounds for v in seen.values()) and len(seen) > 0
-        if done or time.monotonic() > deadline:
-            break
-        time.sleep(5)
-    out: dict[str, dict[str, Any]] = {}
-    for (name, group), runs in sorted(seen.items()):
-        ordered = [runs[i] for i in sorted(runs)]
-        out[f"{name} {group}"] = {
-            "evaluations": len(ordered), "first_s": round(ordered[0], 3),
-            "later_max_s": round(max(ordered[1:], default=ordered[0]), 3),
-            "later_median_s": round(statistics.median(ordered[1:] or ordered), 3)}
-        log(f"{name} {group}: {out[f'{name} {group}']}")
-    return out
 
 
 def _gpus(result: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -176,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"stack up after {report['build_s']} s; nodes per shard {report['owned_nodes']}")
         if time.time() > end - 600:
             raise SystemExit("the build outlived --lead: raise it")
-        report["rule_groups"] = watch_groups(st, args.rounds, min(900, end - time.time() - 300),
-                                             log)
+        servers = {f"shard{i}": s for i, s in enumerate(st.shards)} | {"global": st.global_}
+        report["rule_groups"] = watch_groups(servers, args.rounds,
+                                             min(900, end - time.time() - 300), log)
         report["verdicts"] = verdicts(st, plan)
         report["series"] = series_counts(st)
         log(json.dumps(report["verdicts"]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -118,6 +119,42 @@ class Prometheus:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as resp:
             return [line for line in resp.read().decode().splitlines()
                     if line.startswith(text_filter)]
+
+
+def _durations(server: Prometheus) -> dict[str, tuple[int, float]]:
+    """group -> (iterations so far, last evaluation's seconds)."""
+    its = {line.split('rule_group="')[1].split('"')[0].split(";")[-1]: int(float(line.split()[-1]))
+           for line in server.metric("prometheus_rule_group_iterations_total")}
+    last = {line.split('rule_group="')[1].split('"')[0].split(";")[-1]: float(line.split()[-1])
+            for line in server.metric("prometheus_rule_group_last_duration_seconds")}
+    return {g: (its.get(g, 0), last[g]) for g in last}
+
+
+def watch_groups(servers: dict[str, Prometheus], rounds: int, timeout: float,
+                 log: Callable[[str], None] = log) -> dict[str, dict[str, Any]]:
+    """Every evaluation's duration of every group on every server, until each group has run
+    ``rounds`` times (or ``timeout``): "<server> <group>" -> evaluations, the first one's
+    seconds (cold caches) and the later ones' median and maximum."""
+    seen: dict[tuple[str, str], dict[int, float]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for name, server in servers.items():
+            for group, (iteration, seconds) in _durations(server).items():
+                if iteration:
+                    seen.setdefault((name, group), {})[iteration] = seconds
+        done = all(len(v) >= rounds for v in seen.values()) and len(seen) > 0
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    out: dict[str, dict[str, Any]] = {}
+    for (name, group), runs in sorted(seen.items()):
+        ordered = [runs[i] for i in sorted(runs)]
+        out[f"{name} {group}"] = {
+            "evaluations": len(ordered), "first_s": round(ordered[0], 3),
+            "later_max_s": round(max(ordered[1:], default=ordered[0]), 3),
+            "later_median_s": round(statistics.median(ordered[1:] or ordered), 3)}
+        log(f"{name} {group}: {out[f'{name} {group}']}")
+    return out
 
 
 @contextmanager
