@@ -31,25 +31,24 @@ GPUs that look like their ranks (SIM_RANKS) through the same stand-in wiring.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from bench.gpu.analysis import active_label, job_state, parse_exposition, run_lengths
 from bench.gpu.pod_standin import PodResourcesStandIn
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.diag import WORKLOADS
+from bench.gpu.workloads.process import WorkloadProcess
 from tests.support.harness import (
     REPO,
     DaemonProcess,
@@ -57,7 +56,6 @@ from tests.support.harness import (
     child_env,
     http_get,
     run_cmd,
-    stop_process,
 )
 
 SINGLE = ("h2d", "d2h", "sync_loop")
@@ -318,52 +316,6 @@ def _straggler_mark(window: Mapping[str, Any]) -> str:
 
 # --- the run ----------------------------------------------------------------------------------
 
-class WorkloadProcess:
-    """``python -m bench.gpu.workloads NAME`` in its own session; collects its JSON events."""
-
-    def __init__(self, name: str, args: list[str], log: IO[str], lock: threading.Lock) -> None:
-        self.name = name
-        self.events: list[dict[str, Any]] = []
-        self.ready = threading.Event()
-        self.log, self.lock = log, lock
-        cmd = command(name, *args)
-        with lock:
-            log.write(f"# --- workload {name}: {shlex.join(cmd)}\n")
-            log.flush()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-                                     text=True, env=child_env(NO_MULTICAST),
-                                     start_new_session=True)
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.lock:
-                self.log.write(f"[{self.name}] {line}")
-                self.log.flush()
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "event" in rec:
-                self.events.append(rec)
-                if rec["event"] in ("ready", "error"):
-                    self.ready.set()
-        self.ready.set()
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in reversed(self.events) if e.get("event") == name), None)
-
-    def stop(self) -> int | None:
-        code, killed = stop_process(self.proc, timeout=30)
-        if killed:  # take the spawned ranks / children with it
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, 9)
-        self.thread.join(timeout=5)
-        return code
-
-
 class Diagnosis:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -548,7 +500,8 @@ class Diagnosis:
             return
         self.say(f"{name}: start")
         entry["sample_seconds"] = round(seconds, 1)
-        work = WorkloadProcess(name, self.workload_args(name, seconds), self.log, self.lock)
+        work = WorkloadProcess(name, command(name, *self.workload_args(name, seconds)), REPO,
+                               child_env(NO_MULTICAST), self.log, self.lock)
         try:
             timeout = 60.0 + SETUP.get(name, 0.0)
             work.ready.wait(timeout)

@@ -70,6 +70,7 @@ from bench.gpu.workloads.panel import (
     WORKLOADS,
     DecoderShape,
 )
+from bench.gpu.workloads.process import WorkloadProcess
 from tests.support.harness import (  # noqa: F401
     DaemonProcess,
     DaemonStartError,
@@ -186,60 +187,6 @@ class Daemon:
 
 
 # --- workloads --------------------------------------------------------------------------------
-
-class Workload:
-    """One workload subprocess; collects its JSON events from stdout."""
-
-    def __init__(self, name: str, python: str, seconds: float, port: int,
-                 extra_args: list[str], log: IO[str], lock: threading.Lock) -> None:
-        self.name = name
-        self.events: dict[str, dict[str, Any]] = {}
-        self.ready = threading.Event()
-        self.log = log
-        self.lock = lock
-        cmd = workloads.command(name, "--seconds", str(seconds), "--port", str(port),
-                                *extra_args, python=python)
-        with lock:
-            log.write(f"# --- workload {name}: {' '.join(cmd)}\n")
-            log.flush()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log,
-                                     text=True, env=child_env())
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.lock:
-                self.log.write(f"[{self.name}] {line}")
-                self.log.flush()
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "event" in rec:
-                self.events[rec["event"]] = rec
-                if rec["event"] in ("ready", "error"):
-                    self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self, timeout: float) -> bool:
-        self.ready.wait(timeout)
-        return "ready" in self.events
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.thread.join(timeout=5)
-        return self.proc.returncode
-
-
-# --- the run ----------------------------------------------------------------------------------
 
 class Validation:
     def __init__(self, args: argparse.Namespace) -> None:
@@ -384,18 +331,19 @@ class Validation:
         self.save()
         self.say(f"workload {name}: start")
         port = self.serving_port
-        work: Workload | None = None
+        work: WorkloadProcess | None = None
         try:
             if name not in NO_PROCESS:
                 safety = self.args.seconds + self.args.settle + 60
-                work = Workload(name, self.args.python, safety, port, self.workload_args(),
-                                self.work_log, self.lock)
+                cmd = workloads.command(name, "--seconds", str(safety), "--port", str(port),
+                                        *self.workload_args(), python=self.args.python)
+                work = WorkloadProcess(name, cmd, ROOT, child_env(), self.work_log, self.lock)
                 timeout = 120.0 if name in SERVING else 60.0
                 if not work.wait_ready(timeout):
-                    err = work.events.get("error", {}).get("error") or (
+                    err = (work.event("error") or {}).get("error") or (
                         f"not ready after {timeout:.0f}s (exit {work.proc.poll()})")
                     raise RuntimeError(err)
-                entry["info"] = work.events["ready"].get("info", {})
+                entry["info"] = (work.event("ready") or {}).get("info", {})
             self._sample(name, entry, work, port)
             entry["status"] = "ok"
         except Exception as exc:
@@ -405,11 +353,11 @@ class Validation:
         finally:
             if work is not None:
                 entry["exit_code"] = work.stop()
-                done = work.events.get("done")
+                done = work.event("done")
                 if done:
                     entry["stats"] = done.get("stats", {})
-                if "error" in work.events and "error" not in entry:
-                    entry["error"] = work.events["error"].get("error")
+                if work.event("error") and "error" not in entry:
+                    entry["error"] = (work.event("error") or {}).get("error")
         changes = None
         if "ready_time" in entry:
             self.daemon_log.flush()
@@ -426,12 +374,13 @@ class Validation:
                  f"(expected {expected}) windows_to_regime={s['windows_to_regime']}")
         self.save()
 
-    def _sample(self, name: str, entry: dict[str, Any], work: Workload | None, port: int) -> None:
+    def _sample(self, name: str, entry: dict[str, Any], work: WorkloadProcess | None,
+                port: int) -> None:
         gpu = entry["gpu"]
         d = self.daemon
         cpu0 = d.cpu() if d else None
         t0 = time.monotonic()
-        entry["ready_time"] = (work.events["ready"]["time"] if work is not None
+        entry["ready_time"] = ((work.event("ready") or {}).get("time") if work is not None
                                else time.time())
         n = round(self.args.seconds / self.args.interval)
         raw_saved = False
@@ -440,7 +389,7 @@ class Validation:
             time.sleep(max(0.0, due - time.monotonic()))
             if work is not None and work.proc.poll() is not None:
                 raise RuntimeError(f"workload exited early with {work.proc.returncode}: "
-                                   f"{work.events.get('error', {}).get('error', '')}")
+                                   f"{(work.event('error') or {}).get('error', '')}")
             smi = self._smi_start()
             sample: dict[str, Any] = {"t": round(time.monotonic() - t0, 3)}
             if d is not None and d.alive():
