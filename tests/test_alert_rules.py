@@ -160,6 +160,17 @@ def test_rule_inputs_are_evaluated_before_the_rule() -> None:
     assert late == []
 
 
+def test_unit_tests_run_the_groups_in_evaluation_order() -> None:
+    """promtool runs a test file's groups in random order unless `group_eval_order` names
+    them: a rule then reads its input from the previous evaluation one run in ten (CI caught
+    rollover.test.yml doing that). Every file names every group it loads, in file order."""
+    for path in TEST_FILES:
+        test = yaml.safe_load(path.read_text())
+        loaded = [group["name"] for source in test["rule_files"]
+                  for group in yaml.safe_load((path.parent / source).read_text())["groups"]]
+        assert test.get("group_eval_order") == loaded, path.name
+
+
 def test_groups_hold_at_most_twenty_rules() -> None:
     for path in RULE_FILES:
         for group in yaml.safe_load(path.read_text())["groups"]:

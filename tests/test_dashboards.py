@@ -313,9 +313,11 @@ def _promtool_expr(tmp_path: Path, series: list[dict[str, str]], interval: str,
 
     from tests.support.prometheus import require
 
-    (tmp_path / "rules.yml").write_text((ROOT / "alerts" / "goodput.rules.yml").read_text())
+    rules = (ROOT / "alerts" / "goodput.rules.yml").read_text()
+    (tmp_path / "rules.yml").write_text(rules)
+    order = [group["name"] for group in yaml.safe_load(rules)["groups"]]
     (tmp_path / "test.yml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yml"], "evaluation_interval": "1m",
+        "rule_files": ["rules.yml"], "evaluation_interval": "1m", "group_eval_order": order,
         "tests": [{"interval": interval, "input_series": series, "promql_expr_test": cases}]}))
     result = subprocess.run([require("promtool"), "test", "rules", str(tmp_path / "test.yml")],
                             capture_output=True, text=True, timeout=120, check=False)
