@@ -50,10 +50,11 @@ def human(duration: str) -> str:
     return f"{match[1]} {unit}{'' if match[1] == '1' else 's'}"
 
 
-def _value(query: str, fmt: str) -> str:
-    """A template that runs ``query`` (a printf pattern over cluster, node and gpu) and
-    formats it."""
-    return (f'{{{{ with printf "{query}" {GPU_ARGS} | query }}}}'
+def _value(query: str, fmt: str, selectors: int = 1) -> str:
+    """A template that runs ``query`` (a printf pattern over cluster, node and gpu, once per
+    selector) and formats it."""
+    args = " ".join([GPU_ARGS] * selectors)
+    return (f'{{{{ with printf "{query}" {args} | query }}}}'
             f"{{{{ . | first | value | {fmt} }}}}{{{{ end }}}}")
 
 
@@ -77,7 +78,7 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
     w = cfg.windows
     gk, gb, nb = q.gpu_key, q.gpu_by, q.node_by
     util = q.s("goodput:gpu_utilization:ratio_rate5m")
-    sm = q.s("goodput:gpu_sm_active:ratio_rate5m")
+    sm = q.sm_active_ratio()
     th = {name: a.thresholds for name, a in cfg.alerts.items()}
 
     def alert(name: str, expr: str, summary: str, description: str,
@@ -109,8 +110,9 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.node }}}}{POD} had a kernel running "
             f"{{{{ $value | humanizePercentage }}}} of the time over {w.rate}, but its SMs were "
             "active only "
-            + _value("goodput:gpu_sm_active:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
-                     "humanizePercentage")
+            + _value("goodput:gpu_sm_active_seconds:rate5m{CLUSTER=%q,NODE=%q,GPU=%q}"
+                     " / goodput:gpu_profiled:ratio_rate5m{CLUSTER=%q,NODE=%q,GPU=%q}",
+                     "humanizePercentage", selectors=2)
             + " of the time: utilisation is hollow (tiny kernels, launch or sync bound)."),
         alert("GPUBusyNoOutput", q.with_pods(
             f"{util} >= {no_out['min_utilization']:g}\n  and on ({gk})\n"
@@ -132,7 +134,7 @@ def alert_rules(cfg: Config) -> dict[str, Any]:
             "pod but ran kernels only {{ $value | humanizePercentage }} of the time over "
             f"{w.rate}."),
         alert("GPUHostBound", q.with_pods(
-            f"{q.s('goodput:gpu_requests_waiting:avg5m')} >= {host['min_waiting_requests']:g}"
+            f"{q.requests_waiting()} >= {host['min_waiting_requests']:g}"
             f"\n  and on ({gk})\n  {util} < {host['max_utilization']:g}"),
             "Requests wait on GPU {{ $labels.gpu }} on {{ $labels.node }} while it is mostly idle",
             "On average {{ $value | printf \"%.1f\" }} requests waited in the queue of the engine "

@@ -81,3 +81,22 @@ class PromQL:
         if only_attributed:
             return joined
         return f"{joined}\nor on ({self.gpu_key})\n  ({expr})"
+
+    def sm_active_ratio(self) -> str:
+        """The share of profiled time the SMs were active, per GPU, from two recorded series
+        (no rule records it: one series per GPU saved of the 60-per-GPU budget,
+        docs/scaling.md). Absent while profiling covered none of the window."""
+        return (f"({self.s('goodput:gpu_sm_active_seconds:rate5m')}\n"
+                f"  / ({self.s('goodput:gpu_profiled:ratio_rate5m')} > 0))")
+
+    def requests_waiting(self) -> str:
+        """The time average of a GPU's queue over the rate window, summed over its engines;
+        the samples of every exporter pod in the window weigh alike. Only GPUHostBound reads
+        it, so it is computed there rather than recorded for every serving GPU."""
+        waiting = self.s("goodput_gpu_serving_requests", 'state="waiting"')
+        w = self.cfg.windows.rate
+        return (f"sum by ({self.gpu_by}) (\n"
+                f"  {self.per_gpu('sum', f'sum_over_time({waiting}[{w}])', 'model', 'engine')}"
+                "\n  /\n"
+                f"  {self.per_gpu('sum', f'count_over_time({waiting}[{w}])', 'model', 'engine')}"
+                "\n)")

@@ -85,19 +85,13 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
     r_prof = rec("goodput:gpu_profiled:ratio_rate5m")
     r_sm = rec("goodput:gpu_sm_active_seconds:rate5m")
     r_power = rec("goodput:gpu_power:watts_rate5m")
-    waiting = q.s("goodput_gpu_serving_requests", 'state="waiting"')
     xid = q.s("goodput_gpu_xid_errors_total")
-    generated = per_gpu("goodput_gpu_tokens_total", matchers='kind="generation"')
     allocated_idle = rec("goodput:gpu_regime:ratio_rate5m", 'regime="allocated_idle"')
-
-    def active(metric: str) -> str:
-        return f"{per_gpu(metric)}\n  / ({prof} > 0)\n"
 
     gpu = [
         _rule("goodput:gpu_utilization:ratio_rate5m", util),
         _rule("goodput:gpu_profiled:ratio_rate5m", prof),
         _rule("goodput:gpu_sm_active_seconds:rate5m", sm),
-        _rule("goodput:gpu_sm_active:ratio_rate5m", active("goodput_gpu_sm_active_seconds_total")),
         # Kernel time during which the SMs did nothing.
         _rule("goodput:gpu_hollow_utilization:ratio_rate5m",
               f"clamp_min(\n  {r_util}\n    - {r_sm}\n      / ({r_prof} > 0),\n  0\n)\n"),
@@ -108,20 +102,6 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:gpu_model:info", q.per_gpu(
             "group", f"increase({q.s('goodput_gpu_tokens_total')}[{w.rate}]) > 0",
             "model", "engine")),
-        # Samples of every exporter pod in the window weigh alike: the time average of the
-        # queue, summed over the engines of the GPU.
-        _rule("goodput:gpu_requests_waiting:avg5m",
-              f"sum by ({gb}) (\n"
-              f"  {q.per_gpu('sum', f'sum_over_time({waiting}[{w.rate}])', 'model', 'engine')}"
-              "\n  /\n"
-              f"  {q.per_gpu('sum', f'count_over_time({waiting}[{w.rate}])', 'model', 'engine')}"
-              "\n)\n"),
-        _rule("goodput:gpu_tokens_per_joule:ratio_rate5m",
-              f"{tokens}\n  / on ({gk}) group_left ()\n  ({r_power} > 0)\n"),
-        # Board energy per generated token; absent for a GPU that made none in the window.
-        _rule("goodput:gpu_joules_per_token:ratio_rate5m",
-              f"{r_power}\n  /\n"
-              f"(\n  {generated} > 0\n)\n"),
         # The exact share of time in each regime, every window counted (bursts included).
         # Only the regimes the GPU was in: the exporter counts time in all nine, and recording
         # the zeros too cost eight series per GPU of the 60-per-GPU budget (docs/scaling.md).
@@ -236,7 +216,7 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
     job = [
         # Each GPU of a job (pods sharing a job_name label, on any node) with its SM activity.
         _rule("goodput:job_gpu_sm_active:ratio_rate5m", q.with_pods(
-            rec("goodput:gpu_sm_active:ratio_rate5m"), only_attributed=True,
+            q.sm_active_ratio(), only_attributed=True,
             pod_labels=[ns, jn], info_matchers=f'{jn}!=""')),
         # The busiest GPU of every job of two GPUs or more, valued at how much more of the
         # time its SMs were busy than the average of the job's other GPUs (they wait on it in

@@ -98,17 +98,20 @@ def build(ctx: Ctx) -> dash.Dashboard:
         "model (all clusters of this Prometheus). GPULowGoodputVsFleet fires below "
         f"{ctx.cfg.alerts['GPULowGoodputVsFleet'].thresholds['max_share_of_median']:g} "
         "times the median."))
+    # From the selected nodes' raw counters: a per-GPU rule for each would cost every
+    # serving GPU two series in Prometheus for one panel (docs/scaling.md).
+    watts = one_per_gpu(rate("goodput_gpu_energy_joules_total", GPU))
+    generated = one_per_gpu(rate("goodput_gpu_tokens_total", f'{MODEL}, kind="generation"'),
+                            "model", "engine", "kind")
     board.with_panel(series(
         ctx, "Tokens per joule", "short",
-        (in_ns(f"goodput:gpu_tokens_per_joule:ratio_rate5m{{{rmodel}}}"),
+        (in_ns(f"sum by ({gk}, model) ({tokens_per_series})\n"
+               f"  / on ({gk}) group_left () ({watts} > 0)"),
          "{{node}} gpu {{gpu}} {{model}}"),
-        (in_ns(f"goodput:gpu_joules_per_token:ratio_rate5m{{{ctx.rule_gpu_f}}}"
-               f" and on ({gk}) {SERVING_GPUS}"),
+        (in_ns(f"{watts}\n  / (sum by ({gk}) ({generated}) > 0)"),
          "{{node}} gpu {{gpu}} J/generated token"),
         description="Tokens (prompt + generation) per joule of board energy per GPU and "
-        "model, and joules per generated token, both over the rules' 5 m window "
-        "(goodput:gpu_tokens_per_joule:ratio_rate5m, "
-        "goodput:gpu_joules_per_token:ratio_rate5m)."))
+        "model, and board joules per generated token."))
     board.with_row(dash.Row("Queue and memory of the selected nodes' GPUs"))
     board.with_panel(series(
         ctx, "Queue: running and waiting requests", "none",
