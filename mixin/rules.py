@@ -98,10 +98,10 @@ def recording_rules(cfg: Config) -> dict[str, Any]:
         _rule("goodput:gpu_power:watts_rate5m", per_gpu("goodput_gpu_energy_joules_total")),
         _rule("goodput:gpu_tokens:rate5m",
               per_gpu("goodput_gpu_tokens_total", "model", "engine")),
-        # 1 for every (GPU, model, engine) that produced tokens in the window.
-        _rule("goodput:gpu_model:info", q.per_gpu(
-            "group", f"increase({q.s('goodput_gpu_tokens_total')}[{w.rate}]) > 0",
-            "model", "engine")),
+        # 1 for every (GPU, model, engine) that produced tokens in the window. Read from the
+        # rule above rather than the raw counters: one rate() over them per evaluation, not two.
+        _rule("goodput:gpu_model:info",
+              q.per_gpu("group", f"{tokens} > 0", "model", "engine")),
         # The exact share of time in each regime, every window counted (bursts included).
         # Only the regimes the GPU was in: the exporter counts time in all nine, and recording
         # the zeros too cost eight series per GPU of the 60-per-GPU budget (docs/scaling.md).
