@@ -33,8 +33,9 @@ from typing import IO, Any
 from bench.gpu.analysis import parse_exposition
 from bench.gpu.diagnosis import window_row
 from bench.gpu.workloads.core import command
+from bench.gpu.workloads.process import WorkloadProcess
 from bench.gpu.workloads.transfer import BY_NAME
-from tests.support.harness import REPO, DaemonProcess, child_env, http_get, stop_process
+from tests.support.harness import REPO, DaemonProcess, child_env, http_get
 
 GRAPHICS = "goodput_gpu_graphics_active_ratio"
 
@@ -123,8 +124,7 @@ class Run:
         self.result: dict[str, Any] = {"schema": 1, "started": _now(), "simulate": args.simulate,
                                        "args": vars(args), "gpu": {}, "phases": {},
                                        "windows": []}
-        self.events: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
+        self.work: WorkloadProcess | None = None
 
     def say(self, msg: str) -> None:
         line = f"[transfers {time.monotonic() - self.t0:6.1f}s] {msg}"
@@ -137,19 +137,6 @@ class Run:
         self.result["elapsed_seconds"] = time.monotonic() - self.t0
         (self.out / "transfers.json").write_text(json.dumps(self.result, indent=1))
         (self.out / "transfers.md").write_text(markdown(self.result))
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.log.write(f"[workload] {line}")
-            self.log.flush()
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                with self.lock:
-                    self.events.append(rec)
 
     def run(self) -> None:
         a = self.args
@@ -166,16 +153,14 @@ class Run:
         self.say(f"daemon ready at {daemon.url}")
         cmd = command("transfers", "--phase-seconds", str(a.phase_seconds), "--gap", str(a.gap),
                       "--phases", a.phases, *(["--dry-run"] if a.simulate else []))
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log,
-                                text=True, env=child_env(), start_new_session=True)
-        reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        reader.start()
+        self.work = work = WorkloadProcess("transfers", cmd, REPO, child_env(), self.log,
+                                           threading.Lock())
         prev: tuple[float, dict[str, float]] | None = None
         deadline = time.monotonic() + a.budget
         try:
             i = 0
             start = time.monotonic()
-            while proc.poll() is None and time.monotonic() < deadline:
+            while work.proc.poll() is None and time.monotonic() < deadline:
                 i += 1
                 time.sleep(max(0.0, start + i * a.interval - time.monotonic()))
                 try:
@@ -197,10 +182,9 @@ class Run:
                     self.collect()
                     self.save()
         finally:
-            if proc.poll() is None:
+            if work.proc.poll() is None:
                 self.say("budget reached: stopping the workload")
-            stop_process(proc, timeout=20)
-            reader.join(timeout=5)
+            work.stop()
             daemon.stop()
             self.collect()
             self.result["complete"] = True
@@ -208,8 +192,7 @@ class Run:
 
     def collect(self) -> None:
         """Pair each phase's start and end events and summarise its windows."""
-        with self.lock:
-            events = list(self.events)
+        events = list(self.work.events) if self.work else []
         starts = {e["name"]: e["wall"] for e in events if e.get("event") == "phase"}
         starts.update({e["name"]: e["wall"] for e in events if e.get("event") == "steady"})
         for e in events:
