@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 COLLECTOR_NAMES: tuple[str, ...] = (
-    "nvml", "xid", "profiling", "kubelet", "cgroup", "serving", "model"
+    "nvml", "xid", "profiling", "kubelet", "cgroup", "jobs", "serving", "model"
 )
 """The collector registry, in order: the only list of collectors. Each name is a module
 ``exporter/collectors/<name>.py`` whose ``COLLECTOR`` declares it; adding a collector is

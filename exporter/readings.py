@@ -225,6 +225,43 @@ class PodUsage:
     memory_used_bytes: float | None = None
 
 
+# jobs ----------------------------------------------------------------------------------------
+
+JOB_SOURCES: tuple[str, ...] = ("kubernetes", "slurm", "hpc", "mpi", "torchrun", "process")
+"""Where a job identity can come from, strongest first: when two sources name a GPU's job,
+the earlier one wins (the scheduler's own word over a launcher's, a launcher's over a
+process tree's). ``hpc`` is dcgm-exporter's HPC job-mapping directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdentity:
+    """Which job a GPU works for, whatever told us: the key every rule, panel and the model
+    group by is (source, namespace, job_id)."""
+
+    source: str
+    """One of :data:`JOB_SOURCES`."""
+    job_id: str
+    """Unique within its source across the cluster: a Kubernetes job label (else the pod),
+    a Slurm job id, a torchrun run id, an MPI/PMIx namespace, ``<node>/<session>`` for a
+    process tree. Bounded in length by the source that read it."""
+    namespace: str = ""
+    """The Kubernetes namespace; "" for every other source."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.source, self.namespace, self.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobAssignments:
+    """What one job-identity source says about the GPUs of this node: gpu -> job. Several
+    sources may publish one each; :attr:`exporter.snapshot.Snapshot.jobs` merges them by
+    :data:`JOB_SOURCES` order."""
+
+    source: str
+    gpus: Mapping[str, JobIdentity] = field(default_factory=dict)
+
+
 # serving -------------------------------------------------------------------------------------
 
 
@@ -350,13 +387,15 @@ class GpuVerdict:
 
 @dataclass(frozen=True, slots=True)
 class JobVerdict:
-    """A job (a pod, or pods sharing a job label) spanning several GPUs of this node."""
+    """A job (whatever its identity source) spanning several GPUs of this node."""
 
-    namespace: str
-    job: str
+    identity: JobIdentity
     gpus: tuple[str, ...]
     straggler: str = ""
     """The GPU holding the others back, "" when the job is balanced."""
+    wait_seconds: tuple[tuple[str, float], ...] = ()
+    """(gpu, cumulative seconds it waited on its peers in this job), for every GPU of the
+    job: rate() gives the share of time each GPU lost waiting."""
 
 
 @dataclass(frozen=True, slots=True)

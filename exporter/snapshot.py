@@ -23,9 +23,12 @@ from typing import Any, TypeVar
 import structlog
 
 from exporter.readings import (
+    JOB_SOURCES,
     Availability,
     Device,
     GpuState,
+    JobAssignments,
+    JobIdentity,
     NodeVerdicts,
     NvmlReading,
     PodAssignments,
@@ -139,6 +142,19 @@ class Snapshot:
         kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""
         pods = self.get(PodAssignments)
         return None if pods is None else _with_jobs(pods, self.get(PodJobs))
+
+    @property
+    def jobs(self) -> Mapping[str, JobIdentity]:
+        """gpu -> the job it works for, from every identity source: the kubelet's pods (a
+        job label, else the pod) and each published :class:`JobAssignments`, the strongest
+        source (:data:`JOB_SOURCES` order) winning per GPU. GPUs of no known job are absent."""
+        rank = {name: i for i, name in enumerate(JOB_SOURCES)}
+        found: dict[str, JobIdentity] = {}
+        claims = [*_pod_jobs(self.pods_known), *self.all(JobAssignments)]
+        for claim in sorted(claims, key=lambda c: rank.get(c.source, len(rank))):
+            for gpu, identity in claim.gpus.items():
+                found.setdefault(gpu, identity)
+        return MappingProxyType(found)
 
     @property
     def availability(self) -> tuple[Availability, ...]:
@@ -264,6 +280,18 @@ def _with_jobs(pods: PodAssignments, jobs: PodJobs | None) -> PodAssignments:
     return PodAssignments(
         tuple(replace(c, job=names.get((c.namespace, c.pod), c.job)) for c in pods.containers)
     )
+
+
+def _pod_jobs(pods: PodAssignments | None) -> tuple[JobAssignments, ...]:
+    """The kubelet's assignments as job identities: pods sharing a job label are one job,
+    a pod without one is its own (a GPU held by several pods takes the first, sorted)."""
+    if pods is None:
+        return ()
+    gpus: dict[str, JobIdentity] = {}
+    for (namespace, job), held in sorted(pods.job_gpus().items()):
+        for gpu in held:
+            gpus.setdefault(gpu, JobIdentity("kubernetes", job, namespace))
+    return (JobAssignments("kubernetes", gpus),)
 
 
 def _has_gpus(reading: object) -> bool:

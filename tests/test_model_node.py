@@ -243,7 +243,7 @@ def test_waiting_rank_is_comm_wait_and_its_peer_the_straggler() -> None:
     assert not verdicts.gpus["0"].busy_unproductive  # waiting is not hollow work
     assert verdicts.gpus["0"].peers == ("1",) and verdicts.gpus["1"].peers == ("0",)
     (j,) = verdicts.jobs
-    assert (j.namespace, j.job, j.gpus, j.straggler) == ("ml", "train-0", ("0", "1"), "1")
+    assert (j.identity.key, j.gpus, j.straggler) == (("kubernetes", "ml", "train-0"), ("0", "1"), "1")
 
 
 def test_balanced_all_reduce_has_no_straggler_and_no_flag() -> None:
@@ -270,7 +270,7 @@ def test_two_pods_of_one_job_are_one_job() -> None:
         {("ml", "train-0"): "train", ("ml", "train-1"): "train"})))
     verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
     (j,) = verdicts.jobs
-    assert (j.namespace, j.job, j.gpus, j.straggler) == ("ml", "train", ("0", "1"), "1")
+    assert (j.identity.key, j.gpus, j.straggler) == (("kubernetes", "ml", "train"), ("0", "1"), "1")
     assert verdicts.gpus["0"].regime == "comm_wait" and verdicts.gpus["0"].peers == ("1",)
 
 

@@ -119,12 +119,20 @@ GPU = GpuFamilies[GpuVerdict](
 )
 
 
+JOB_LABELS: tuple[str, ...] = ("job_source", "namespace", "job_id")
+"""The job key on every job series, whatever the identity source (``JobIdentity.key``)."""
+
+
 def _stragglers(v: NodeVerdicts) -> Iterable[Row]:
-    return (((j.namespace, j.job, j.straggler), 1.0) for j in v.jobs if j.straggler)
+    return (((*j.identity.key, j.straggler), 1.0) for j in v.jobs if j.straggler)
 
 
 def _jobs(v: NodeVerdicts) -> Iterable[Row]:
-    return (((j.namespace, j.job), float(len(j.gpus))) for j in v.jobs)
+    return ((j.identity.key, float(len(j.gpus))) for j in v.jobs)
+
+
+def _waited(v: NodeVerdicts) -> Iterable[Row]:
+    return (((*j.identity.key, gpu), seconds) for j in v.jobs for gpu, seconds in j.wait_seconds)
 
 
 NODE = NodeFamilies[NodeVerdicts](
@@ -134,17 +142,29 @@ NODE = NodeFamilies[NodeVerdicts](
         Family(
             "goodput_job_gpus",
             "gauge",
-            "GPUs of this node held by one multi-GPU job (a pod), judged together.",
+            "GPUs of this node held by one multi-GPU job, judged together. The job is "
+            "(job_source, namespace, job_id) as on goodput_gpu_job_info.",
             _jobs,
-            labels=("namespace", "job_name"),
+            labels=JOB_LABELS,
         ),
         Family(
             "goodput_job_straggler",
             "gauge",
-            "1 for the GPU of a multi-GPU job that holds the job back: it works while its "
-            "peers wait in collectives (comm_wait). No series while the job is balanced.",
+            "1 for the GPU of a multi-GPU job that holds the job back: it works measurably "
+            "more than its peers, which wait for it in collectives (comm_wait). No series "
+            "while the job is balanced.",
             _stragglers,
-            labels=("namespace", "job_name", "gpu"),
+            labels=(*JOB_LABELS, "gpu"),
+        ),
+        Family(
+            "goodput_gpu_job_wait_seconds_total",
+            "counter",
+            "Estimated seconds this GPU waited on the other GPUs of its job (in collectives "
+            "or for a peer's data) instead of working: sum by job of its rate() is the "
+            "GPUs lost waiting; docs/efficiency.md says how it is estimated.",
+            _waited,
+            labels=(*JOB_LABELS, "gpu"),
+            unit="seconds",
         ),
     ),
 )

@@ -29,7 +29,7 @@ from exporter.model.core import (
     assess,
 )
 from exporter.model.windows import WindowBuilder
-from exporter.readings import GpuVerdict, JobVerdict, NodeVerdicts
+from exporter.readings import GpuVerdict, JobIdentity, JobVerdict, NodeVerdicts
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange
 
@@ -112,11 +112,14 @@ class NodeModel:
     def _jobs(
         self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]]
     ) -> tuple[tuple[JobVerdict, ...], dict[str, tuple[str, ...]]]:
-        """Judge the GPUs of each multi-GPU job together (pods sharing a job label, else one
-        pod); waiting peers become comm_wait."""
+        """Judge the GPUs of each multi-GPU job together (``snap.jobs``: whatever source
+        named the job); waiting peers become comm_wait."""
         jobs: list[JobVerdict] = []
         peers_of: dict[str, tuple[str, ...]] = {}
-        for (namespace, job), gpus in snap.pods.job_gpus().items():
+        by_job: dict[JobIdentity, list[str]] = {}
+        for gpu, identity in snap.jobs.items():
+            by_job.setdefault(identity, []).append(gpu)
+        for identity, gpus in sorted(by_job.items(), key=lambda kv: kv[0].key):
             mine = {g: assessed[g] for g in gpus if g in assessed}
             if len(mine) < 2:
                 continue
@@ -126,14 +129,15 @@ class NodeModel:
                 assessed[gpu] = (w, replace(a, regime=COMM_WAIT, hollow_busy=False))
             for gpu in mine:
                 peers_of[gpu] = tuple(g for g in sorted(mine) if g != gpu)
-            jobs.append(JobVerdict(namespace, job, tuple(sorted(mine)), straggler))
+            jobs.append(JobVerdict(identity, tuple(sorted(mine)), straggler))
             self._log(
-                ("straggler", namespace, job),
+                ("straggler", identity.key),
                 straggler,
                 "",
                 event="job_straggler_changed",
-                namespace=namespace,
-                job=job,
+                job_source=identity.source,
+                namespace=identity.namespace,
+                job_id=identity.job_id,
             )
         return tuple(jobs), peers_of
 
