@@ -346,9 +346,21 @@ class ModelConfig(Section):
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
     traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
     host_bound by copy-engine time, never launch_bound or hollow_busy."""
-    straggler_gap: float = Field(default=0.3, ge=0, le=1)
-    """A GPU of a multi-GPU job whose work (max of SM active and tensor activity) exceeds
-    every busy peer's by this much, while the peers wait in collectives, holds the job back."""
+    straggler_gap: float = Field(default=0.05, ge=0, le=1)
+    """A GPU of a multi-GPU job holds the job back when a peer exchanging data over its links
+    spends at least this much more of its time in kernels that leave the SMs empty (hollow:
+    kernel time minus SM active, smoothed over ``straggler_window_seconds``): the peer waits
+    for it in collectives. Measured on two H200: 0.12 for a peer doing 10 % more work, 0.013
+    for a balanced pair (docs/efficiency.md)."""
+    straggler_window_seconds: float = Field(default=20.0, ge=1, le=600)
+    """Time constant of the smoothing behind the straggler comparison."""
+    collective_sm_active: float = Field(default=0.15, ge=0, lt=1)
+    """SM active of a rank spinning in a collective (NCCL keeps a few SMs resident): a
+    waiting rank's excess hollow time divided by (1 - this) is its waited share. 0.15
+    measured on H200 (NCCL all-reduce, 2 ranks)."""
+    comm_wait_share_min: float = Field(default=0.5, ge=0, le=1)
+    """A rank that waits on its job's straggler for at least this share of the time reads
+    comm_wait; one that waits less keeps its own regime (the counter still counts it)."""
     hollow_min: float = Field(default=0.3, ge=0, le=1)
     """hollow_busy needs util - sm_active at least this (plus sm_fill under launch_sm_fill_max)."""
     no_output_util_min: float = Field(default=0.5, ge=0, le=1)

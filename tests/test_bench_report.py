@@ -213,10 +213,10 @@ def test_windows_are_counted_from_steady_state() -> None:
 
 JOBS = """\
 # TYPE goodput_job_gpus gauge
-goodput_job_gpus{node="n",namespace="bench",job_name="allreduce-0"} 2
-goodput_job_gpus{node="n",namespace="ml",job_name="other"} 4
+goodput_job_gpus{node="n",namespace="bench",job_source="kubernetes",job_id="allreduce-0"} 2
+goodput_job_gpus{node="n",namespace="ml",job_source="kubernetes",job_id="other"} 4
 # TYPE goodput_job_straggler gauge
-goodput_job_straggler{node="n",namespace="bench",job_name="allreduce-0",gpu="1"} 1
+goodput_job_straggler{node="n",namespace="bench",job_id="allreduce-0",gpu="1"} 1
 # TYPE goodput_gpu_utilization_ratio gauge
 goodput_gpu_utilization_ratio{gpu="1",uuid="GPU-b",node="n"} 0.99
 """

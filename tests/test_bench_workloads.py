@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.gpu.workloads import core, diag, panel, transfer
+from bench.gpu.workloads import core, diag, jobs, panel, transfer
 from bench.gpu.workloads.__main__ import main
 from bench.gpu.workloads.registry import REGISTRY, parser
 from tests.conftest import REPO
@@ -39,9 +39,10 @@ def _events(out: str) -> list[dict[str, object]]:
 def test_every_workload_an_orchestrator_names_is_registered_once() -> None:
     assert set(panel.WORKLOADS) - set(panel.NO_PROCESS) <= set(REGISTRY)
     assert set(diag.WORKLOADS) <= set(REGISTRY)
+    assert set(jobs.WORKLOADS) <= set(REGISTRY)
     assert "transfers" in REGISTRY
     families = {w.family.name for w in REGISTRY.values()}
-    assert families == {"panel", "diag", "transfer"}
+    assert families == {"panel", "diag", "transfer", "jobs"}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -50,7 +50,7 @@ def parse_exposition(text: str, gpu: str) -> tuple[dict[str, float], dict[str, f
 
 
 def job_state(text: str) -> dict[str, dict[str, Any]]:
-    """The job-level verdicts in a /metrics body, keyed ``namespace/job_name``: ``gpus`` (the
+    """The job-level verdicts in a /metrics body, keyed ``namespace/job_id``: ``gpus`` (the
     value of ``goodput_job_gpus``: how many GPUs the daemon judged together) and
     ``stragglers`` (the ``gpu`` labels of ``goodput_job_straggler``, sorted). A job appears
     only when the daemon knew which GPUs one pod or job holds."""
@@ -62,7 +62,7 @@ def job_state(text: str) -> dict[str, dict[str, Any]]:
             continue
         for sample in family.samples:
             labels = sample.labels
-            job = jobs.setdefault(f"{labels.get('namespace', '')}/{labels.get('job_name', '')}",
+            job = jobs.setdefault(f"{labels.get('namespace', '')}/{labels.get('job_id', '')}",
                                   {"gpus": None, "stragglers": []})
             if family.name == "goodput_job_gpus":
                 job["gpus"] = float(sample.value)

@@ -267,6 +267,11 @@ def _pcie_rate(w: Window) -> float:
                default=0.0)
 
 
+def _nvlink_rate(w: Window) -> float:
+    return max((max(r, 0.0) for link, _, r in w.bus_bytes_per_second if link == "nvlink"),
+               default=0.0)
+
+
 def _on_the_bus(w: Window, cfg: ModelConfig) -> bool:
     """PCIe moves at least ``comm_min_bytes_per_second``: hollow kernel time is then the
     bus's, not tiny kernels' (launch_bound) and not wasted (hollow_busy)."""
@@ -300,6 +305,11 @@ def fed_regime(w: Window, cfg: ModelConfig) -> str:
     """
     ce = copy_time(w)
     if ce is not None and ce >= cfg.transfer_copy_time_min:
+        return TRANSFER_BOUND
+    if _nvlink_rate(w) >= max(_pcie_rate(w), cfg.comm_min_bytes_per_second):
+        # Fed over NVLink by a peer GPU: the peer's copy engines or SMs do the writing, so
+        # this GPU's own copy time reads 0 (400 GB/s received at utilization 0.00 measured).
+        # The host cannot pace a link it is not on.
         return TRANSFER_BOUND
     return HOST_BOUND
 

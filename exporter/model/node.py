@@ -10,61 +10,27 @@ together (a rank waiting in a collective is judged against its peers), then debo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 
 import structlog
 
 from exporter.config import ModelConfig
 from exporter.model.core import (
-    ALLOCATED_IDLE,
     COMM_WAIT,
-    IDLE,
-    LAUNCH_BOUND,
-    UNKNOWN,
     Assessment,
     GpuModel,
     Verdict,
     Window,
     assess,
 )
+from exporter.model.jobs import JobTracker, judge
 from exporter.model.windows import WindowBuilder
 from exporter.readings import GpuVerdict, JobIdentity, JobVerdict, NodeVerdicts
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange
 
 log = structlog.get_logger("model")
-
-_NOT_WORKING = frozenset({IDLE, ALLOCATED_IDLE, UNKNOWN})
-
-
-def work(w: Window) -> float:
-    """How hard a GPU's SMs work: the larger of SM active and tensor activity."""
-    return max(w.sm_active or 0.0, w.tensor_active or 0.0)
-
-
-def find_straggler(
-    job: Mapping[str, tuple[Window, Assessment]], cfg: ModelConfig
-) -> tuple[str, frozenset[str]]:
-    """(the GPU holding a job back, the peers waiting on it), or ("", {}) when balanced.
-
-    A straggler works at least ``straggler_gap`` harder than every other busy GPU of the
-    job, and those others look hollow (launch_bound or comm_wait): they run kernels that
-    barely fill the SMs, the signature of spinning in a collective. A balanced job, or one
-    whose GPUs are all busy doing work, has none.
-    """
-    busy = {gpu: wa for gpu, wa in job.items() if wa[1].regime not in _NOT_WORKING}
-    if len(busy) < 2:
-        return "", frozenset()
-    top = max(busy, key=lambda g: work(busy[g][0]))
-    peers = [g for g in busy if g != top]
-    waiting = all(
-        work(busy[top][0]) - work(busy[g][0]) >= cfg.straggler_gap
-        and busy[g][1].regime in (LAUNCH_BOUND, COMM_WAIT)
-        for g in peers
-    )
-    return (top, frozenset(peers)) if waiting else ("", frozenset())
-
 
 class NodeModel:
     """Carries the per-GPU memory (hysteresis, counter history) between steps."""
@@ -76,6 +42,8 @@ class NodeModel:
         self._models: dict[str, GpuModel] = {}
         self._unproductive: dict[str, float] = {}
         self._regime_seconds: dict[str, dict[str, float]] = {}
+        self._trackers: dict[JobIdentity, JobTracker] = {}
+        self._waited: dict[tuple[JobIdentity, str], float] = {}
         self._last_now: float | None = None
         self._log = OnChange(log)
 
@@ -88,7 +56,7 @@ class NodeModel:
         for device in snap.inventory:
             window = self._builder.build(snap, device, now, seconds)
             assessed[device.gpu] = (window, assess(window, self.cfg))
-        jobs, peers_of = self._jobs(snap, assessed)
+        jobs, peers_of = self._jobs(snap, assessed, seconds)
         verdicts: dict[str, GpuVerdict] = {}
         errors: dict[str, int] = {}
         for gpu, (_window, a) in assessed.items():
@@ -110,36 +78,58 @@ class NodeModel:
         return NodeVerdicts(gpus=verdicts, jobs=jobs, errors=errors)
 
     def _jobs(
-        self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]]
+        self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]], seconds: float
     ) -> tuple[tuple[JobVerdict, ...], dict[str, tuple[str, ...]]]:
         """Judge the GPUs of each multi-GPU job together (``snap.jobs``: whatever source
-        named the job); waiting peers become comm_wait."""
-        jobs: list[JobVerdict] = []
-        peers_of: dict[str, tuple[str, ...]] = {}
+        named the job, exporter/model/jobs.py): name its straggler, count each GPU's
+        waited seconds, and turn the mostly-waiting ranks into comm_wait."""
         by_job: dict[JobIdentity, list[str]] = {}
         for gpu, identity in snap.jobs.items():
-            by_job.setdefault(identity, []).append(gpu)
-        for identity, gpus in sorted(by_job.items(), key=lambda kv: kv[0].key):
-            mine = {g: assessed[g] for g in gpus if g in assessed}
-            if len(mine) < 2:
-                continue
-            straggler, waiting = find_straggler(mine, self.cfg)
-            for gpu in waiting:
-                w, a = assessed[gpu]
-                assessed[gpu] = (w, replace(a, regime=COMM_WAIT, hollow_busy=False))
-            for gpu in mine:
-                peers_of[gpu] = tuple(g for g in sorted(mine) if g != gpu)
-            jobs.append(JobVerdict(identity, tuple(sorted(mine)), straggler))
-            self._log(
-                ("straggler", identity.key),
-                straggler,
-                "",
-                event="job_straggler_changed",
-                job_source=identity.source,
-                namespace=identity.namespace,
-                job_id=identity.job_id,
-            )
+            if gpu in assessed:
+                by_job.setdefault(identity, []).append(gpu)
+        by_job = {job: sorted(gpus) for job, gpus in by_job.items() if len(gpus) >= 2}
+        self._forget(set(by_job))
+        jobs = [self._judge_job(job, gpus, assessed, seconds)
+                for job, gpus in sorted(by_job.items(), key=lambda kv: kv[0].key)]
+        peers_of = {g: tuple(p for p in j.gpus if p != g) for j in jobs for g in j.gpus}
         return tuple(jobs), peers_of
+
+    def _judge_job(
+        self,
+        identity: JobIdentity,
+        gpus: list[str],
+        assessed: dict[str, tuple[Window, Assessment]],
+        seconds: float,
+    ) -> JobVerdict:
+        tracker = self._trackers.setdefault(identity, JobTracker({}))
+        judgement = judge({g: assessed[g] for g in gpus}, tracker, seconds, self.cfg)
+        waited: list[tuple[str, float]] = []
+        for gpu in gpus:
+            share = judgement.waited_share.get(gpu, 0.0)
+            total = self._waited.get((identity, gpu), 0.0) + share * seconds
+            self._waited[(identity, gpu)] = total
+            waited.append((gpu, total))
+            if gpu in judgement.waiting:
+                w, a = assessed[gpu]
+                regime = COMM_WAIT if share >= self.cfg.comm_wait_share_min else a.regime
+                assessed[gpu] = (w, replace(a, regime=regime, hollow_busy=False))
+        self._log(
+            ("straggler", identity.key),
+            judgement.straggler,
+            "",
+            event="job_straggler_changed",
+            job_source=identity.source,
+            namespace=identity.namespace,
+            job_id=identity.job_id,
+        )
+        return JobVerdict(identity, tuple(gpus), judgement.straggler, tuple(waited))
+
+    def _forget(self, live: set[JobIdentity]) -> None:
+        """Drop the memory of jobs that ended (their counters go with their series)."""
+        for job in set(self._trackers) - live:
+            del self._trackers[job]
+        for key in [k for k in self._waited if k[0] not in live]:
+            del self._waited[key]
 
     def _verdict(self, gpu: str, v: Verdict, seconds: float, peers: tuple[str, ...]) -> GpuVerdict:
         total = self._unproductive.get(gpu, 0.0) + (seconds if v.busy_unproductive else 0.0)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from bench.gpu.workloads import diag, panel, transfer
+from bench.gpu.workloads import diag, jobs, panel, transfer
 from bench.gpu.workloads.core import Family, Runner
 
-FAMILIES: tuple[Family, ...] = (panel.FAMILY, diag.FAMILY, transfer.FAMILY)
+FAMILIES: tuple[Family, ...] = (panel.FAMILY, diag.FAMILY, transfer.FAMILY, jobs.FAMILY)
 
 
 @dataclass(frozen=True)

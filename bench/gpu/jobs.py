@@ -1,0 +1,286 @@
+"""[jobs] validation: multi-GPU jobs on real GPUs, each row's truth (measured by the ranks
+with CUDA events, bench/gpu/workloads/jobs.py) beside the exporter's verdict, straggler
+name and waited share, for each way a job can be identified.
+
+One command on a machine with 2+ GPUs (no network needed)::
+
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.jobs --out "$OUT" --seconds 45
+
+Identity modes, each a daemon of its own scraping the same GPUs at once (``--modes``):
+``pods`` (--kubernetes against the kubelet stand-in, bench/gpu/pod_standin.py: one pod holds
+every GPU), ``slurm`` (the job collector reads SLURM_JOB_ID, set on the workload's processes)
+and ``process`` (the job collector told to trust nothing but the process tree). Every row
+runs once; all daemons judge it side by side. Writes ``jobs.json`` (every window of every
+daemon, and the truths), ``jobs.md`` (the report) and ``jobs-logs.txt``. ``--simulate``
+runs the pipeline without a GPU (dry-run workloads on the simulated node; numbers mean
+nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.gpu.workloads.core import NO_MULTICAST, command
+from bench.gpu.workloads.process import WorkloadProcess
+from tests.support.harness import REPO, DaemonProcess, child_env, http_get
+
+# row -> (workload, its options, what must hold)
+ROWS: dict[str, tuple[str, list[str]]] = {
+    "straggler_5x": ("job_straggler", ["--extra", "4"]),
+    "straggler_25pct": ("job_straggler", ["--extra", "0.25"]),
+    "straggler_10pct": ("job_straggler", ["--extra", "0.10"]),
+    "host_stall": ("job_host_stall", ["--stall-ms", "300"]),
+    "balanced": ("job_balanced", []),
+    "ddp_overlap": ("job_ddp", []),
+    "p2p_copy": ("job_p2p", []),
+    "pipeline_2stage": ("job_pipeline", ["--extra", "0.25"]),
+}
+MODES = ("pods", "slurm", "process")
+POD = ("bench", "trainer-0", "trainer")
+SLURM_JOB = "4242"
+GAUGES = {
+    "util": "goodput_gpu_utilization_ratio",
+    "graphics": "goodput_gpu_graphics_active_ratio",
+    "sm_active": "goodput_gpu_sm_active_ratio",
+    "tensor": "goodput_gpu_tensor_active_ratio",
+    "dram": "goodput_gpu_dram_active_ratio",
+    "power_w": "goodput_gpu_power_watts",
+}
+
+
+def scrape(text: str) -> dict[str, Any]:
+    """One /metrics body to {gpu: {column: value, regime, flags}, jobs: ..., info: ...}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    gpus: dict[str, dict[str, Any]] = {}
+    out: dict[str, Any] = {"gpus": gpus, "stragglers": [], "job_info": {}, "wait": {}}
+    names = {v: k for k, v in GAUGES.items()}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            gpu = s.labels.get("gpu")
+            row = gpus.setdefault(gpu, {}) if gpu is not None else {}
+            if s.name in names and gpu is not None:
+                row[names[s.name]] = s.value
+            elif s.name == "goodput_gpu_nvlink_bytes_per_second" and gpu is not None:
+                row[f"nvlink_{s.labels.get('direction')}"] = s.value
+            elif s.name == "goodput_gpu_pcie_bytes_per_second" and gpu is not None:
+                row[f"pcie_{s.labels.get('direction')}"] = s.value
+            elif s.name == "goodput_gpu_regime" and s.value >= 0.5:
+                row["regime"] = s.labels.get("regime")
+            elif s.name == "goodput_gpu_busy_unproductive" and s.value >= 0.5:
+                row.setdefault("flags", []).append(s.labels.get("reason"))
+            elif s.name == "goodput_job_straggler" and s.value >= 0.5:
+                out["stragglers"].append(s.labels.get("gpu"))
+            elif s.name == "goodput_gpu_job_info":
+                out["job_info"][gpu] = f"{s.labels.get('job_source')}:{s.labels.get('job_id')}"
+            elif s.name == "goodput_gpu_job_wait_seconds_total":
+                out["wait"][gpu] = s.value
+    return out
+
+
+def daemon_args(mode: str, socket: str | None, simulate: bool) -> list[str]:
+    base = ["--interval", "1", "--log-format", "json", "--no-collector.serving"]
+    if simulate:
+        base += ["--simulate", "--simulate-gpus", "2"]
+    if mode == "pods" and socket:
+        return [*base, "--kubernetes", "--kubelet-socket", socket, "--no-collector.jobs"]
+    if mode == "process":
+        return [*base, "--jobs-identities", "process"]
+    return base
+
+
+class Watch(threading.Thread):
+    """Scrapes one daemon every second into ``windows`` until stopped."""
+
+    def __init__(self, mode: str, daemon: DaemonProcess) -> None:
+        super().__init__(daemon=True)
+        self.mode, self.d = mode, daemon
+        self.windows: list[dict[str, Any]] = []
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(1.0 - time.time() % 1.0):
+            try:
+                status, body = http_get(self.d.url + "/metrics", timeout=2)
+            except OSError:
+                continue
+            if status == 200:
+                self.windows.append({"t": time.time(), **scrape(body)})
+
+
+def truth(events: Iterable[Mapping[str, Any]], ready: float, skip: float) -> dict[str, Any]:
+    """Each rank's compute, comm and waited share between its first truth after ``skip``
+    seconds past ready and its last one (the ranks' own CUDA-event clocks)."""
+    by_rank: dict[int, list[Mapping[str, Any]]] = {}
+    for e in events:
+        if e.get("event") == "truth" and e.get("time", 0) >= ready + skip:
+            by_rank.setdefault(int(e["rank"]), []).append(e)
+    deltas: dict[int, dict[str, float]] = {}
+    for rank, evs in by_rank.items():
+        if len(evs) < 2:
+            continue
+        first, last = evs[0], evs[-1]
+        wall = last["wall_s"] - first["wall_s"]
+        deltas[rank] = {k: (last.get(f"{k}_s", 0.0) - first.get(f"{k}_s", 0.0)) / wall
+                        for k in ("compute", "comm", "stall")}
+        deltas[rank]["steps_per_second"] = (last["steps"] - first["steps"]) / wall
+        if "bytes_per_second" in last:
+            deltas[rank]["bytes_per_second"] = last["bytes_per_second"]
+    low = min((d["comm"] for d in deltas.values()), default=0.0)
+    for d in deltas.values():
+        d["waited"] = d["comm"] - low
+    return {str(r): {k: round(v, 4) for k, v in d.items()} for r, d in sorted(deltas.items())}
+
+
+def judge(windows: list[dict[str, Any]], ready: float, skip: float, gpus: list[str]
+          ) -> dict[str, Any]:
+    """What one daemon said about one row after ``skip`` seconds: straggler names, time to
+    the first name, regimes, waited share from the counter, raw medians."""
+    steady = [w for w in windows if w["t"] >= ready + skip]
+    named: dict[str, int] = {}
+    for w in steady:
+        for gpu in w["stragglers"]:
+            named[gpu] = named.get(gpu, 0) + 1
+    first = next((w["t"] - ready for w in windows if w["t"] >= ready and w["stragglers"]), None)
+    out: dict[str, Any] = {"windows": len(steady), "named": named,
+                           "first_named_s": None if first is None else round(first, 1),
+                           "job_info": steady[-1]["job_info"] if steady else {}}
+    for gpu in gpus:
+        rows = [w["gpus"].get(gpu, {}) for w in steady]
+        regimes = [r.get("regime") or "-" for r in rows]
+        g: dict[str, Any] = {"regime": max(set(regimes), key=regimes.count) if regimes else None,
+                             "regime_share": round(regimes.count(max(set(regimes),
+                                                   key=regimes.count)) / len(regimes), 2)
+                             if regimes else None,
+                             "flags": sorted({f for r in rows for f in r.get("flags", [])})}
+        for col in (*GAUGES, "nvlink_rx", "nvlink_tx", "pcie_rx", "pcie_tx"):
+            vals = [r[col] for r in rows if r.get(col) is not None]
+            g[col] = round(statistics.median(vals), 4) if vals else None
+        waits = [(w["t"], w["wait"][gpu]) for w in steady if gpu in w["wait"]]
+        if len(waits) >= 2 and waits[-1][0] > waits[0][0]:
+            g["waited"] = round((waits[-1][1] - waits[0][1]) / (waits[-1][0] - waits[0][0]), 4)
+        out[gpu] = g
+    return out
+
+
+def run_row(name: str, args: argparse.Namespace, watches: list[Watch], log: Any,
+            lock: threading.Lock) -> dict[str, Any]:
+    workload, opts = ROWS[name]
+    env = child_env({**NO_MULTICAST, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                     "SLURM_JOB_ID": SLURM_JOB, "SLURM_JOB_NAME": f"bench-{name}"})
+    extra = ["--dry-run"] if args.simulate else []
+    cmd = command(workload, "--seconds", str(args.seconds), *opts, *extra)
+    proc = WorkloadProcess(name, cmd, REPO, env, log, lock)
+    row: dict[str, Any] = {"workload": workload, "options": opts}
+    try:
+        if not proc.wait_ready(args.ready_timeout):
+            row["error"] = (proc.event("error") or {}).get("error", "no ready")
+            return row
+        ready = time.time()
+        marks = {w.mode: len(w.windows) for w in watches}
+        while time.time() < ready + args.seconds and proc.proc.poll() is None:
+            time.sleep(0.5)
+    finally:
+        proc.stop()
+    info = (proc.event("ready") or {}).get("info", {})
+    row["info"] = {k: v for k, v in info.items() if k != "devices"}
+    row["truth"] = truth(proc.events, ready, args.skip)
+    gpus = [str(i) for i in range(int(info.get("world") or 2))]
+    row["modes"] = {}
+    for w in watches:
+        windows = w.windows[marks[w.mode]:]
+        row["modes"][w.mode] = judge(windows, ready, args.skip, gpus)
+        row["modes"][w.mode]["raw"] = windows
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seconds", type=float, default=45.0, help="steady seconds per row")
+    p.add_argument("--skip", type=float, default=8.0, help="seconds after ready not judged")
+    p.add_argument("--ready-timeout", type=float, default=120.0)
+    p.add_argument("--rows", default=",".join(ROWS))
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--daemon-args", default="", help="extra daemon arguments (all modes)")
+    p.add_argument("--simulate", action="store_true")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = (args.out / "jobs-logs.txt").open("w")
+    lock = threading.Lock()
+    standin = None
+    watches: list[Watch] = []
+    result: dict[str, Any] = {"started": datetime.now(UTC).isoformat(), "rows": {}}
+    try:
+        modes = [m for m in args.modes.split(",") if m]
+        if "pods" in modes:
+            standin = _standin(args, log)
+        for mode in modes:
+            socket = standin.socket if standin else None
+            extra = args.daemon_args.split() if args.daemon_args else []
+            d = DaemonProcess(*daemon_args(mode, socket, args.simulate), *extra,
+                              log=args.out / f"daemon-{mode}.log")
+            d.start(timeout=60)
+            watches.append(Watch(mode, d))
+            watches[-1].start()
+        for name in [r for r in args.rows.split(",") if r]:
+            print(f"[jobs] {name} ...", flush=True)
+            result["rows"][name] = run_row(name, args, watches, log, lock)
+            (args.out / "jobs.json").write_text(json.dumps(result, indent=1))
+            print(f"[jobs] {name}: {summary_line(result['rows'][name])}", flush=True)
+    finally:
+        for w in watches:
+            w.stop_flag.set()
+            w.d.stop()
+        if standin:
+            standin.stop()
+        log.close()
+    (args.out / "jobs.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _standin(args: argparse.Namespace, log: Any) -> Any:
+    """A kubelet stand-in listing one pod that holds every GPU (by UUID)."""
+    from bench.gpu.pod_standin import PodResourcesStandIn
+
+    uuids = _uuids(args.simulate)
+    log.write(f"# kubelet stand-in: pod {POD} holds {uuids}\n")
+    return PodResourcesStandIn({POD: uuids})
+
+
+def _uuids(simulate: bool) -> list[str]:
+    if simulate:
+        return [f"GPU-5e1f0000-0000-4000-8000-{i:012d}" for i in range(2)]
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def summary_line(row: Mapping[str, Any]) -> str:
+    if "error" in row:
+        return f"ERROR {row['error']}"
+    waited = ", ".join(f"{r}: {d.get('waited')}" for r, d in row["truth"].items())
+    parts = [f"truth waited {{{waited}}}"]
+    for mode, m in row["modes"].items():
+        gpus = {g: (v.get("regime"), v.get("waited")) for g, v in m.items()
+                if isinstance(v, dict) and "regime" in v}
+        parts.append(f"{mode}: named {m['named']} first {m['first_named_s']} {gpus}")
+    return "; ".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""Workloads of the [jobs] run (``bench/gpu/jobs.py``): multi-GPU jobs whose truth the ranks
+measure themselves, so the exporter's straggler and waited share can be checked against it.
+
+Every rank times each step on its own GPU with CUDA events: ``compute`` (its own GEMMs),
+``comm`` (its collective or point-to-point calls, waiting included) and, for a rank stalled on
+its host, ``stall`` (host time before its GEMMs). Ranks emit cumulative ``truth`` events every
+``--truth-every`` seconds; the orchestrator turns them into each rank's waited share::
+
+    waited(rank) = (comm(rank) - min over ranks of comm) / wall
+
+The rank that arrives last at a collective spends only the transfer in it; every other rank
+spends the transfer plus the time it waited for the last one. One process per GPU (NCCL),
+``python3 -m bench.gpu.workloads job_straggler --extra 0.1 --seconds 60``; NVLink multicast
+stays off (the entry point sets ``core.NO_MULTICAST``; each rank again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.gpu.workloads.core import (
+    NO_MULTICAST,
+    Family,
+    Stop,
+    bf16_square,
+    device_info,
+    emit,
+    idle_dry_run,
+)
+
+# name -> (GPUs, what an expert calls it, description)
+WORKLOADS: dict[str, tuple[int, str, str]] = {
+    "job_straggler": (2, "last rank straggler (works more), the others comm_wait",
+                      "each step every rank runs --units x --gemms bf16 GEMMs, the last rank "
+                      "(1 + --extra) times as many, then one NCCL all-reduce of --allreduce-mib"),
+    "job_balanced": (2, "no straggler, nobody waits",
+                     "job_straggler with equal work on every rank"),
+    "job_host_stall": (2, "last rank host_bound straggler, the others comm_wait",
+                       "job_balanced, but the last rank sleeps --stall-ms on its host before "
+                       "each step's GEMMs (a slow data loader)"),
+    "job_ddp": (2, "no straggler: all-reduce overlapped with compute",
+                "DDP-like: GEMMs in --buckets chunks, each chunk's gradient bucket all-reduced "
+                "asynchronously while the next chunk computes, equal work"),
+    "job_pipeline": (2, "two-stage pipeline: the heavier stage is the straggler",
+                     "rank 0 computes stage 1 of each micro-batch and sends its activation "
+                     "to rank 1, which computes stage 2 ((1 + --extra) times the work)"),
+    "job_p2p": (2, "transfer_bound on both GPUs (NVLink), no straggler",
+                "one process copies a --chunk-mib buffer from GPU 0 to GPU 1 back to back "
+                "(peer-to-peer over NVLink, no kernels of its own on GPU 1)"),
+}
+
+
+class Timer:
+    """Cumulative per-rank GPU time per phase, from CUDA events read after each step."""
+
+    def __init__(self, torch: Any, rank: int, every: float) -> None:
+        self.torch, self.rank, self.every = torch, rank, every
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting now (after the warm-up steps)."""
+        self.totals = {"compute": 0.0, "comm": 0.0, "stall": 0.0}
+        self.steps = 0
+        self.t0 = time.monotonic()
+        self.last = self.t0
+
+    def event(self) -> Any:
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def add(self, phase: str, start: Any, end: Any) -> None:
+        self.totals[phase] += start.elapsed_time(end) / 1000.0
+
+    def step_done(self) -> None:
+        self.steps += 1
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.emit()
+
+    def emit(self) -> None:
+        emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
+             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()})
+
+
+def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
+               stop_event: Any, seconds: float) -> None:
+    os.environ.update(NO_MULTICAST)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
+    local_stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
+    signal.signal(signal.SIGINT, lambda *_: local_stop.set())
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    a, b = bf16_square(torch, args.gemm_n, dev), bf16_square(torch, args.gemm_n, dev)
+    flag = torch.zeros(1, device=dev, dtype=torch.float32)
+    timer = Timer(torch, rank, args.truth_every)
+    step = STEPS[kind](torch, dist, rank, world, args, a, b, timer)
+    deadline = time.monotonic() + seconds + 120
+
+    def want_stop() -> bool:
+        want = local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline
+        flag.fill_(1.0 if want else 0.0)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+        return bool(flag.item() > 0)
+
+    for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
+        step()
+    want_stop()
+    timer.reset()
+    deadline = time.monotonic() + seconds
+    if rank == 0:
+        emit("ready", info={"world": world, "kind": kind, "extra": args.extra,
+                            "stall_ms": args.stall_ms, "gemm_n": args.gemm_n,
+                            "gemms_per_unit": args.gemms, "units": args.units,
+                            "allreduce_mib": args.allreduce_mib,
+                            "straggler_rank": straggler_rank(kind, args, world),
+                            "devices": [device_info(torch, i) for i in range(world)]})
+    while True:
+        step()
+        timer.step_done()
+        if want_stop():
+            break
+    timer.emit()
+    dist.destroy_process_group()
+
+
+def straggler_rank(kind: str, args: argparse.Namespace, world: int) -> int | None:
+    """The rank the workload makes slow (None: balanced by construction)."""
+    if kind in ("job_straggler", "job_pipeline") and args.extra > 0:
+        return world - 1
+    if kind == "job_host_stall" and args.stall_ms > 0:
+        return world - 1
+    return None
+
+
+Step = Callable[[], None]
+
+
+def _gemms(a: Any, b: Any, count: int) -> None:
+    for _ in range(count):
+        a @ b
+
+
+def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                     a: Any, b: Any, timer: Timer, extra: float, stall: float) -> Step:
+    buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
+    last = rank == world - 1
+    count = round(args.units * args.gemms * (1.0 + (extra if last else 0.0)))
+
+    def step() -> None:
+        if last and stall > 0:
+            t = time.monotonic()
+            time.sleep(stall)
+            timer.totals["stall"] += time.monotonic() - t
+        e0 = timer.event()
+        _gemms(a, b, count)
+        e1 = timer.event()
+        dist.all_reduce(buf)
+        e2 = timer.event()
+        buf.mul_(1.0 / world)
+        e2.synchronize()
+        timer.add("compute", e0, e1)
+        timer.add("comm", e1, e2)
+
+    return step
+
+
+def straggler_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                   a: Any, b: Any, timer: Timer) -> Step:
+    return _collective_step(torch, dist, rank, world, args, a, b, timer, args.extra, 0.0)
+
+
+def balanced_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                  a: Any, b: Any, timer: Timer) -> Step:
+    return _collective_step(torch, dist, rank, world, args, a, b, timer, 0.0, 0.0)
+
+
+def host_stall_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                    a: Any, b: Any, timer: Timer) -> Step:
+    return _collective_step(torch, dist, rank, world, args, a, b, timer, 0.0,
+                            args.stall_ms / 1000.0)
+
+
+def ddp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+             a: Any, b: Any, timer: Timer) -> Step:
+    """Gradient buckets all-reduced asynchronously behind the next chunk of compute; only
+    the tail (waiting for the last bucket) is counted as comm."""
+    n = args.allreduce_mib * 2**20 // 4 // args.buckets
+    buckets = [torch.ones(n, device=a.device, dtype=torch.float32) for _ in range(args.buckets)]
+    per_bucket = max(1, args.units * args.gemms // args.buckets)
+
+    def step() -> None:
+        e0 = timer.event()
+        works = []
+        for bucket in buckets:
+            _gemms(a, b, per_bucket)
+            works.append(dist.all_reduce(bucket, async_op=True))
+        e1 = timer.event()
+        for work in works:
+            work.wait()
+        e2 = timer.event()
+        for bucket in buckets:
+            bucket.mul_(1.0 / world)
+        e2.synchronize()
+        timer.add("compute", e0, e1)
+        timer.add("comm", e1, e2)
+
+    return step
+
+
+def pipeline_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                  a: Any, b: Any, timer: Timer) -> Step:
+    """Two stages, --microbatches per step: rank 0 computes and sends, rank 1 receives and
+    computes (1 + --extra) times the work; the comm of each is its send or receive."""
+    act = torch.ones(args.activation_mib * 2**20 // 2, device=a.device, dtype=torch.bfloat16)
+    per_mb = max(1, args.units * args.gemms // args.microbatches)
+    heavy = round(per_mb * (1.0 + args.extra))
+
+    def step() -> None:
+        for _ in range(args.microbatches):
+            if rank == 0:
+                e0 = timer.event()
+                _gemms(a, b, per_mb)
+                e1 = timer.event()
+                dist.send(act, 1)
+                e2 = timer.event()
+            else:
+                e0 = timer.event()
+                dist.recv(act, 0)
+                e1 = timer.event()
+                _gemms(a, b, heavy)
+                e2 = timer.event()
+            e2.synchronize()
+            if rank == 0:
+                timer.add("compute", e0, e1)
+                timer.add("comm", e1, e2)
+            else:
+                timer.add("comm", e0, e1)
+                timer.add("compute", e1, e2)
+
+    return step
+
+
+STEPS: dict[str, Callable[..., Step]] = {
+    "job_straggler": straggler_step,
+    "job_balanced": balanced_step,
+    "job_host_stall": host_stall_step,
+    "job_ddp": ddp_step,
+    "job_pipeline": pipeline_step,
+}
+
+
+def _spawn(kind: str) -> Callable[[Stop, argparse.Namespace], dict[str, Any]]:
+    def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+        import torch
+        import torch.multiprocessing as mp
+
+        world = min(torch.cuda.device_count(), args.world or torch.cuda.device_count())
+        if world < 2:
+            raise RuntimeError(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ctx = mp.get_context("spawn")
+        stop_event = ctx.Event()
+        threading.Thread(target=lambda: (stop.event.wait(), stop_event.set()),
+                         daemon=True).start()
+        seconds = max(1.0, stop.deadline - time.monotonic())
+        mp.spawn(_rank_main, args=(world, port, args, kind, stop_event, seconds),
+                 nprocs=world, join=True)
+        return {"kind": kind, "world": world}
+
+    return run
+
+
+def p2p(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+    """GPU 0 -> GPU 1 copies in one process (peer access over NVLink where the GPUs have it)."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        raise RuntimeError(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
+    n = args.chunk_mib * 2**20
+    src = torch.empty(n, dtype=torch.uint8, device="cuda:0").fill_(1)
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda:1")
+    peer = torch.cuda.can_device_access_peer(0, 1)
+    for _ in range(3):
+        dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+    emit("ready", info={"peer_access": peer, "chunk_bytes": n,
+                        "devices": [device_info(torch, i) for i in range(2)]})
+    t0, copies, last = time.monotonic(), 0, time.monotonic()
+    while not stop():
+        for _ in range(8):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        copies += 8
+        if time.monotonic() - last >= args.truth_every:
+            last = time.monotonic()
+            wall = last - t0
+            emit("truth", rank=0, wall_s=wall, steps=copies,
+                 bytes_per_second=copies * n / wall)
+    wall = time.monotonic() - t0
+    return {"copies": copies, "seconds": wall, "bytes_per_second": copies * n / wall,
+            "peer_access": peer}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gemm-n", type=int, default=8192, help="matrix size")
+    p.add_argument("--gemms", type=int, default=8, help="GEMMs per compute unit")
+    p.add_argument("--units", type=int, default=1, help="compute units per step")
+    p.add_argument("--extra", type=float, default=0.0,
+                   help="extra work of the slow rank, as a fraction (0.1 = 10 %% more)")
+    p.add_argument("--stall-ms", type=float, default=300.0, help="host stall (job_host_stall)")
+    p.add_argument("--allreduce-mib", type=int, default=128, help="all-reduce size per step")
+    p.add_argument("--buckets", type=int, default=4, help="gradient buckets (job_ddp)")
+    p.add_argument("--microbatches", type=int, default=4, help="micro-batches (job_pipeline)")
+    p.add_argument("--activation-mib", type=int, default=64, help="activation (job_pipeline)")
+    p.add_argument("--chunk-mib", type=int, default=512, help="copy size (job_p2p)")
+    p.add_argument("--world", type=int, default=0, help="ranks (0: every GPU)")
+    p.add_argument("--truth-every", type=float, default=2.0, help="seconds between truths")
+
+
+FAMILY = Family(
+    name="jobs",
+    summary="the [jobs] run (bench/gpu/jobs.py): multi-GPU jobs that measure their own truth",
+    add_arguments=add_arguments,
+    runners={**{name: _spawn(name) for name in STEPS}, "job_p2p": p2p},
+    dry_run=idle_dry_run,
+    descriptions={name: row[2] for name, row in WORKLOADS.items()},
+)
