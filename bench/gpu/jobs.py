@@ -84,11 +84,13 @@ def scrape(text: str) -> dict[str, Any]:
                 out["job_info"][gpu] = f"{s.labels.get('job_source')}:{s.labels.get('job_id')}"
             elif s.name == "goodput_gpu_job_wait_seconds_total":
                 out["wait"][gpu] = s.value
+                out.setdefault("wait_job", {})[gpu] = s.labels.get("job_id")
     return out
 
 
 def daemon_args(mode: str, socket: str | None, simulate: bool) -> list[str]:
-    base = ["--interval", "1", "--log-format", "json", "--no-collector.serving"]
+    base = ["--interval", "1", "--log-format", "json", "--no-collector.serving",
+            "--extended-metrics"]
     if simulate:
         base += ["--simulate", "--simulate-gpus", "2"]
     if mode == "pods" and socket:
@@ -135,9 +137,12 @@ def truth(events: Iterable[Mapping[str, Any]], ready: float, skip: float) -> dic
         deltas[rank]["steps_per_second"] = (last["steps"] - first["steps"]) / wall
         if "bytes_per_second" in last:
             deltas[rank]["bytes_per_second"] = last["bytes_per_second"]
+        pure = last.get("pure_comm_per_step_s")
+        if pure is not None:
+            deltas[rank]["pure_comm"] = pure * deltas[rank]["steps_per_second"]
     low = min((d["comm"] for d in deltas.values()), default=0.0)
     for d in deltas.values():
-        d["waited"] = d["comm"] - low
+        d["waited"] = max(d["comm"] - min(d.get("pure_comm", low), low), 0.0)
     return {str(r): {k: round(v, 4) for k, v in d.items()} for r, d in sorted(deltas.items())}
 
 
@@ -245,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             standin.stop()
         log.close()
     (args.out / "jobs.json").write_text(json.dumps(result, indent=1))
+    (args.out / "jobs.md").write_text(render(result))
+    print(render(result), flush=True)
     return 0
 
 
@@ -284,3 +291,85 @@ def summary_line(row: Mapping[str, Any]) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- the report --------------------------------------------------------------------------------
+
+SOURCE = {"pods": "kubernetes", "slurm": "slurm", "process": "process"}
+TOLERANCE = 0.05
+
+
+def expected(row: Mapping[str, Any]) -> tuple[str | None, dict[str, float]]:
+    """(the straggler GPU by the ranks' own truth, or None; gpu -> true waited share). A job
+    has a straggler when some rank waited at least TOLERANCE of its time: the one that
+    waited least."""
+    waited = {gpu: d["waited"] for gpu, d in row.get("truth", {}).items() if "waited" in d}
+    if len(waited) < 2 or max(waited.values()) < TOLERANCE:
+        return None, waited
+    return min(waited, key=lambda g: waited[g]), waited
+
+
+def check(name: str, row: Mapping[str, Any], mode: str) -> tuple[bool, list[str]]:
+    """Whether the daemon of ``mode`` got the row right, and why not."""
+    m = row["modes"][mode]
+    straggler, waited = expected(row)
+    gpus = [g for g in m if g.isdigit()]
+    why: list[str] = []
+    sources = {v.split(":", 1)[0] for v in m["job_info"].values()}
+    jobs = {v for v in m["job_info"].values()}
+    if len(jobs) != 1 or sources != {SOURCE[mode]} or len(m["job_info"]) < len(gpus):
+        why.append(f"job identity {m['job_info']} (want one {SOURCE[mode]} job)")
+    named = m["named"]
+    others = set(named) - ({straggler} if straggler else set())
+    if others:
+        why.append(f"named {sorted(others)} (false)")
+    if straggler is not None:
+        share = named.get(straggler, 0) / max(m["windows"], 1)
+        if share < 0.5 or m["first_named_s"] is None or m["first_named_s"] > 120:
+            why.append(f"straggler {straggler} named in {share:.0%} of windows, "
+                       f"first after {m['first_named_s']} s")
+    for gpu, truth_share in waited.items():
+        est = m.get(gpu, {}).get("waited")
+        if est is None or abs(est - truth_share) > TOLERANCE:
+            why.append(f"GPU {gpu} waited {est} vs truth {truth_share}")
+    why += _regime_checks(name, m, straggler)
+    return not why, why
+
+
+def _regime_checks(name: str, m: Mapping[str, Any], straggler: str | None) -> list[str]:
+    regime = {g: v.get("regime") for g, v in m.items() if g.isdigit()}
+    want: dict[str, tuple[str, ...]] = {}
+    if name == "p2p_copy":
+        want = {g: ("transfer_bound",) for g in regime}
+    elif name == "host_stall" and straggler is not None:
+        want = {straggler: ("host_bound", "allocated_idle")}
+        want.update({g: ("comm_wait",) for g in regime if g != straggler})
+    elif name == "straggler_5x" and straggler is not None:
+        want = {g: ("comm_wait",) for g in regime if g != straggler}
+    return [f"GPU {g} reads {regime.get(g)} (want {'/'.join(ok)})"
+            for g, ok in want.items() if regime.get(g) not in ok]
+
+
+def render(result: Mapping[str, Any]) -> str:
+    """jobs.md: one line per row and identity mode, truth beside verdict."""
+    lines = ["| row | identity | truth: straggler, waited share per GPU | exporter: straggler "
+             "(share of windows, first named), regimes | exporter: waited share per GPU "
+             "| check |", "|---|---|---|---|---|---|"]
+    for name, row in result["rows"].items():
+        if "error" in row:
+            lines.append(f"| {name} | - | error: {row['error']} | | | FAIL |")
+            continue
+        straggler, waited = expected(row)
+        truth = (f"{'GPU ' + straggler if straggler else 'none'}; "
+                 + ", ".join(f"{g}: {v:.3f}" for g, v in sorted(waited.items())))
+        for mode, m in row["modes"].items():
+            ok, why = check(name, row, mode)
+            gpus = sorted(g for g in m if g.isdigit())
+            named = ", ".join(f"GPU {g} ({n / max(m['windows'], 1):.0%}, "
+                              f"{m['first_named_s']} s)" for g, n in sorted(m["named"].items()))
+            regimes = ", ".join(f"{g}: {m[g]['regime']}" for g in gpus)
+            est = ", ".join(f"{g}: {m[g].get('waited', float('nan')):.3f}" for g in gpus)
+            lines.append(f"| {name} | {SOURCE.get(mode, mode)} | {truth} | "
+                         f"{named or 'none'}; {regimes} | {est} | "
+                         f"{'PASS' if ok else 'FAIL: ' + '; '.join(why)} |")
+    return "\n".join(lines) + "\n"

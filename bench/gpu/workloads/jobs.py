@@ -86,9 +86,9 @@ class Timer:
             self.last = now
             self.emit()
 
-    def emit(self) -> None:
+    def emit(self, **extra: Any) -> None:
         emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
-             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()})
+             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()}, **extra)
 
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
@@ -111,14 +111,21 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     deadline = time.monotonic() + seconds + 120
 
     def want_stop() -> bool:
+        """Every rank stops at the same step; the flag's all-reduce is a collective like
+        any other (a rank that finished early waits in it), so its time counts as comm."""
         want = local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline
         flag.fill_(1.0 if want else 0.0)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-        return bool(flag.item() > 0)
+        e0 = timer.event()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        e1 = timer.event()
+        stop = bool(flag.item() > 0)
+        timer.add("comm", e0, e1)
+        return stop
 
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         step()
     want_stop()
+    pure = pure_comm(torch, dist, rank, kind, args, a.device)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
@@ -133,8 +140,33 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         timer.step_done()
         if want_stop():
             break
-    timer.emit()
+    timer.emit(pure_comm_per_step_s=pure)
     dist.destroy_process_group()
+
+
+def pure_comm(torch: Any, dist: Any, rank: int, kind: str, args: argparse.Namespace,
+              device: Any, reps: int = 5) -> float:
+    """Seconds one step's communication takes when no rank is late (after a barrier, with
+    no compute): what the truth subtracts from a rank's comm time to get its waiting."""
+    if kind == "job_pipeline":
+        act = torch.ones(args.activation_mib * 2**20 // 2, device=device, dtype=torch.bfloat16)
+        op = (lambda: dist.send(act, 1)) if rank == 0 else (lambda: dist.recv(act, 0))
+        per_step = args.microbatches
+    else:
+        buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=device, dtype=torch.float32)
+        op, per_step = (lambda: dist.all_reduce(buf)), 1
+    total = 0.0
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        op()
+        end.record()
+        end.synchronize()
+        total += start.elapsed_time(end) / 1000.0
+    return total / reps * per_step
 
 
 def straggler_rank(kind: str, args: argparse.Namespace, world: int) -> int | None:
@@ -223,33 +255,31 @@ def ddp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namesp
 
 def pipeline_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
                   a: Any, b: Any, timer: Timer) -> Step:
-    """Two stages, --microbatches per step: rank 0 computes and sends, rank 1 receives and
-    computes (1 + --extra) times the work; the comm of each is its send or receive."""
+    """Two stages, --microbatches per step: rank 0 computes stage 1 of each micro-batch and
+    sends its activation, rank 1 receives it and computes stage 2 with (1 + --extra) times
+    the GEMMs. Events are read once per step, so the stages overlap as in a real pipeline;
+    each rank's comm is its sends or receives (waiting for the peer included)."""
     act = torch.ones(args.activation_mib * 2**20 // 2, device=a.device, dtype=torch.bfloat16)
-    per_mb = max(1, args.units * args.gemms // args.microbatches)
-    heavy = round(per_mb * (1.0 + args.extra))
+    light = args.gemms
+    heavy = round(args.gemms * (1.0 + args.extra))
 
     def step() -> None:
+        marks = []
         for _ in range(args.microbatches):
+            e0 = timer.event()
             if rank == 0:
-                e0 = timer.event()
-                _gemms(a, b, per_mb)
+                _gemms(a, b, light)
                 e1 = timer.event()
                 dist.send(act, 1)
-                e2 = timer.event()
             else:
-                e0 = timer.event()
                 dist.recv(act, 0)
                 e1 = timer.event()
                 _gemms(a, b, heavy)
-                e2 = timer.event()
-            e2.synchronize()
-            if rank == 0:
-                timer.add("compute", e0, e1)
-                timer.add("comm", e1, e2)
-            else:
-                timer.add("comm", e0, e1)
-                timer.add("compute", e1, e2)
+            marks.append((e0, e1, timer.event()))
+        marks[-1][2].synchronize()
+        for e0, e1, e2 in marks:
+            timer.add("compute" if rank == 0 else "comm", e0, e1)
+            timer.add("comm" if rank == 0 else "compute", e1, e2)
 
     return step
 
