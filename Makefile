@@ -19,7 +19,7 @@ run: bootstrap-runtime
 
 ## test: lint, type-check, generated-docs check and the whole test suite
 test: bootstrap-tools
-	$(PY) -m ruff check exporter tests bench scripts dashboards mixin
+	$(PY) -m ruff check exporter tests testkit bench scripts dashboards mixin
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
 	$(PY) -m mixin --check

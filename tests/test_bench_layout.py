@@ -1,9 +1,11 @@
 """bench/ stays organised: scripts in folders by purpose, each one listed in bench/README.md,
-run as modules (no sys.path tricks), and test support that imports nothing from bench."""
+run as modules (no sys.path tricks), and code shared with the tests taken from testkit/, so
+neither bench/ nor tests/ imports the other."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -43,4 +45,20 @@ def test_test_support_does_not_import_bench() -> None:
         for p in (REPO / "tests" / "support").glob("*.py")
         if re.search(r"^\s*(from|import) bench\b", p.read_text(), re.M)
     ]
+    assert not importers, importers
+
+
+def _importers(root: Path, package: str) -> list[str]:
+    pattern = re.compile(rf"^\s*(from|import) {package}\b", re.M)
+    return sorted(str(p.relative_to(REPO)) for p in root.rglob("*.py")
+                  if pattern.search(p.read_text()))
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    importers = _importers(BENCH, "tests")
+    assert not importers, f"move what these need from tests/ to testkit/: {importers}"
+
+
+def test_testkit_imports_neither_bench_nor_tests() -> None:
+    importers = _importers(REPO / "testkit", "bench") + _importers(REPO / "testkit", "tests")
     assert not importers, importers

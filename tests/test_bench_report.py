@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,7 @@ def test_windows_to_regime_from_the_daemon_log() -> None:
     ready = 1_800_000_000.0
 
     def line(offset: float, regime: str, gpu: str = "0") -> str:
-        stamp = gv.datetime.fromtimestamp(ready + offset, gv.UTC).isoformat()
+        stamp = datetime.fromtimestamp(ready + offset, UTC).isoformat()
         return json.dumps({"event": "regime_changed", "gpu": gpu, "regime": regime,
                            "timestamp": stamp.replace("+00:00", "Z")})
 

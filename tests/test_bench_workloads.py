@@ -15,8 +15,8 @@ import pytest
 from bench.gpu.workloads import core, diag, jobs, panel, transfer
 from bench.gpu.workloads.__main__ import main
 from bench.gpu.workloads.registry import REGISTRY, parser
+from testkit.harness import child_env
 from tests.conftest import REPO
-from tests.support.harness import child_env
 
 PACKAGE = REPO / "bench" / "gpu" / "workloads"
 

@@ -337,7 +337,7 @@ class Block:
         self.start_product(cmd, [PY, *args], listen)
 
     def helper(self, cmd: ds.Command, args: list[str]) -> None:
-        """A background `python -m tests.x ...` / `exporter.x`: start, wait for its files."""
+        """A background `python -m tests.x` / `testkit.x` / `exporter.x`: start, wait for files."""
         args = self.local(" ".join(args)).split()
         self.spawn([PY, *args])
         paths = [Path(a) for a in args if a.startswith(str(self.tmp))]
@@ -469,7 +469,7 @@ class Block:
         elif prog in ("python", "python3") and words[1:3] == ["-m", "mixin"]:
             self.mixin(cmd, words[1:])
         elif prog in ("python", "python3") and cmd.background and len(words) > 2 \
-                and words[1] == "-m" and words[2].startswith(("tests.", "exporter.")):
+                and words[1] == "-m" and words[2].startswith(("tests.", "testkit.", "exporter.")):
             self.helper(cmd, words[1:])
         elif prog in ("python", "python3") and any(
             w.startswith(("bench/", "bench.")) for w in words

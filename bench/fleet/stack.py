@@ -3,8 +3,9 @@ real servers.
 
 Two (or more) shards each hold the nodes that `hashmod` relabelling of the target address
 would give them, backfilled with raw history and with the goodput.shard.* recording rules
-(`promtool tsdb create-blocks-from rules`, one dependency level per pass, as
-tests/support/backfill.py does). The shards then load the shard rule groups and alerts live.
+(`promtool tsdb create-blocks-from rules`, one dependency level per pass in the order
+testkit/rules.py gives, as tests/support/backfill.py does). The shards then load the shard
+rule groups and alerts live.
 A global Prometheus scrapes every shard's /federate (recorded series plus the few raw info
 series the global rules and the fleet dashboard join on) and evaluates the goodput.global.*
 groups. Everything listens on loopback.
@@ -30,8 +31,8 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet_mod
-from tests.support.backfill import levels
-from tests.support.harness import free_port, stop_process, wait_http
+from testkit.harness import free_port, stop_process, wait_http
+from testkit.rules import levels
 
 REPO = Path(__file__).resolve().parents[2]
 

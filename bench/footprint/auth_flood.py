@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 import bcrypt
 
-from tests.support.harness import free_port
+from testkit.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

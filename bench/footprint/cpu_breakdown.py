@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.harness import DaemonProcess, proc_cpu_seconds
+from testkit.harness import DaemonProcess, proc_cpu_seconds
 
 HERE = Path(__file__).resolve().parent
 

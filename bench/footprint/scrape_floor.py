@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.footprint.side_by_side import percentile
-from tests.support.harness import DaemonProcess, free_port, stop_process, wait_http
+from testkit.harness import DaemonProcess, free_port, stop_process, wait_http
 
 HERE = Path(__file__).resolve().parent
 

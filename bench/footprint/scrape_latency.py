@@ -30,8 +30,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.harness import free_port
-from tests.support.harness import proc_rss_bytes as rss_bytes
+from testkit.harness import free_port
+from testkit.harness import proc_rss_bytes as rss_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 

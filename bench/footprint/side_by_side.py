@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench.gpu.workloads.core import NO_MULTICAST, command
-from tests.support.harness import (
+from testkit.harness import (
     REPO,
     DaemonProcess,
     DaemonStartError,

@@ -34,22 +34,21 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.gpu import runner
 from bench.gpu.analysis import active_label, job_state, parse_exposition, run_lengths
 from bench.gpu.pod_standin import PodResourcesStandIn
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.diag import WORKLOADS
 from bench.gpu.workloads.process import WorkloadProcess
-from tests.support.harness import (
+from testkit.harness import (
     REPO,
     DaemonProcess,
     DaemonStartError,
@@ -328,7 +327,7 @@ class Diagnosis:
         self.pods: PodResourcesStandIn | None = None
         self.pod_args: list[str] = []
         self.result: dict[str, Any] = {
-            "schema": 1, "started": _now(), "simulate": args.simulate,
+            "schema": 1, "started": runner.now(), "simulate": args.simulate,
             "args": vars(args), "gpu": {}, "workloads": {}, "complete": False,
         }
 
@@ -659,16 +658,12 @@ class Diagnosis:
             self.result["pods"] = self.pods.describe()
             self.pods.stop()
             self.pods = None
-        self.result["finished"] = _now()
+        self.result["finished"] = runner.now()
         self.save()
         self.log.close()
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "diagnosis-out"))
     p.add_argument("--seconds", type=float, default=25.0, help="sampling time per workload")
@@ -699,22 +694,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--raw", action="store_true", help="keep every GPU series in each window")
     p.add_argument("--simulate", action="store_true",
                    help="no GPU: simulated daemon, dry-run workloads (pipeline check)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _start(args: argparse.Namespace) -> Diagnosis:
     os.environ.update(NO_MULTICAST)
-    run = Diagnosis(args)
+    return Diagnosis(args)
 
-    def _terminate(*_: Any) -> None:
-        raise KeyboardInterrupt  # unwinds into close(): daemon stopped, JSON saved
 
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        run.run()
-    except KeyboardInterrupt:
-        run.say("interrupted")
-    finally:
-        run.close()
+def _finish(run: Diagnosis) -> None:
     run.say(f"wrote {run.out / 'diagnosis.json'} and diagnosis.md")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return runner.main(parser(), _start, _finish, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ whole pipeline on a machine without a GPU (simulated daemon, dry-run workloads),
 each workload the simulated GPU that plays the same pattern.
 ``bench/gpu/report.py`` turns the JSON into docs/validation/*.md. The pure analysis lives in
 ``bench/gpu/analysis.py``; starting the daemon and other process plumbing in
-``tests/support/harness.py`` (shared with the tests); the workloads in
+``testkit/harness.py`` (shared with the tests); the workloads in
 ``bench/gpu/workloads/panel.py``, started as ``python -m bench.gpu.workloads NAME``.
 """
 
@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -40,10 +39,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from bench.gpu import runner
 from bench.gpu.analysis import (  # noqa: F401
     DEVICE_LABELS,
     active_label,
@@ -71,7 +70,7 @@ from bench.gpu.workloads.panel import (
     DecoderShape,
 )
 from bench.gpu.workloads.process import WorkloadProcess
-from tests.support.harness import (  # noqa: F401
+from testkit.harness import (  # noqa: F401
     DaemonProcess,
     DaemonStartError,
     child_env,
@@ -199,7 +198,7 @@ class Validation:
         self.lock = threading.Lock()
         self.result: dict[str, Any] = {
             "schema": SCHEMA,
-            "started": _now(),
+            "started": runner.now(),
             "finished": None,
             "complete": False,
             "simulate": bool(args.simulate),
@@ -506,7 +505,7 @@ class Validation:
                 self.daemon.record["rss_end"] = proc_rss_bytes(self.daemon.proc.pid)  # type: ignore[union-attr]
             self.stop_daemon()
         self.support()
-        self.result["finished"] = _now()
+        self.result["finished"] = runner.now()
         self.result["complete"] = True
         self.result["elapsed_seconds"] = self.elapsed()
         self.save()
@@ -514,7 +513,7 @@ class Validation:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.stop_daemon()
-        self.result["finished"] = self.result["finished"] or _now()
+        self.result["finished"] = self.result["finished"] or runner.now()
         self.result["elapsed_seconds"] = self.elapsed()
         with contextlib.suppress(Exception):
             self.support()
@@ -570,57 +569,47 @@ def _host_info() -> dict[str, Any]:
     return info
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "validation-out"),
+                   help="output directory (default $OUT)")
+    p.add_argument("--seconds", type=float, default=25.0,
+                   help="sampling time per workload after it reports ready")
+    p.add_argument("--drop", type=float, default=5.0,
+                   help="seconds after ready left out of the steady-state medians")
+    p.add_argument("--quiet", type=float, default=15.0,
+                   help="seconds of unscraped polling for the poll-cost measurement")
+    p.add_argument("--settle", type=float, default=3.0,
+                   help="seconds after the daemon is ready before measuring")
+    p.add_argument("--budget", type=float, default=450.0,
+                   help="skip workloads that would end past this many seconds")
+    p.add_argument("--interval", type=float, default=1.0, help="daemon poll interval")
+    p.add_argument("--port", type=int, default=19433, help="daemon listen port")
+    p.add_argument("--workloads", default="",
+                   help=f"comma-separated subset of: {','.join(WORKLOADS)}")
+    p.add_argument("--model-config",
+                   default=f"{{model_parameters: {{{MODEL_NAME}: {DecoderShape().params}}}}}",
+                   help="YAML for the daemon's `model:` section (default: the transformer "
+                        "workload's parameter count, for MFU); dropped if the daemon "
+                        "rejects it")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for the daemon and workloads")
+    p.add_argument("--simulate", action="store_true",
+                   help="no GPU: simulated daemon and dry-run workloads (pipeline check)")
+    p.add_argument("--workload-args", default="",
+                   help="extra arguments for each workload (python -m bench.gpu.workloads "
+                        "NAME --help; replaces --dry-run under --simulate; e.g. '--device "
+                        "cpu --small' for a CPU smoke run)")
+    return p
+
+
+def _finish(run: Validation) -> None:
+    print(summary_table(run.result), flush=True)
+    run.say(f"wrote {run.out / 'validation.json'}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "validation-out"),
-                        help="output directory (default $OUT)")
-    parser.add_argument("--seconds", type=float, default=25.0,
-                        help="sampling time per workload after it reports ready")
-    parser.add_argument("--drop", type=float, default=5.0,
-                        help="seconds after ready left out of the steady-state medians")
-    parser.add_argument("--quiet", type=float, default=15.0,
-                        help="seconds of unscraped polling for the poll-cost measurement")
-    parser.add_argument("--settle", type=float, default=3.0,
-                        help="seconds after the daemon is ready before measuring")
-    parser.add_argument("--budget", type=float, default=450.0,
-                        help="skip workloads that would end past this many seconds")
-    parser.add_argument("--interval", type=float, default=1.0, help="daemon poll interval")
-    parser.add_argument("--port", type=int, default=19433, help="daemon listen port")
-    parser.add_argument("--workloads", default="",
-                        help=f"comma-separated subset of: {','.join(WORKLOADS)}")
-    parser.add_argument("--model-config",
-                        default=f"{{model_parameters: {{{MODEL_NAME}: {DecoderShape().params}}}}}",
-                        help="YAML for the daemon's `model:` section (default: the transformer "
-                             "workload's parameter count, for MFU); dropped if the daemon "
-                             "rejects it")
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter for the daemon and workloads")
-    parser.add_argument("--simulate", action="store_true",
-                        help="no GPU: simulated daemon and dry-run workloads (pipeline check)")
-    parser.add_argument("--workload-args", default="",
-                        help="extra arguments for each workload (python -m bench.gpu.workloads "
-                             "NAME --help; replaces --dry-run under --simulate; e.g. '--device "
-                             "cpu --small' for a CPU smoke run)")
-    args = parser.parse_args(argv)
-    run = Validation(args)
-
-    def _terminate(*_: Any) -> None:
-        raise KeyboardInterrupt  # unwinds into close(): daemon stopped, JSON saved
-
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        run.run()
-    except KeyboardInterrupt:
-        run.say("interrupted")
-    finally:
-        run.close()
-    print(summary_table(run.result), flush=True)
-    run.say(f"wrote {run.out / 'validation.json'}")
-    return 0
+    return runner.main(parser(), Validation, _finish, argv)
 
 
 def summary_table(result: Mapping[str, Any]) -> str:

@@ -3,7 +3,7 @@
 The daemon judges the GPUs of one job together (comm_wait, ``goodput_job_straggler``) only
 when the kubelet says which GPUs one pod holds. A lent GPU machine has no kubelet, so
 ``bench/gpu/diagnosis.py`` serves one here: the test suite's stand-in
-(``tests/kubernetes/kubelet_standin.py``, the real gRPC service) on a unix socket in a temp
+(``testkit/kubelet.py``, the real gRPC service) on a unix socket in a temp
 dir, run by its own asyncio loop in a background thread, listing the pods it is given.
 
 Needs grpcio and protobuf (carried as wheels in ``.whl/`` to the GPU machine).
@@ -33,7 +33,7 @@ class PodResourcesStandIn:
     def __init__(self, pods: Pods, timeout: float = 10.0) -> None:
         # Imported here: a machine without grpcio fails this call (the caller says why and
         # runs without pods), not the import of bench/gpu/diagnosis.py.
-        from tests.kubernetes.kubelet_standin import pod, serve
+        from testkit.kubelet import pod, serve
 
         self._dir = tempfile.mkdtemp(prefix="goodput-kubelet-")  # unix paths: 107 bytes max
         self.socket = str(Path(self._dir) / "kubelet.sock")

@@ -35,7 +35,7 @@ from bench.gpu.diagnosis import window_row
 from bench.gpu.workloads.core import command
 from bench.gpu.workloads.process import WorkloadProcess
 from bench.gpu.workloads.transfer import BY_NAME
-from tests.support.harness import REPO, DaemonProcess, child_env, http_get
+from testkit.harness import REPO, DaemonProcess, child_env, http_get
 
 GRAPHICS = "goodput_gpu_graphics_active_ratio"
 

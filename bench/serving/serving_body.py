@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.harness import (
+from testkit.harness import (
     REPO,
     DaemonProcess,
     free_port,

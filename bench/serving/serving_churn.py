@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.harness import DaemonProcess, free_port
+from testkit.harness import DaemonProcess, free_port
 
 HERE = Path(__file__).resolve().parent
 

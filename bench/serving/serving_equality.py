@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.harness import DaemonProcess
+from testkit.harness import DaemonProcess
 
 HERE = Path(__file__).resolve().parent
 

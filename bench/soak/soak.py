@@ -24,7 +24,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.support.harness import DaemonProcess, free_port
+from testkit.harness import DaemonProcess, free_port
 
 HERE = Path(__file__).resolve().parent
 

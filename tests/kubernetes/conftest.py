@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from exporter.snapshot import Device
-from tests.kubernetes.kubelet_standin import KubeletStandIn, serve
+from testkit.kubelet import KubeletStandIn, serve
 
 # Four whole GPUs and two MIG instances of a fifth, as NVML names them.
 UUIDS = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(5)]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.kubernetes.kubelet_standin import simulated_node_pods
+from testkit.kubelet import simulated_node_pods
 from tests.support.daemon import REPO, daemon
 
 Sample = tuple[str, dict[str, str], float]
@@ -45,7 +45,7 @@ def attribution(samples: list[Sample], source: str) -> tuple[float, str] | None:
 def standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = tmp_path_factory.mktemp("kd") / "kubelet.sock"  # unix paths: 107 bytes at most
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.kubernetes.kubelet_standin", str(path)],
+        [sys.executable, "-m", "testkit.kubelet", str(path)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,

@@ -8,8 +8,8 @@ from exporter.config import KubernetesConfig
 from exporter.readings import PodAssignments
 from exporter.sources.kubernetes.device_ids import DeviceIndex
 from exporter.sources.kubernetes.kubelet import KubeletSource
+from testkit.kubelet import KubeletStandIn, pod
 from tests.kubernetes.conftest import INVENTORY, MIG_UUIDS, UUIDS
-from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
 
 DRIVER = "gpu.nvidia.com"
 CDI = "k8s.gpu.nvidia.com/device="

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import collectors
 from exporter.config import build as build_settings
 from exporter.daemon import build, open_nvml
-from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
+from testkit.kubelet import KubeletStandIn, pod
 
 Series = list[tuple[str, dict[str, str], float]]
 GiB = 1 << 30

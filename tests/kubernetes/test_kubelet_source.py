@@ -19,8 +19,8 @@ from exporter.config import KubernetesConfig
 from exporter.readings import Device
 from exporter.snapshot import SourceResult
 from exporter.sources.kubernetes.kubelet import KubeletSource
+from testkit.kubelet import KubeletStandIn, pod
 from tests.kubernetes.conftest import INVENTORY, MIG_UUIDS, UUIDS
-from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
 
 GPU = "nvidia.com/gpu"
 REPO = Path(__file__).parents[2]
@@ -189,7 +189,7 @@ async def test_socket_appearing_later_is_picked_up(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """A kubelet that starts after the exporter: the next poll connects, no restart."""
-    from tests.kubernetes.kubelet_standin import serve
+    from testkit.kubelet import serve
 
     path = str(tmp_path_factory.mktemp("late") / "kubelet.sock")
     src = source(path)

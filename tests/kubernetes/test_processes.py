@@ -13,8 +13,8 @@ from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from exporter.sources.kubernetes.processes import PodProcessSource
+from testkit.kubelet import KubeletStandIn, pod
 from tests.kubernetes.conftest import INVENTORY, UUIDS
-from tests.kubernetes.kubelet_standin import KubeletStandIn, pod
 
 UID_A = "aaaaaaaa-0000-4000-8000-00000000000a"
 UID_B = "bbbbbbbb-0000-4000-8000-00000000000b"

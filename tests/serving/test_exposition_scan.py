@@ -35,7 +35,7 @@ from exporter.sources.serving.exposition import (
     scan,
 )
 from exporter.sources.serving.fetch import ScrapeError
-from tests.support.harness import REPO
+from testkit.harness import REPO
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "fixtures").glob("*.txt"))

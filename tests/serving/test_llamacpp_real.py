@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit.harness import http_get
 from tests.support.daemon import daemon
-from tests.support.harness import http_get
 from tests.support.llamacpp import (
     BuildUnavailable,
     LlamaServer,

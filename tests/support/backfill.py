@@ -8,7 +8,6 @@ because that command cannot see rules it is backfilling in the same run.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,11 +17,11 @@ from typing import Any
 
 import yaml
 
+from testkit.rules import levels
 from tests.support.prometheus import PrometheusServer, prometheus, require
 from tests.support.sim_recording import record
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "goodput.rules.yml"
-RECORD_REF = re.compile(r"goodput:[a-z0-9_:]+")
 
 
 def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
@@ -31,27 +30,6 @@ def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
     rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
              if "record" in r]
     return levels(rules)
-
-
-def levels(rules: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """``rules`` in passes, each reading only rules of earlier passes (or stored series):
-    the order a backfill must evaluate them in."""
-    names = {r["record"] for r in rules}
-    level: dict[str, int] = {}
-    while len(level) < len(rules):
-        progressed = False
-        for r in rules:
-            # A rule may read its own last value (goodput:exporter_node:info): not a cycle.
-            deps = set(RECORD_REF.findall(r["expr"])) & names - {r["record"]}
-            if r["record"] not in level and deps <= level.keys():
-                level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
-                progressed = True
-        if not progressed:
-            raise ValueError("recording rules depend on each other in a cycle")
-    out: list[list[dict[str, Any]]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for r in rules:
-        out[level[r["record"]]].append(r)
-    return out
 
 
 def _run(*argv: str) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.harness import free_port, stop_process
+from testkit.harness import free_port, stop_process
 
 VERSION = "0.3.36"
 """The ``llama-cpp-python`` sdist whose vendored llama.cpp is built (pinned: the live
@@ -398,7 +398,7 @@ def capture(folder: Path, version: str = VERSION) -> tuple[Path, Path]:
 
 if __name__ == "__main__":
     # python -m tests.support.llamacpp: refresh the live capture in tests/fixtures.
-    from tests.support.harness import REPO
+    from testkit.harness import REPO
 
     for written in capture(REPO / "tests" / "fixtures" / "serving-metrics"):
         print(written)

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-from tests.support.harness import stop_process
+from testkit.harness import stop_process
 
 
 class WorkloadProcess:

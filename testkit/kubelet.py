@@ -1,5 +1,6 @@
 """A kubelet stand-in: the real pod-resources gRPC service on a unix socket, serving pods
-the test sets, optionally slow or failing."""
+the test sets, optionally slow or failing. Also bench/gpu/pod_standin.py's kubelet, and runnable
+(``python -m testkit.kubelet SOCKET``) to serve the simulated node's pods."""
 
 from __future__ import annotations
 

@@ -5,9 +5,8 @@ The one place that starts the daemon (``python -m exporter``) as a subprocess on
 (tests: a context manager yielding the base URL). ``tests/support/daemon.py`` re-exports them.
 
 Standard library only (PyYAML is imported when a config is written), so it imports on the GPU
-machine before the exporter's own dependencies are checked. It lives with the tests so test
-support imports nothing from bench/; the bench scripts import it as
-``tests.support.harness`` (run as modules from the repository root).
+machine before the exporter's own dependencies are checked. The bench scripts (run as modules
+from the repository root) and the tests both import it as ``testkit.harness``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 # --- HTTP -------------------------------------------------------------------------------------
