@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.process import WorkloadProcess
-from tests.support.harness import REPO, DaemonProcess, child_env, http_get
+from testkit.harness import REPO, DaemonProcess, child_env, http_get
 
 # row -> (workload, its options, what must hold)
 ROWS: dict[str, tuple[str, list[str]]] = {
@@ -289,9 +289,6 @@ def summary_line(row: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 # --- the report --------------------------------------------------------------------------------
 
@@ -373,3 +370,7 @@ def render(result: Mapping[str, Any]) -> str:
                          f"{named or 'none'}; {regimes} | {est} | "
                          f"{'PASS' if ok else 'FAIL: ' + '; '.join(why)} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
