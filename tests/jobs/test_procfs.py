@@ -215,11 +215,15 @@ def test_an_unreadable_environment_falls_back_and_is_counted_once(
 
 def test_cache_reads_a_process_once_and_a_reused_pid_again(tmp_path: Path) -> None:
     proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, start=100)
-    src = source(tmp_path, [("0", 10)])
+    listed = [ProcessInfo("0", 10)]
+    src = ProcJobSource(JobsConfig(), str(tmp_path), NODE, processes=lambda: tuple(listed))
     assert jobs(src.poll_blocking())["0"].job_id == "1"
     (tmp_path / "10" / "environ").write_bytes(b"SLURM_JOB_ID=2\0")
-    assert jobs(src.poll_blocking())["0"].job_id == "1"  # same process: cached
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "3"}, start=200)  # pid reused by a new process
+    assert jobs(src.poll_blocking())["0"].job_id == "1"  # listed throughout: cached
+    listed.clear()  # the process ended; NVML no longer lists it
+    assert jobs(src.poll_blocking()) == {}
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "3"}, start=200)  # its pid reused by a new job
+    listed.append(ProcessInfo("0", 10))
     assert jobs(src.poll_blocking())["0"].job_id == "3"
 
 

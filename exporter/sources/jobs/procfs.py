@@ -12,7 +12,9 @@ process not seen before, reads three small files under ``proc_root``:
   uid or CAP_SYS_PTRACE; other values never leave this module.
 
 The identity is cached per (pid, start time) and dropped when NVML no longer lists the
-pid, so a steady node reads nothing but the NVML list. A GPU's job is the strongest of its
+pid. A pid listed at the previous poll too is the same process (a pid is not reused while
+its process lives, and reusing it within one interval would take the kernel's whole pid
+range), so a steady node reads nothing but the NVML list. A GPU's job is the strongest of its
 processes' identities; several different jobs on one GPU are counted once per change.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -48,14 +49,6 @@ Processes = Callable[[], tuple[ProcessInfo, ...]]
 
 class Gone(Exception):
     """The process ended between NVML's list and the read."""
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One process's identity (None when nothing could be read), cached per process."""
-
-    start_ticks: int
-    identity: JobIdentity | None
 
 
 def read_capped(path: str, cap: int) -> tuple[bytes, bool]:
@@ -89,7 +82,8 @@ class ProcJobSource(BlockingSource):
         self._node = node
         self._processes = processes
         self._keep = keep  # e.g. the simulated node's temporary proc tree, freed with us
-        self._cache: dict[int, Found] = {}
+        self._cache: dict[int, JobIdentity | None] = {}
+        """pid -> its identity, None when it has none (read once, while NVML lists it)."""
         self._log = OnChange(log)
         self._conflicts: frozenset[tuple[str, tuple[JobIdentity, ...]]] = frozenset()
 
@@ -102,7 +96,7 @@ class ProcJobSource(BlockingSource):
         for p in processes:
             live.setdefault(p.pid, []).append(p.gpu)
         for pid in [pid for pid in self._cache if pid not in live]:
-            del self._cache[pid]
+            del self._cache[pid]  # a pid NVML stopped listing: its process may be gone
         gone = 0
         per_gpu: dict[str, set[JobIdentity]] = {}
         for pid, on in sorted(live.items()):
@@ -111,9 +105,9 @@ class ProcJobSource(BlockingSource):
             except Gone:
                 gone += 1
                 continue
-            if found.identity is not None:
+            if found is not None:
                 for gpu in on:
-                    per_gpu.setdefault(gpu, set()).add(found.identity)
+                    per_gpu.setdefault(gpu, set()).add(found)
         if processes and gone == len(live):
             return self._failed(
                 "no_host_pid",
@@ -126,15 +120,14 @@ class ProcJobSource(BlockingSource):
             set(gpus.values())))
         return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(SOURCE, gpus))
 
-    def _identify(self, pid: int, errors: dict[str, int]) -> Found:
-        """The cached identity of ``pid``, read when it is new (or its pid was reused)."""
+    def _identify(self, pid: int, errors: dict[str, int]) -> JobIdentity | None:
+        """The cached identity of ``pid``, read when NVML lists it anew."""
+        if pid in self._cache:  # listed without a break since it was read
+            return self._cache[pid]
         base = os.path.join(self._root, str(pid))
         stat = self._stat(base, errors)
-        cached = self._cache.get(pid)
-        if cached is not None and stat is not None and cached.start_ticks == stat.start_ticks:
-            return cached
-        found = Found(-1 if stat is None else stat.start_ticks, self._read(base, stat, errors))
-        if stat is not None:
+        found = self._read(base, stat, errors)
+        if stat is not None:  # an unreadable stat is tried again next poll
             self._cache[pid] = found
         return found
 
