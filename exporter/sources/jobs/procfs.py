@@ -126,9 +126,7 @@ class ProcJobSource(BlockingSource):
             return self._cache[pid]
         base = os.path.join(self._root, str(pid))
         stat = self._stat(base, errors)
-        found = self._read(base, stat, errors)
-        if stat is not None:  # an unreadable stat is tried again next poll
-            self._cache[pid] = found
+        found = self._cache[pid] = self._read(base, stat, errors)
         return found
 
     def _stat(self, base: str, errors: dict[str, int]) -> ident.Stat | None:
