@@ -82,8 +82,8 @@ class ProcJobSource(BlockingSource):
         self._node = node
         self._processes = processes
         self._keep = keep  # e.g. the simulated node's temporary proc tree, freed with us
+        # pid -> its identity, None when it has none (read once, while NVML lists it)
         self._cache: dict[int, JobIdentity | None] = {}
-        """pid -> its identity, None when it has none (read once, while NVML lists it)."""
         self._log = OnChange(log)
         self._conflicts: frozenset[tuple[str, tuple[JobIdentity, ...]]] = frozenset()
 
@@ -126,7 +126,7 @@ class ProcJobSource(BlockingSource):
             return self._cache[pid]
         base = os.path.join(self._root, str(pid))
         stat = self._stat(base, errors)
-        found = self._cache[pid] = self._read(base, stat, errors)
+        found = self._cache[pid] = self._read(pid, base, stat, errors)
         return found
 
     def _stat(self, base: str, errors: dict[str, int]) -> ident.Stat | None:
@@ -141,7 +141,7 @@ class ProcJobSource(BlockingSource):
         return stat
 
     def _read(
-        self, base: str, stat: ident.Stat | None, errors: dict[str, int]
+        self, pid: int, base: str, stat: ident.Stat | None, errors: dict[str, int]
     ) -> JobIdentity | None:
         cgroup_job = None
         try:
@@ -156,7 +156,7 @@ class ProcJobSource(BlockingSource):
             self._log(("bad", dropped.name), dropped.reason, "", event="job_variable_dropped",
                       level="warning", variable=dropped.name, path=base)
         if found is None and stat is not None:
-            found = ident.session_identity(self._node, *self._session(stat))
+            found = ident.session_identity(self._node, *self._session(pid, stat))
         return found
 
     def _variables(self, base: str, errors: dict[str, int]) -> Mapping[str, bytes]:
@@ -166,19 +166,19 @@ class ProcJobSource(BlockingSource):
             raw, truncated = read_capped(os.path.join(base, "environ"), MAX_ENVIRON)
         except PermissionError:
             _count(errors, "environ_denied")
-            self._log("environ", "denied", "ok", event="job_environ_unreadable",
-                      level="warning", path=base,
+            self._log("environ", "denied", "ok", event="job_environ", level="warning",
+                      path=base,
                       hint="grant CAP_SYS_PTRACE or set jobs.environ false (docs/jobs.md)")
             return {}
-        self._log("environ", "ok", "ok", event="job_environ_unreadable")
+        self._log("environ", "ok", "ok", event="job_environ")
         if truncated:
             _count(errors, "environ_too_long")
         return ident.environ_variables(raw, truncated)
 
-    def _session(self, stat: ident.Stat) -> tuple[int, int | None]:
+    def _session(self, pid: int, stat: ident.Stat) -> tuple[int, int | None]:
         """(session id, its leader's start ticks or None when the leader is gone)."""
         if stat.session <= 0:  # no session visible from here: the process is its own job
-            return 0, stat.start_ticks
+            return pid, stat.start_ticks
         try:
             raw, _ = read_capped(os.path.join(self._root, str(stat.session), "stat"), MAX_SMALL)
         except (Gone, PermissionError):
