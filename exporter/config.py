@@ -266,8 +266,8 @@ class JobsConfig(Section):
     few environ variables (needs the host's PID namespace)."""
     environ: bool = True
     """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
-    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE); off: Slurm cgroup
-    paths and process sessions only."""
+    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
+    come from Slurm cgroup paths and process sessions)."""
     proc_root: str = ""
     """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
     interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)

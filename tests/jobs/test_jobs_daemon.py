@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -67,3 +68,14 @@ def test_jobs_rank_each_identity_by_its_own_source() -> None:
             "1": slurm,  # a Slurm job found in /proc beats the mapping file
             "2": JobIdentity("kubernetes", "pod-a", "ns"),  # the kubelet beats everything
         }
+
+
+def test_settings_choose_the_sources(tmp_path: Path) -> None:
+    def names(**jobs: object) -> list[str]:
+        settings = Settings(simulate=True, simulate_gpus=1, jobs=jobs)
+        daemon = build(settings, NvmlSession(simulated_node(gpus=1), "simulated"))
+        return sorted(s.name for s in daemon.sources if s.name.startswith("jobs_"))
+
+    assert names() == ["jobs_proc"]
+    assert names(processes=False) == []
+    assert names(processes=False, hpc_job_mapping_dir=str(tmp_path)) == ["jobs_hpc"]
