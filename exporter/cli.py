@@ -43,6 +43,7 @@ class Flag:
 SERVING = "serving engines (docs/serving.md)"
 PROFILING = "profiling counters (docs/profiling.md)"
 KUBERNETES = "kubernetes attribution (docs/kubernetes.md)"
+JOBS = "job identity outside Kubernetes (docs/jobs.md)"
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--listen", "listen", "HOST:PORT"),
@@ -71,6 +72,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--kubernetes-container-label", "kubernetes.container_label", "NAME", KUBERNETES),
     Flag("--kubernetes-pod-labels", "kubernetes.pod_labels", group=KUBERNETES),
     Flag("--proc-root", "kubernetes.proc_root", "PATH", KUBERNETES),
+    Flag("--no-job-processes", "jobs.processes", group=JOBS, negate=True),
+    Flag("--no-job-environ", "jobs.environ", group=JOBS, negate=True),
+    Flag("--jobs-interval", "jobs.interval", "SECONDS", JOBS),
+    Flag("--hpc-job-mapping-dir", "jobs.hpc_job_mapping_dir", "DIR", JOBS),
 )
 
 

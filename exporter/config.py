@@ -257,6 +257,26 @@ class KubernetesConfig(Section):
         return self
 
 
+class JobsConfig(Section):
+    """Which job each GPU works for outside Kubernetes (Slurm, MPI, torchrun, dcgm-exporter's
+    HPC job mapping, else the process session); see docs/jobs.md."""
+
+    processes: bool = True
+    """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
+    few environ variables (needs the host's PID namespace)."""
+    environ: bool = True
+    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
+    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
+    come from Slurm cgroup paths and process sessions)."""
+    proc_root: str = ""
+    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
+    interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
+    """Seconds between job-identity reads (each process is read once and cached)."""
+    hpc_job_mapping_dir: str = ""
+    """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
+    GPU index, one job id per line."""
+
+
 class ProfilingConfig(Section):
     """Which source fills the profiling counters (SM active, tensor, DRAM, ...).
 
@@ -421,6 +441,7 @@ class Settings(Section):
     """Number of simulated GPUs."""
     serving: ServingConfig = ServingConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
+    jobs: JobsConfig = JobsConfig()
     profiling: ProfilingConfig = ProfilingConfig()
     model: ModelConfig = ModelConfig()
     collectors: dict[str, bool] = Field(default_factory=dict)

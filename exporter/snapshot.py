@@ -146,14 +146,22 @@ class Snapshot:
     @property
     def jobs(self) -> Mapping[str, JobIdentity]:
         """gpu -> the job it works for, from every identity source: the kubelet's pods (a
-        job label, else the pod) and each published :class:`JobAssignments`, the strongest
-        source (:data:`JOB_SOURCES` order) winning per GPU. GPUs of no known job are absent."""
+        job label, else the pod) and each published :class:`JobAssignments`. Per GPU the
+        strongest identity wins by its own ``source`` (:data:`JOB_SOURCES` order; one reading
+        may carry several kinds, as the process source's Slurm and session jobs do), ties
+        broken by key, so the answer never depends on publish order. GPUs of no known job
+        are absent."""
         rank = {name: i for i, name in enumerate(JOB_SOURCES)}
+
+        def strength(j: JobIdentity) -> tuple[int, tuple[str, str, str]]:
+            return (rank.get(j.source, len(rank)), j.key)
+
         found: dict[str, JobIdentity] = {}
-        claims = [*_pod_jobs(self.pods_known), *self.all(JobAssignments)]
-        for claim in sorted(claims, key=lambda c: rank.get(c.source, len(rank))):
+        for claim in (*_pod_jobs(self.pods_known), *self.all(JobAssignments)):
             for gpu, identity in claim.gpus.items():
-                found.setdefault(gpu, identity)
+                held = found.get(gpu)
+                if held is None or strength(identity) < strength(held):
+                    found[gpu] = identity
         return MappingProxyType(found)
 
     @property

@@ -1,11 +1,13 @@
 """The chart's security posture: non-root, read-only root, no added capabilities by default;
-SYS_ADMIN only for embedded DCGM; never privileged; least RBAC."""
+SYS_ADMIN only for embedded DCGM, SYS_PTRACE only for reading job variables; never
+privileged; least RBAC."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.helm import VALUE_SETS, by_kind, exporter_container, manifests, one
 
@@ -13,6 +15,13 @@ from tests.support.helm import VALUE_SETS, by_kind, exporter_container, manifest
 def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
     spec: dict[str, Any] = one(objs, "DaemonSet")["spec"]["template"]["spec"]
     return spec
+
+
+def config_of(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The daemon configuration the chart rendered."""
+    cm = next(o for o in by_kind(objs, "ConfigMap") if "config.yaml" in o["data"])
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,10 @@ def test_never_privileged_and_at_most_sys_admin(name: str) -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     embedded_dcgm = values.get("profiling", {}).get("mode") == "dcgm" and values.get(
         "profiling", {}).get("dcgm", {}).get("embedded", True)
-    assert sc["capabilities"].get("add", []) == (["SYS_ADMIN"] if embedded_dcgm else [])
+    job_environ = values.get("jobs", {}).get("readEnviron") and values.get(
+        "kubernetes", {}).get("hostPID")
+    added = (["SYS_ADMIN"] if embedded_dcgm else []) + (["SYS_PTRACE"] if job_environ else [])
+    assert sc["capabilities"].get("add", []) == added
 
 
 def test_dcgm_through_a_host_engine_stays_non_root() -> None:
@@ -140,3 +152,20 @@ def test_network_policy_admits_only_the_metrics_port() -> None:
     pol = one(manifests(VALUE_SETS["networkpolicy"]), "NetworkPolicy")
     assert pol["spec"]["policyTypes"] == ["Ingress"]
     assert pol["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+
+
+def test_job_variables_need_host_pids_and_add_only_sys_ptrace() -> None:
+    without_pids = manifests({"jobs": {"readEnviron": True}})
+    assert "add" not in exporter_container(without_pids)["securityContext"]["capabilities"]
+    assert pod_spec(without_pids)["securityContext"]["runAsUser"] != 0
+    assert config_of(without_pids)["jobs"] == {"processes": False, "environ": False}
+    objs = manifests(VALUE_SETS["jobs"])
+    assert exporter_container(objs)["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE"]
+    assert pod_spec(objs)["securityContext"]["runAsUser"] == 0
+    jobs = config_of(objs)["jobs"]
+    assert jobs["processes"] is True and jobs["environ"] is True
+    mount = next(m for m in exporter_container(objs)["volumeMounts"]
+                 if m["name"] == "hpc-job-mapping")
+    assert mount["readOnly"] is True and jobs["hpc_job_mapping_dir"] == mount["mountPath"]
+    volume = next(v for v in pod_spec(objs)["volumes"] if v["name"] == "hpc-job-mapping")
+    assert volume["hostPath"] == {"path": "/run/dcgm-job-map", "type": "DirectoryOrCreate"}

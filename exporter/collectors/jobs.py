@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
+from exporter.config import JobsConfig, Settings
 from exporter.metrics.families import Family, GpuFamilies, Group, Row, erase
 from exporter.model.families import JOB_LABELS
 from exporter.readings import JobAssignments, JobIdentity
@@ -16,7 +16,41 @@ from exporter.sources.base import Source
 
 
 def _sources(ctx: Context) -> list[Source]:
-    return []
+    jobs = ctx.settings.jobs
+    store = ctx.store
+    sources: list[Source] = []
+    if jobs.processes:
+        from exporter.sources.jobs.procfs import ProcJobSource
+
+        root, keep = _proc_root(ctx.settings)
+        sources.append(
+            ProcJobSource(
+                jobs, root, ctx.settings.node_name,
+                processes=lambda: store.current.processes, keep=keep,
+            )
+        )
+    if jobs.hpc_job_mapping_dir:
+        from exporter.sources.jobs.hpc import HpcJobMapSource
+
+        sources.append(
+            HpcJobMapSource(
+                jobs.hpc_job_mapping_dir, jobs.interval, lambda: store.current.inventory
+            )
+        )
+    return sources
+
+
+def _proc_root(settings: Settings) -> tuple[str, object]:
+    """The /proc to read, and what must live as long as the source: on the simulated node
+    without an explicit root, a generated tree for its processes (the same code path)."""
+    if settings.jobs.proc_root:
+        return settings.jobs.proc_root, None
+    if settings.simulate:
+        from exporter.sim.fake_proc import simulated_proc
+
+        tree = simulated_proc()
+        return tree.name, tree
+    return settings.kubernetes.proc_root, None
 
 
 def _info(identity: JobIdentity) -> Iterable[Row]:
@@ -53,4 +87,6 @@ COLLECTOR = Collector(
     _sources,
     _families,
     readings=(JobAssignments,),
+    section="jobs",
+    config=JobsConfig,
 )

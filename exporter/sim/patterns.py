@@ -27,6 +27,10 @@ class Workload:
     pattern: Pattern
     processes: tuple[tuple[int, int], ...] = ()  # (pid, used bytes)
     lost_after: float | None = None  # seconds after start the GPU falls off the bus
+    job: tuple[tuple[str, str], ...] = ()
+    """Scheduler variables in its processes' environment (``exporter/sim/fake_proc.py``
+    writes them to the simulated /proc): workloads sharing a Slurm job id are one job.
+    Without any, each process is its own session: a "process" job."""
 
 
 def idle(t: float) -> Activity:
@@ -208,6 +212,9 @@ def pageable_transfer(t: float) -> Activity:
 
 LOST_AFTER_SECONDS = 90.0
 
+SLURM_JOB: tuple[tuple[str, str], ...] = (("SLURM_JOB_ID", "4242"), ("SLURM_STEP_ID", "0"))
+"""The simulated node's one multi-GPU Slurm job: give it to the workloads that form it."""
+
 NODE: tuple[Workload, ...] = (
     Workload("idle", idle),
     Workload("allocated_idle", allocated_idle, processes=((4101, 60 * GIB),)),
@@ -220,7 +227,9 @@ NODE: tuple[Workload, ...] = (
         "lost_later", lost_later, processes=((4107, 71 * GIB),), lost_after=LOST_AFTER_SECONDS
     ),
     Workload("transfer", host_to_device_stream, processes=((4108, 20 * GIB),)),
-    Workload("sync_loop", sync_loop, processes=((4109, 12 * GIB),)),
-    Workload("collective_wait", collective_wait, processes=((4110, 61 * GIB),)),
+    Workload("sync_loop", sync_loop, processes=((4109, 12 * GIB),), job=SLURM_JOB),
+    Workload(
+        "collective_wait", collective_wait, processes=((4110, 61 * GIB),), job=SLURM_JOB
+    ),
     Workload("pageable_transfer", pageable_transfer, processes=((4111, 14 * GIB),)),
 )

@@ -27,7 +27,9 @@ from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.model.node import NodeModel
 from exporter.sim.fake_nvml import simulated_node
+from exporter.sim.fake_proc import simulated_proc
 from exporter.snapshot import SnapshotStore
+from exporter.sources.jobs.procfs import ProcJobSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.gpm import GpmSource
@@ -62,10 +64,15 @@ def render(openmetrics: bool = False) -> str:
     metrics.build_info.labels(NODE, "golden", "simulated", "golden").set(1)
     metrics.reload_time.labels(NODE).set(START)  # wall time at start: pinned
     encoder = Encoder(collectors.families(collectors.enabled(settings), settings), registry)
+    proc = simulated_proc()
+    jobs = ProcJobSource(
+        settings.jobs, proc.name, NODE, processes=lambda: store.current.processes, keep=proc
+    )
     sources = [
         NvmlSource(session, clock=clock),
         GpmSource(session, clock=clock),
         XidSource(session),
+        jobs,
     ]
     model = NodeModel(settings.model, clock=clock)
     try:

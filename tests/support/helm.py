@@ -35,6 +35,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                                    "hostPID": True}},
     "pod-labels": {"kubernetes": {"attribution": {"enabled": True},
                                   "podLabels": {"enabled": True}}},
+    "jobs": {"kubernetes": {"hostPID": True},
+             "jobs": {"readEnviron": True, "hpcJobMappingDir": "/run/dcgm-job-map"}},
     "dcgm-exporter": {"profiling": {"mode": "dcgm-exporter",
                                     "dcgmExporterUrl": "http://$(HOST_IP):9400/metrics"}},
     "monitoring": {

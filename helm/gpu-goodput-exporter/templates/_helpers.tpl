@@ -53,8 +53,15 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
 
 {{/* Needs uid 0: embedded DCGM, or the kubelet's root-only pod-resources socket. */}}
 {{- define "gge.needsRoot" -}}
-{{- if or (include "gge.dcgmEmbedded" .) .Values.kubernetes.attribution.enabled }}true{{ end }}
+{{- if or (include "gge.dcgmEmbedded" .) .Values.kubernetes.attribution.enabled (include "gge.jobEnviron" .) }}true{{ end }}
 {{- end }}
+
+{{/* Job variables read from /proc/PID/environ: needs the host's PIDs and SYS_PTRACE. */}}
+{{- define "gge.jobEnviron" -}}
+{{- if and .Values.jobs.readEnviron .Values.kubernetes.hostPID }}true{{ end }}
+{{- end }}
+
+{{- define "gge.hpcJobMappingMount" -}}/var/run/goodput/hpc-job-mapping{{- end }}
 
 {{- define "gge.image" -}}
 {{- $tag := .Values.image.tag }}
@@ -103,8 +110,14 @@ app.kubernetes.io/part-of: gpu-goodput-exporter
       "kubelet_socket" (printf "%s/kubelet.sock" (include "gge.podResourcesMount" .))
       "processes" .Values.kubernetes.hostPID
       "device_checkpoint" (printf "%s/kubelet_internal_checkpoint" (include "gge.deviceCheckpointMount" .)))
+  "jobs" (dict
+      "processes" .Values.kubernetes.hostPID
+      "environ" (eq (include "gge.jobEnviron" .) "true"))
   "serving" (dict "targets" .Values.serving.targets)
 }}
+{{- if .Values.jobs.hpcJobMappingDir }}
+{{- $_ := set $cfg.jobs "hpc_job_mapping_dir" (include "gge.hpcJobMappingMount" .) }}
+{{- end }}
 {{- if include "gge.dcgmEmbedded" . }}
 {{- $_ := set $cfg.profiling "dcgm_host_engine" "embedded" }}
 {{- end }}

@@ -1,0 +1,1 @@
+"""Job-identity sources: which job each GPU works for, outside Kubernetes (docs/jobs.md)."""
