@@ -94,9 +94,9 @@ def daemon_args(mode: str, socket: str | None, simulate: bool) -> list[str]:
     if simulate:
         base += ["--simulate", "--simulate-gpus", "2"]
     if mode == "pods" and socket:
-        return [*base, "--kubernetes", "--kubelet-socket", socket, "--no-collector.jobs"]
+        return [*base, "--kubernetes", "--kubelet-socket", socket]
     if mode == "process":
-        return [*base, "--jobs-identities", "process"]
+        return [*base, "--no-job-environ"]
     return base
 
 
