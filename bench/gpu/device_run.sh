@@ -22,9 +22,10 @@
 #
 # Writes at most 8 flat files to $OUT: nvidia-smi.txt, device_run.log, diagnosis.json,
 # diagnosis.md, diagnosis-logs.txt, side_by_side.json, side_by_side.md, side_by_side-logs.txt
-# (TRANSFERS and WORKLOADS_SMOKE add three each: skip a step to stay within 8).
+# (TRANSFERS and WORKLOADS_SMOKE add three each, JOBS six: skip a step to stay within 8).
 # Knobs (environment): DIAG_SECONDS (20), DIAG_BUDGET (~250), DIAG_ARGS, SBS_PHASES (1:90,15:90),
-# SBS_ARGS, SKIP_SBS (set: no side_by_side.py), SKIP_DIAG (set: no diagnosis.py), TRANSFERS
+# SBS_ARGS, SKIP_SBS (set: no side_by_side.py), SKIP_DIAG (set: no diagnosis.py), JOBS (set:
+# bench/gpu/jobs.py first; JOBS_LIMIT (540), JOBS_ARGS), TRANSFERS
 # (set: bench/gpu/transfers.py first, writing transfers.json/.md/-logs.txt), TRANSFERS_LIMIT (330),
 # TRANSFERS_ARGS, WORKLOADS_SMOKE (set: first, every workload for a few seconds through
 # `python -m bench.gpu.workloads`, writing workloads-smoke.json/.md/-logs.txt; SMOKE_LIMIT (300),
@@ -98,8 +99,18 @@ if [ -n "${TRANSFERS:-}" ]; then
     ${TRANSFERS_ARGS:-} 2>&1 | tee -a "$LOG"
   say "transfers.py exit ${PIPESTATUS[0]}"
 fi
+# [jobs] (issue 31): multi-GPU jobs whose ranks measure their own waiting, judged by one daemon
+# per identity source (pods, Slurm, process tree) at once; on when JOBS is set (JOBS_LIMIT
+# seconds; JOBS_ARGS, e.g. "--rows straggler_10pct,balanced --seconds 30"). Writes jobs.json,
+# jobs.md, jobs-logs.txt and one daemon-<mode>.log per identity mode.
+if [ -n "${JOBS:-}" ]; then
+  JLIMIT=${JOBS_LIMIT:-540}
+  say "jobs.py (limit ${JLIMIT}s)"
+  timeout -k 15 "$JLIMIT" $PY -m bench.gpu.jobs --out "$OUT" ${JOBS_ARGS:-} 2>&1 | tee -a "$LOG"
+  say "jobs.py exit ${PIPESTATUS[0]}"
+fi
 DIAG_START=$(date +%s)
-[ -n "${TRANSFERS:-}${WORKLOADS_SMOKE:-}" ] || DIAG_START=$START
+[ -n "${TRANSFERS:-}${WORKLOADS_SMOKE:-}${JOBS:-}" ] || DIAG_START=$START
 
 # diagnosis gets what is left of ~4.75 minutes (llama-server's start counts against it)
 LEFT=$(( 285 - ($(date +%s) - DIAG_START) )); [ "$LEFT" -lt 90 ] && LEFT=90
