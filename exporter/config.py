@@ -374,10 +374,13 @@ class ModelConfig(Section):
     for a balanced pair (docs/efficiency.md)."""
     straggler_window_seconds: float = Field(default=20.0, ge=1, le=600)
     """Time constant of the smoothing behind the straggler comparison."""
-    collective_sm_active: float = Field(default=0.15, ge=0, lt=1)
-    """SM active of a rank spinning in a collective (NCCL keeps a few SMs resident): a
-    waiting rank's excess hollow time divided by (1 - this) is its waited share. 0.15
-    measured on H200 (NCCL all-reduce, 2 ranks)."""
+    collective_sm_active: float = Field(default=0.18, ge=0, lt=1)
+    """SM active of a rank spinning in a collective (NCCL keeps some SMs resident): a
+    waiting rank's excess hollow time divided by (1 - this) is its waited share. 0.18-0.19
+    measured on H200 (NCCL all-reduce, 2 ranks, a rank waiting 82-96 % of the time)."""
+    p2p_sm_active: float = Field(default=0.0, ge=0, lt=1)
+    """The same for a rank whose link traffic goes one way (a pipeline stage blocked in a
+    send or receive): NCCL's point-to-point kernels keep almost no SM busy."""
     comm_wait_share_min: float = Field(default=0.5, ge=0, le=1)
     """A rank that waits on its job's straggler for at least this share of the time reads
     comm_wait; one that waits less keeps its own regime (the counter still counts it)."""

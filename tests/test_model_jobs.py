@@ -153,3 +153,20 @@ def test_peer_fed_without_known_link_peak_is_still_transfer_bound() -> None:
                            nvlink_bytes_per_second=(("rx", 400e9), ("tx", 1e9)))
     v = Node(gpus=("0",)).run(6, {"0": recv}, util=0.0)
     assert v.gpus["0"].regime == "transfer_bound"
+
+
+def test_a_pipeline_stage_blocked_in_a_send_waits_on_the_heavier_stage() -> None:
+    """Two-stage pipeline, stage 2 with 25 % more GEMMs (measured on two H200): the traffic
+    goes one way, so the blocked send spins with almost no SM; waited share 0.215 by the
+    ranks' own truth (comm beyond the rank that waited least)."""
+    send = ProfilingWindow(1.0, graphics_active=0.9881, sm_active=0.5803, sm_occupancy=0.3,
+                           tensor_active=0.5586, dram_active=0.12,
+                           nvlink_bytes_per_second=(("rx", 0.126e6), ("tx", 3.64e9)))
+    recv = ProfilingWindow(1.0, graphics_active=0.9908, sm_active=0.8142, sm_occupancy=0.3,
+                           tensor_active=0.7701, dram_active=0.15,
+                           nvlink_bytes_per_second=(("rx", 3.64e9), ("tx", 0.126e6)))
+    node = Node(gpus=("0", "1"), pods=job("0", "1"))
+    before = node.run(10, {"0": send, "1": recv})
+    after = node.run(60, {"0": send, "1": recv})
+    assert after.jobs[0].straggler == "1"
+    assert waited_share(after, "0", before, 60) == pytest.approx(0.2148, abs=0.05)

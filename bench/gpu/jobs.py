@@ -142,7 +142,12 @@ def truth(events: Iterable[Mapping[str, Any]], ready: float, skip: float) -> dic
             deltas[rank]["pure_comm"] = pure * deltas[rank]["steps_per_second"]
     low = min((d["comm"] for d in deltas.values()), default=0.0)
     for d in deltas.values():
-        d["waited"] = max(d["comm"] - min(d.get("pure_comm", low), low), 0.0)
+        # waited on the job's slowest rank: comm time beyond the rank that waited least (in
+        # a collective, that rank's comm is the transfer alone); what a schedule makes every
+        # rank wait alike (a pipeline's fill and drain) shows in waited_absolute (beyond the
+        # transfer timed alone after a barrier), not here.
+        d["waited"] = max(d["comm"] - low, 0.0)
+        d["waited_absolute"] = max(d["comm"] - min(d.get("pure_comm", low), low), 0.0)
     return {str(r): {k: round(v, 4) for k, v in d.items()} for r, d in sorted(deltas.items())}
 
 
@@ -158,7 +163,7 @@ def judge(windows: list[dict[str, Any]], ready: float, skip: float, gpus: list[s
     first = next((w["t"] - ready for w in windows if w["t"] >= ready and w["stragglers"]), None)
     out: dict[str, Any] = {"windows": len(steady), "named": named,
                            "first_named_s": None if first is None else round(first, 1),
-                           "job_info": steady[-1]["job_info"] if steady else {}}
+                           "job_info": _usual(w["job_info"] for w in steady)}
     for gpu in gpus:
         rows = [w["gpus"].get(gpu, {}) for w in steady]
         regimes = [r.get("regime") or "-" for r in rows]
@@ -175,6 +180,13 @@ def judge(windows: list[dict[str, Any]], ready: float, skip: float, gpus: list[s
             g["waited"] = round((waits[-1][1] - waits[0][1]) / (waits[-1][0] - waits[0][0]), 4)
         out[gpu] = g
     return out
+
+
+def _usual(values: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The job identities most windows saw (the first and last windows of a row can catch
+    the ranks starting or gone)."""
+    seen = [json.dumps(v, sort_keys=True) for v in values]
+    return json.loads(max(set(seen), key=seen.count)) if seen else {}
 
 
 def run_row(name: str, args: argparse.Namespace, watches: list[Watch], log: Any,

@@ -8,9 +8,10 @@ SM active. The rank everyone waits for has the least of it (it works, or it is s
 its host with no kernel resident at all); each other rank's excess over it, scaled by how
 few SMs a spinning collective occupies, is the share of time it waited.
 
-Measured on two H200 (docs/validation/jobs-h200.md): excess hollow time 0.66 / 0.24 / 0.12
-for a peer doing 5x / 25 % / 10 % more work, 0.80 for a peer stalled on its host, 0.013 for
-a balanced pair; waited shares from it within 0.035 of the ranks' own CUDA-event truth.
+Measured on two H200 (docs/validation/jobs-h200.md): excess hollow time 0.66 / 0.26 / 0.17
+for a peer doing 5x / 25 % / 10 % more work, 0.79 for a peer stalled on its host, under 0.03
+for a balanced pair or DDP; the waited shares it gives are checked there against the ranks'
+own CUDA-event truth.
 
 Where it can be fooled (docs/efficiency.md): hollow kernels that are not collectives (a rank
 launching tiny kernels next to a peer that computes) read as waiting when link counters are
@@ -63,6 +64,18 @@ def exchanging(w: Window, cfg: ModelConfig) -> bool:
     )
 
 
+def spin_sm_active(w: Window, cfg: ModelConfig) -> float:
+    """SM active of this GPU's kernel while it spins waiting: a collective (all-reduce: data
+    both ways on the links) keeps several SMs resident, a point-to-point send or receive
+    (data one way: a pipeline stage) almost none."""
+    rates: dict[str, float] = {}
+    for _link, direction, rate in w.bus_bytes_per_second:
+        rates[direction] = rates.get(direction, 0.0) + max(rate, 0.0)
+    rx, tx = rates.get("rx", 0.0), rates.get("tx", 0.0)
+    one_way = max(rx, tx) >= cfg.bus_floor_bytes_per_second and min(rx, tx) < 0.1 * max(rx, tx)
+    return min(cfg.p2p_sm_active if one_way else cfg.collective_sm_active, 0.99)
+
+
 @dataclass
 class JobTracker:
     """Smoothed hollow time per GPU of one job, and the straggler it names (hysteresis)."""
@@ -96,9 +109,11 @@ def judge(
     """Compare the job's GPUs: the one with the least smoothed hollow time holds the others
     back when some peer exceeds it by ``straggler_gap`` while exchanging data."""
     levels: dict[str, float] = {}
+    now: dict[str, float] = {}
     for gpu, (w, a) in job.items():
         h = hollow(w, a)
         if h is not None and a.regime in CAN_HOLD_BACK:
+            now[gpu] = h
             levels[gpu] = tracker.update(gpu, h, seconds, cfg)
     for gone in set(tracker.smoothed) - set(levels):
         tracker.smoothed.pop(gone)
@@ -118,6 +133,8 @@ def judge(
     threshold = cfg.straggler_gap / 2 if named else cfg.straggler_gap
     waiting = frozenset(g for g in waiting_on if excess[g] >= threshold)
     tracker.straggler = low if waiting else ""
-    scale = 1.0 / max(1.0 - cfg.collective_sm_active, 1e-6)
-    shares = {g: min(excess.get(g, 0.0) * scale, 1.0) if g in waiting_on else 0.0 for g in job}
+    # Who waits on whom comes from the smoothed levels; how long, from this window's own
+    # values: a job that just started is counted at once, not as the average catches up.
+    shares = {g: min(max(now[g] - now[low], 0.0) / (1.0 - spin_sm_active(job[g][0], cfg)), 1.0)
+              if g in waiting_on else 0.0 for g in job}
     return JobJudgement(tracker.straggler, waiting, shares)
