@@ -83,7 +83,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="Each setting flag names its environment variable in [brackets] (nested keys: "
         "GOODPUT_SECTION__KEY, values parsed as YAML) and has the same key in the --config "
         "YAML file; flags win over the environment, which wins over the file. GOODPUT_* "
-        "variables that name no setting are ignored with a warning.",
+        "variables that name no setting are ignored with a warning. "
+        "'gpu-goodput-exporter top --help': a live terminal view of a running exporter.",
     )
     add = p.add_argument
     add("--version", action="version", version=f"%(prog)s {__version__}")
@@ -185,6 +186,11 @@ def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["top"]:  # the live terminal view: its own flags, no daemon settings
+        from exporter.view.top import main as top
+
+        return top(argv[1:])
     args = parser().parse_args(argv)
     try:
         config_file = getattr(args, "config", None) or os.environ.get("GOODPUT_CONFIG")
