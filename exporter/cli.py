@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from exporter.config import ConfigError, Settings, build, ignored_env, parse_lis
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
-from exporter.server import address_of, bind_ephemeral
+from exporter.server import address_of, bind
 from exporter.sources.nvml_session import NvmlUnavailable
+from exporter.startup import announcer
 
 EXIT_USAGE = 2
 
@@ -185,6 +187,20 @@ def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
     return tree
 
 
+def listen(where: str, log: Any) -> list[socket.socket] | None:
+    """Bind ``--listen`` now, or say in one line why not (None)."""
+    host, port = parse_listen(where)
+    try:
+        sockets = bind(host, port)
+    except OSError as exc:  # the port is taken, or the address is not ours
+        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return None
+    if port == 0:  # HOST:0: the port the kernel picked, for whoever started us
+        log.info("listening", address=address_of(sockets[0]), requested=where)
+    return sockets
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["top"]:  # the live terminal view: its own flags, no daemon settings
@@ -220,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    sockets = listen(settings.listen, log)  # first: a taken port is the only thing said
+    if sockets is None:
+        return EXIT_USAGE
     from exporter.daemon import build as build_daemon
     from exporter.daemon import open_nvml
 
@@ -241,34 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
-    host, port = parse_listen(settings.listen)
-    log.info(
-        "starting",
-        version=__version__,
-        backend=session.backend,
-        listen=settings.listen,
-        gpus=len(session.devices),
-        node=settings.node_name,
-    )
-    try:
-        where: dict[str, Any] = {"host": host or None, "port": port}
-        if port == 0:  # HOST:0: bind a free port now, so the log can say which
-            sock = bind_ephemeral(host)
-            where = {"sock": sock}
-            log.info("listening", address=address_of(sock), requested=settings.listen)
-        web.run_app(
-            daemon.app(middlewares=[web_layer.middleware]),
-            ssl_context=web_config.ssl_context,
-            print=None,
-            shutdown_timeout=5.0,
-            access_log=None,
-            **where,
-        )
-    except OSError as exc:  # the port is taken, or the address is not ours
-        print(
-            f"gpu-goodput-exporter: cannot listen on {settings.listen}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    app = daemon.app(middlewares=[web_layer.middleware])
+    app.on_startup.append(announcer(settings, lambda: daemon.store.current, session.backend,
+                                    sockets, web_config.ssl_context is not None))
+    web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
+                access_log=None, sock=sockets)
     log.info("stopped")
     return 0

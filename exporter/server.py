@@ -67,16 +67,32 @@ def build_app(
     return app
 
 
-def bind_ephemeral(host: str) -> socket.socket:
-    """A listening socket on a port the kernel picks (``--listen HOST:0``); bound here, not
-    by aiohttp, so the address can be logged before serving. Host "" listens on every
-    address, IPv6 and IPv4 alike where the system allows one socket for both."""
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``--listen HOST:PORT``, bound before anything else starts so a
+    taken port is the first and only thing the exporter says. Host "" listens on every
+    address, IPv6 and IPv4 alike where the system allows one socket for both; a name listens
+    on each of its addresses (port 0: the first, on a port the kernel picks)."""
     if not host:
         if socket.has_dualstack_ipv6():
-            return socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-        return socket.create_server(("", 0))
-    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server((host, 0), family=family)
+            return [socket.create_server(("", port), family=socket.AF_INET6,
+                                         dualstack_ipv6=True)]
+        return [socket.create_server(("", port))]
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys((info[0], info[4][:2]) for info in found))
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses[:1] if port == 0 else addresses:
+            sockets.append(socket.create_server(address, family=family))
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def bind_ephemeral(host: str) -> socket.socket:
+    """A listening socket on a port the kernel picks (``--listen HOST:0``)."""
+    return bind(host, 0)[0]
 
 
 def address_of(sock: socket.socket) -> str:
