@@ -42,6 +42,8 @@ class Column:
     right: bool = False
     optional: bool = False
     """Dropped when no row has a value (no engine: no tokens column)."""
+    drop: int = 0
+    """When the line is too narrow, optional columns go highest first."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -53,9 +55,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("BUS/s", 5, lambda r: bar(r.bus) if r.bus is not None else si(
         r.bus_bytes_per_second, "B")),
     Column("POWER", 5, lambda r: si(r.power_watts, "W"), right=True),
-    Column("TOK/S", 5, lambda r: si(r.tokens_per_second), right=True, optional=True),
-    Column("J/TOK", 5, lambda r: si(r.joules_per_token), right=True, optional=True),
-    Column("JOB", 14, lambda r: r.job, optional=True),
+    Column("TOK/S", 5, lambda r: si(r.tokens_per_second), right=True, optional=True, drop=2),
+    Column("J/TOK", 5, lambda r: si(r.joules_per_token), right=True, optional=True, drop=3),
+    Column("JOB", 12, lambda r: r.job, optional=True, drop=1),
 )
 
 
@@ -67,7 +69,8 @@ def columns_for(rows: Sequence[GpuRow], width: int) -> list[Column]:
     """The columns that carry data, dropped from the right while WHY would get too narrow."""
     shown = [c for c in COLUMNS if not c.optional or _has_value(c, rows)]
     while len(shown) > 3 and sum(c.width + 1 for c in shown) + MIN_WHY > width:
-        victim = next((c for c in reversed(shown) if c.optional), shown[-1])
+        optional = [c for c in shown if c.optional]
+        victim = max(optional, key=lambda c: c.drop) if optional else shown[-1]
         shown.remove(victim)
     return shown
 

@@ -131,7 +131,7 @@ def screen_lines(state: State, width: int, height: int) -> list[str]:
 def paint(screen: curses.window, state: State) -> None:
     height, width = screen.getmaxyx()
     screen.erase()
-    for y, text in enumerate(screen_lines(state, width, height)[:height]):
+    for y, text in enumerate(screen_lines(state, width - 1, height)[:height]):
         try:
             screen.addnstr(y, 0, text, width - 1)
         except curses.error:  # a terminal shrunk mid-paint
