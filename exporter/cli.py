@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -76,9 +78,16 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage error in one line naming the flag; the usage block is one --help away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """All flags. A ``dest`` of ``section__key`` sets the nested settings key."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpu-goodput-exporter",
         description="Prometheus exporter that tells whether GPUs do useful work.",
         argument_default=argparse.SUPPRESS,
@@ -172,6 +181,30 @@ def add_collector_flags(p: argparse.ArgumentParser) -> None:
         )
 
 
+def setting_env_names(model: Any = Settings, prefix: str = "GOODPUT_") -> list[str]:
+    """Every environment variable that names a setting (nested: ``GOODPUT_SECTION__KEY``)."""
+    out = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            out += setting_env_names(kind, f"{prefix}{name.upper()}__")
+        else:
+            out.append(f"{prefix}{name.upper()}")
+    return out
+
+
+def did_you_mean(ignored: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``{"did_you_mean": {"GOODPUT_INTERVL": "GOODPUT_INTERVAL"}}`` for likely typos (a
+    service link such as GOODPUT_PORT_9433_TCP resembles nothing and is left out)."""
+    known = [*setting_env_names(), "GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE"]
+    found = {}
+    for name in ignored:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            found[name] = close[0]
+    return {"did_you_mean": found} if found else {}
+
+
 def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
     """Flat argparse results to the nested settings tree (``section__key`` nests)."""
     flat = vars(ns).copy()
@@ -226,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "environment_variables_ignored",
             names=ignored,
             reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
+            **did_you_mean(ignored),
         )
     web_config_file = getattr(args, "web_config_file", None) or os.environ.get(
         "GOODPUT_WEB_CONFIG_FILE"

@@ -27,7 +27,9 @@ HELP = "s sort  r reverse  / filter  j/k select  q quit"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from exporter.cli import Parser
+
+    p = Parser(
         prog="gpu-goodput-exporter top",
         description="Live view of one node's GPUs: regime and why, SM/tensor/DRAM/bus bars, "
         "power, tokens/s, job and stragglers. Reads a running exporter's /metrics.",
