@@ -185,3 +185,9 @@ def _dom_rows(dom: str) -> str:
 def test_the_committed_screenshot_is_small() -> None:
     data = DOCS_PNG.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300_000
+
+
+def test_docs_show_the_committed_capture() -> None:
+    text = (REPO / "docs" / "top.md").read_text()
+    assert DOCS_TOP.read_text() in text, "docs/top.md's text block is docs/images/top.txt"
+    assert "images/landing-page.png" in text
