@@ -192,3 +192,12 @@ async def test_landing_page_and_top_read_a_daemon_behind_tls_and_basic_auth(
         Endpoint(f"https://sre:{PASSWORD}@{address}/metrics", insecure=True).read)
     assert len(parse(text).rows) == 8
     assert isinstance(ssl.create_default_context(), ssl.SSLContext)
+
+
+def test_mig_ids_keep_their_column() -> None:
+    text = ('goodput_gpu_regime{gpu="0-13",node="n",regime="idle"} 1\n'
+            'goodput_gpu_regime{gpu="0-1",node="n",regime="compute_bound"} 1\n')
+    view = parse(text)
+    assert [r.gpu for r in view.rows] == ["0-1", "0-13"]
+    lines = frame(view, view.rows, 80)
+    assert any(line.lstrip().startswith("0-13 ") for line in lines), lines

@@ -134,10 +134,17 @@ def handler(exposition: ExpositionCache, debug_state: bool = True) -> Handler:
 
     lock = threading.Lock()
 
+    last: list[tuple[bytes, NodeView]] = []
+    """The last body parsed and its rows: a reload within one poll round parses nothing."""
+
     def page(sort: str, filter_text: str) -> str:
         body = exposition.body(Variant())
         with lock:  # one Rates, shared by concurrent requests
-            view = parse(body.decode("utf-8", "replace"), rates)
+            if last and last[0][0] is body:
+                view = last[0][1]
+            else:
+                view = parse(body.decode("utf-8", "replace"), rates)
+                last[:] = [(body, view)]
         return render(view, arrange(view.rows, sort, filter_text), sort, filter_text,
                       debug_state)
 

@@ -7,7 +7,7 @@ strings. Plain ASCII, no colour: it reads the same over ssh, in a log, and in tm
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.view.rows import GpuRow, NodeView
 
@@ -68,6 +68,8 @@ def _has_value(column: Column, rows: Sequence[GpuRow]) -> bool:
 def columns_for(rows: Sequence[GpuRow], width: int) -> list[Column]:
     """The columns that carry data, dropped from the right while WHY would get too narrow."""
     shown = [c for c in COLUMNS if not c.optional or _has_value(c, rows)]
+    gpu = max((len(r.gpu) + 1 for r in rows), default=3)  # MIG ids (0-13) are wider
+    shown[0] = replace(shown[0], width=max(gpu, shown[0].width))
     while len(shown) > 3 and sum(c.width + 1 for c in shown) + MIN_WHY > width:
         optional = [c for c in shown if c.optional]
         victim = max(optional, key=lambda c: c.drop) if optional else shown[-1]
