@@ -201,3 +201,27 @@ def test_mig_ids_keep_their_column() -> None:
     assert [r.gpu for r in view.rows] == ["0-1", "0-13"]
     lines = frame(view, view.rows, 80)
     assert any(line.lstrip().startswith("0-13 ") for line in lines), lines
+
+
+def test_a_short_terminal_scrolls_to_keep_the_selected_gpu() -> None:
+    from exporter.view.top import screen_lines
+
+    state = State(view=_view(), selected=3)
+    lines = screen_lines(state, 80, 6)
+    assert len(lines) <= 6 and any(line.startswith(">10*") for line in lines)
+    assert lines[-1].startswith("sort: gpu")
+
+
+def test_top_simulate_that_cannot_start_says_so_in_one_line() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-m", "exporter", "top", "--simulate",
+                           "--simulate-gpus", "0", "--once"], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "simulate_gpus" in done.stderr

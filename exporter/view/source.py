@@ -65,6 +65,7 @@ class SimulatedNode:
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
+        self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="simulated-node", daemon=True)
         self._runner: object = None
 
@@ -72,9 +73,18 @@ class SimulatedNode:
         self._thread.start()
         if not self._ready.wait(30):
             raise OSError("the simulated node did not start in 30 s")
+        if self._failed is not None:
+            raise OSError(f"the simulated node did not start: {self._failed}")
         return self.url
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # told to start(), which says it in one line
+            self._failed = exc
+            self._ready.set()
+
+    def _serve(self) -> None:
         from aiohttp import web
 
         from exporter.config import build

@@ -201,7 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.simulate:
         quiet_logs()
         node = SimulatedNode(args.simulate_gpus)
-        url = node.start()
+        try:
+            url = node.start()
+        except OSError as exc:
+            print(f"gpu-goodput-exporter top: {exc}", file=sys.stderr)
+            return 2
     endpoint = Endpoint(url, ca_file=args.ca_file, insecure=args.insecure)
     try:
         if args.once or not sys.stdout.isatty():
