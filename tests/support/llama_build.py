@@ -5,6 +5,7 @@ minutes, and the first ``make test`` looked hung."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -37,7 +38,11 @@ def main() -> int:
         f"cores; log {root / 'build.log'}, cache {root})")
     if not (cache_root() / "sdist" / f"llama_cpp_python-{VERSION}.tar.gz").exists():
         say("downloading the llama-cpp-python sdist with pip...")
-    binary = server_binary(progress=say)
+    try:
+        binary = server_binary(progress=say)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        say(f"build failed ({exc}); pytest reports the tests that need it")
+        return 0
     say(f"built {binary} in {time.monotonic() - started:.0f} s")
     return 0
 
