@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 LISTEN ?= 127.0.0.1:9433
 
-.PHONY: run test lint docs bootstrap bootstrap-runtime bootstrap-tools stack dashboards mixin image dist
+.PHONY: run test llama-server lint docs bootstrap bootstrap-runtime bootstrap-tools stack dashboards mixin image dist
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -18,12 +18,17 @@ run: bootstrap-runtime
 	$(PY) -m exporter --simulate --listen $(LISTEN) --log-format console
 
 ## test: lint, type-check, generated-docs check and the whole test suite
-test: bootstrap-tools
+test: bootstrap-tools llama-server
 	$(PY) -m ruff check exporter tests testkit bench scripts dashboards mixin
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
 	$(PY) -m mixin --check
 	$(PY) -m pytest -q
+
+## llama-server: build the real llama-server the serving tests use, once, with progress
+##               (cached under ~/.cache/gpu-goodput-exporter; skipped without cmake and g++)
+llama-server: bootstrap-tools
+	@$(PY) -m tests.support.llama_build
 
 ## docs: regenerate docs/metrics.md from the code
 docs: bootstrap-runtime

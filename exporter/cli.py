@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -20,8 +23,9 @@ from exporter.config import ConfigError, Settings, build, ignored_env, parse_lis
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
-from exporter.server import address_of, bind_ephemeral
+from exporter.server import address_of, bind
 from exporter.sources.nvml_session import NvmlUnavailable
+from exporter.startup import announcer
 
 EXIT_USAGE = 2
 
@@ -79,16 +83,24 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage error in one line naming the flag; the usage block is one --help away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """All flags. A ``dest`` of ``section__key`` sets the nested settings key."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpu-goodput-exporter",
         description="Prometheus exporter that tells whether GPUs do useful work.",
         argument_default=argparse.SUPPRESS,
         epilog="Each setting flag names its environment variable in [brackets] (nested keys: "
         "GOODPUT_SECTION__KEY, values parsed as YAML) and has the same key in the --config "
         "YAML file; flags win over the environment, which wins over the file. GOODPUT_* "
-        "variables that name no setting are ignored with a warning.",
+        "variables that name no setting are ignored with a warning. "
+        "'gpu-goodput-exporter top --help': a live terminal view of a running exporter.",
     )
     add = p.add_argument
     add("--version", action="version", version=f"%(prog)s {__version__}")
@@ -174,6 +186,30 @@ def add_collector_flags(p: argparse.ArgumentParser) -> None:
         )
 
 
+def setting_env_names(model: Any = Settings, prefix: str = "GOODPUT_") -> list[str]:
+    """Every environment variable that names a setting (nested: ``GOODPUT_SECTION__KEY``)."""
+    out = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            out += setting_env_names(kind, f"{prefix}{name.upper()}__")
+        else:
+            out.append(f"{prefix}{name.upper()}")
+    return out
+
+
+def did_you_mean(ignored: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``{"did_you_mean": {"GOODPUT_INTERVL": "GOODPUT_INTERVAL"}}`` for likely typos (a
+    service link such as GOODPUT_PORT_9433_TCP resembles nothing and is left out)."""
+    known = [*setting_env_names(), "GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE"]
+    found = {}
+    for name in ignored:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            found[name] = close[0]
+    return {"did_you_mean": found} if found else {}
+
+
 def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
     """Flat argparse results to the nested settings tree (``section__key`` nests)."""
     flat = vars(ns).copy()
@@ -189,7 +225,26 @@ def flags_to_tree(ns: argparse.Namespace) -> dict[str, Any]:
     return tree
 
 
+def listen(where: str, log: Any) -> list[socket.socket] | None:
+    """Bind ``--listen`` now, or say in one line why not (None)."""
+    host, port = parse_listen(where)
+    try:
+        sockets = bind(host, port)
+    except OSError as exc:  # the port is taken, or the address is not ours
+        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return None
+    if port == 0:  # HOST:0: the port the kernel picked, for whoever started us
+        log.info("listening", address=address_of(sockets[0]), requested=where)
+    return sockets
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["top"]:  # the live terminal view: its own flags, no daemon settings
+        from exporter.view.top import main as top
+
+        return top(argv[1:])
     args = parser().parse_args(argv)
     try:
         config_file = getattr(args, "config", None) or os.environ.get("GOODPUT_CONFIG")
@@ -209,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "environment_variables_ignored",
             names=ignored,
             reason="GOODPUT_* variables that name no setting (e.g. Kubernetes service links)",
+            **did_you_mean(ignored),
         )
     web_config_file = getattr(args, "web_config_file", None) or os.environ.get(
         "GOODPUT_WEB_CONFIG_FILE"
@@ -219,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    sockets = listen(settings.listen, log)  # first: a taken port is the only thing said
+    if sockets is None:
+        return EXIT_USAGE
     from exporter.daemon import build as build_daemon
     from exporter.daemon import open_nvml
 
@@ -240,34 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
-    host, port = parse_listen(settings.listen)
-    log.info(
-        "starting",
-        version=__version__,
-        backend=session.backend,
-        listen=settings.listen,
-        gpus=len(session.devices),
-        node=settings.node_name,
-    )
-    try:
-        where: dict[str, Any] = {"host": host or None, "port": port}
-        if port == 0:  # HOST:0: bind a free port now, so the log can say which
-            sock = bind_ephemeral(host)
-            where = {"sock": sock}
-            log.info("listening", address=address_of(sock), requested=settings.listen)
-        web.run_app(
-            daemon.app(middlewares=[web_layer.middleware]),
-            ssl_context=web_config.ssl_context,
-            print=None,
-            shutdown_timeout=5.0,
-            access_log=None,
-            **where,
-        )
-    except OSError as exc:  # the port is taken, or the address is not ours
-        print(
-            f"gpu-goodput-exporter: cannot listen on {settings.listen}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    app = daemon.app(middlewares=[web_layer.middleware])
+    app.on_startup.append(announcer(settings, lambda: daemon.store.current, session.backend,
+                                    sockets, web_config.ssl_context is not None))
+    web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
+                access_log=None, sock=sockets)
     log.info("stopped")
     return 0

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from exporter import names
+from exporter.config_messages import message
 from exporter.names import ENGINE_NAMES, Mode
 
 ENV_PREFIX = "GOODPUT_"
@@ -616,5 +617,5 @@ def describe_validation_error(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown config key {key!r}")
         else:
-            parts.append(f"bad value for {key!r}: {err['msg']}")
+            parts.append(f"bad value for {key!r}: {message(err)}")
     return "; ".join(parts)

@@ -11,7 +11,8 @@ import structlog
 def configure(log_format: str = "json", level: str = "info") -> None:
     renderer: structlog.typing.Processor
     if log_format == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # Fields in the order the code gives them (the URL first on the start-up line).
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), sort_keys=False)
     else:
         renderer = structlog.processors.JSONRenderer()
     structlog.configure(

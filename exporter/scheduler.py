@@ -93,6 +93,8 @@ class Scheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self._task_sources: list[Source] = []
         self._log = OnChange(log)
+        self._failed: set[str] = set()
+        """Sources whose last poll failed: their next success is logged at info."""
 
     async def start(self) -> None:
         """Start every source's loop. The inventory sources (``starts_first``) start first and
@@ -202,11 +204,15 @@ class Scheduler:
             m.errors.labels(m.node, name, result.reason or "error").inc()
         for reason, count in result.errors.items():
             m.errors.labels(m.node, name, reason).inc(count)
-        state = (result.ok, result.reason)
+        # States in words; the first success is start-up detail (debug), a recovery is news.
+        state = "ok" if result.ok else f"failed: {result.reason or 'error'}"
         if result.ok:
-            self._log(name, state, None, event="source_ok", source=name,
+            self._log(name, state, "starting", event="source_ok", source=name,
+                      level="debug" if name not in self._failed else "info",
                       duration_seconds=round(duration, 4))
+            self._failed.discard(name)
         else:
+            self._failed.add(name)
             self._log(name, state, None, event="source_failed", level="error", source=name,
                       reason=result.reason, error=result.error)
 

@@ -7,32 +7,16 @@ GPU or a hung serving engine can never stall a scrape.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import socket
 from typing import Any
 
 from aiohttp import web
 
-from exporter import __version__, runbooks
+from exporter import runbooks
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
-
-LANDING = """<!doctype html>
-<html><head><title>gpu-goodput-exporter</title></head>
-<body>
-<h1>gpu-goodput-exporter {version}</h1>
-<p>Node <b>{node}</b>, backend <b>{backend}</b>. Is this GPU doing useful work?</p>
-<ul>
-<li><a href="metrics">/metrics</a>: Prometheus exposition (OpenMetrics on request)</li>
-<li><a href="healthz">/healthz</a>: process alive</li>
-<li><a href="readyz">/readyz</a>: a GPU source has completed a poll</li>
-<li><a href="runbooks/">/runbooks/</a>: what to do when an alert fires (the alerts'
-runbook_url)</li>
-<li><a href="debug/state">/debug/state</a>: the current snapshot as JSON</li>
-</ul>
-</body></html>
-"""
+from exporter.view.page import handler as landing_page
 
 
 def build_app(
@@ -67,21 +51,13 @@ def build_app(
             return web.Response(status=503, text=f"not ready: {reason}\n")
         return web.Response(text="ready\n")
 
-    async def landing(_: web.Request) -> web.Response:
-        page = LANDING.format(
-            version=__version__,
-            node=html.escape(store.current.node_name),
-            backend=html.escape(backend),
-        )
-        return web.Response(text=page, content_type="text/html")
-
     async def state(_: web.Request) -> web.Response:
         return web.Response(
             text=json.dumps(store.current.to_json(), indent=1, default=str),
             content_type="application/json",
         )
 
-    app.router.add_get("/", landing)
+    app.router.add_get("/", landing_page(exposition, debug_state))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -91,16 +67,32 @@ def build_app(
     return app
 
 
-def bind_ephemeral(host: str) -> socket.socket:
-    """A listening socket on a port the kernel picks (``--listen HOST:0``); bound here, not
-    by aiohttp, so the address can be logged before serving. Host "" listens on every
-    address, IPv6 and IPv4 alike where the system allows one socket for both."""
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``--listen HOST:PORT``, bound before anything else starts so a
+    taken port is the first and only thing the exporter says. Host "" listens on every
+    address, IPv6 and IPv4 alike where the system allows one socket for both; a name listens
+    on each of its addresses (port 0: the first, on a port the kernel picks)."""
     if not host:
         if socket.has_dualstack_ipv6():
-            return socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-        return socket.create_server(("", 0))
-    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server((host, 0), family=family)
+            return [socket.create_server(("", port), family=socket.AF_INET6,
+                                         dualstack_ipv6=True)]
+        return [socket.create_server(("", port))]
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys((info[0], info[4][:2]) for info in found))
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses[:1] if port == 0 else addresses:
+            sockets.append(socket.create_server(address, family=family))
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def bind_ephemeral(host: str) -> socket.socket:
+    """A listening socket on a port the kernel picks (``--listen HOST:0``)."""
+    return bind(host, 0)[0]
 
 
 def address_of(sock: socket.socket) -> str:

@@ -50,9 +50,14 @@ NODE_NAME = "sim-node"
 
 
 def port_or_free(preferred: int) -> int:
-    """``preferred`` when it is free on loopback, else any free port (0 = any)."""
+    """``preferred`` when it is free on loopback, else any free port (0 = any).
+
+    Tested with SO_REUSEADDR, as Prometheus, Alertmanager (Go) and the exporter (asyncio)
+    bind: a plain bind() also refuses a port whose last connections linger in TIME_WAIT,
+    which moved every service to a random port when the stack was restarted quickly."""
     for candidate in (preferred, 0) if preferred else (0,):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", candidate))
             except OSError:
@@ -111,6 +116,22 @@ class Webhook(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+
+DATASOURCE = ROOT / "dashboards" / "provisioning" / "datasources" / "goodput.yml"
+
+
+def grafana_datasource(workdir: Path, prometheus_url: str) -> Path:
+    """The Grafana datasource provisioning file with the Prometheus this stack really runs,
+    written to <workdir>/grafana/provisioning/datasources/ (the committed one names the
+    default port 19090)."""
+    config = yaml.safe_load(DATASOURCE.read_text())
+    for source in config["datasources"]:
+        source["url"] = prometheus_url
+    out = workdir / "grafana" / "provisioning" / "datasources" / DATASOURCE.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
 
 
 def start_webhook(port: int, sink: Path) -> http.server.ThreadingHTTPServer:
@@ -259,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         {"url": f"{url['engine_stalled']}/metrics", "gpus": ["2"]},
     ]}}, sort_keys=False))
 
+    datasource = grafana_datasource(workdir, url["prometheus"])
     webhook = start_webhook(ports["webhook"], sink)
     stack = Stack(workdir, args.test)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -291,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  alertmanager  {url['alertmanager']}   (amtool --alertmanager.url="
             f"{url['alertmanager']} alert query)",
             f"  webhook       {url['webhook']}   -> {sink}",
+            f"  grafana       datasource for this Prometheus: {datasource}",
             f"  logs          {workdir}",
             f"Waiting for {ALERT} on gpu {HOLLOW_GPU} to reach the webhook "
             f"(for: capped at {cap}s)...",

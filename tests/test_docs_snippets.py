@@ -336,6 +336,16 @@ class Block:
             args += ["--listen", listen]
         self.start_product(cmd, [PY, *args], listen)
 
+    def top(self, cmd: ds.Command, args: list[str]) -> None:
+        """``gpu-goodput-exporter top ...``: one frame (``--once``) of the documented view,
+        reading the block's product (its documented URL made local) or a simulated node."""
+        args = self.local(" ".join(args)).split()
+        done = subprocess.run([PY, "-m", "exporter", "top", *args, "--once", "--width", "80"],
+                              env=self.env, cwd=REPO, capture_output=True, text=True,
+                              timeout=60, check=False)
+        if done.returncode != 0 or " GPU REGIME" not in done.stdout:
+            self.fail(cmd, f"exit {done.returncode}: {done.stdout[-800:]}{done.stderr[-800:]}")
+
     def helper(self, cmd: ds.Command, args: list[str]) -> None:
         """A background `python -m tests.x` / `testkit.x` / `exporter.x`: start, wait for files."""
         args = self.local(" ".join(args)).split()
@@ -464,6 +474,8 @@ class Block:
             self.make(cmd)
         elif prog in ("python", "python3") and words[1:3] == ["-m", "exporter"]:
             self.exporter(cmd, words[1:])
+        elif prog == "gpu-goodput-exporter" and words[1:2] == ["top"]:
+            self.top(cmd, words[2:])
         elif prog == "gpu-goodput-exporter":
             self.exporter(cmd, ["-m", "exporter", *words[1:]])
         elif prog in ("python", "python3") and words[1:3] == ["-m", "mixin"]:

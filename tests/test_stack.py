@@ -65,3 +65,50 @@ def test_stack_does_not_edit_rule_text() -> None:
     """No regex over rule YAML: the stack goes through the mixin's configuration."""
     text = (ROOT / "scripts" / "stack.py").read_text()
     assert "import re\n" not in text and "re.sub" not in text
+
+
+def _stack_module():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import stack
+    finally:
+        sys.path.pop(0)
+    return stack
+
+
+def test_a_port_left_in_time_wait_is_reused() -> None:
+    """A quick restart keeps the stack's ports: the last run's connections in TIME_WAIT do
+    not make the preferred port look taken (Prometheus binds it with SO_REUSEADDR too)."""
+    import socket
+
+    stack = _stack_module()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: its end of the pair waits in TIME_WAIT
+    server.close()
+    client.close()
+    with socket.socket() as plain:  # what the old check did, and why it moved the port
+        try:
+            plain.bind(("127.0.0.1", port))
+            lingering = False
+        except OSError:
+            lingering = True
+    assert lingering, "no TIME_WAIT on this kernel: nothing to show"
+    assert stack.port_or_free(port) == port
+
+
+def test_grafana_datasource_names_the_prometheus_really_started(tmp_path: Path) -> None:
+    import yaml
+
+    stack = _stack_module()
+    path = stack.grafana_datasource(tmp_path, "http://127.0.0.1:40123")
+    written = yaml.safe_load(path.read_text())
+    committed = yaml.safe_load(stack.DATASOURCE.read_text())
+    assert [d["url"] for d in written["datasources"]] == ["http://127.0.0.1:40123"]
+    assert {**written["datasources"][0], "url": None} == {**committed["datasources"][0],
+                                                          "url": None}

@@ -157,11 +157,14 @@ class NodeModel:
         """One log line per change of regime, flag, profiling health or MFU sanity."""
         a = v.window
         health = "silent_zeros" if a.silent_zeros else ("stale" if a.profiling_stale else "ok")
-        self._log((gpu, "regime"), v.regime, None, event="regime_changed", gpu=gpu)
+        # "unknown" is where every GPU starts: the first line is its first real verdict.
+        self._log((gpu, "regime"), v.regime, "unknown", event="regime_changed", gpu=gpu)
+        flags = [name for name, on in (("hollow_busy", v.hollow_busy),
+                                       ("busy_no_output", v.busy_no_output)) if on]
         self._log(
             (gpu, "flags"),
-            (v.hollow_busy, v.busy_no_output),
-            (False, False),
+            "+".join(flags) or "none",
+            "none",
             event="busy_unproductive_changed",
             gpu=gpu,
         )

@@ -107,7 +107,7 @@ class NvmlSession:
             raise NvmlUnavailable(
                 f"NVML device discovery failed: {exc} ({error_reason(nvml, exc)})"
             ) from exc
-        log.info(
+        log.debug(  # the start-up line ("started") says how many GPUs
             "nvml_ready",
             backend=self.backend,
             driver_version=self.driver_version,

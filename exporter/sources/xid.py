@@ -73,7 +73,7 @@ class XidSource(SessionSource):
                 continue
             self._by_handle[_handle_key(dh.handle)] = dh.device.gpu
             registered += 1
-        log.info("xid_watch_started", gpus=registered)
+        log.debug("xid_watch_started", gpus=registered)
         self._thread = threading.Thread(target=self._watch, name="xid-events", daemon=True)
         self._thread.start()
 

@@ -17,6 +17,7 @@ import fcntl
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,11 +26,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from testkit.harness import free_port, stop_process
 
@@ -104,10 +105,13 @@ def gguf_py(version: str = VERSION) -> Path:
     return llama_cpp_source(version) / "gguf-py"
 
 
-def server_binary(version: str = VERSION, log: Path | None = None) -> Path:
+def server_binary(version: str = VERSION, log: Path | None = None,
+                  progress: Callable[[str], None] | None = None) -> Path:
     """Path of a built ``llama-server``: reused when a previous build finished, otherwise
     configured and built now (minutes on two cores). Concurrent callers wait on a lock
-    instead of building twice. Raises :class:`BuildUnavailable` without a toolchain."""
+    instead of building twice. Raises :class:`BuildUnavailable` without a toolchain.
+    ``progress`` is told of each step and each new build percentage (``make test`` prints
+    them, so the build is never a silent wait)."""
     root = build_root(version)
     binary = root / "build" / "bin" / "llama-server"
     if (root / DONE).exists() and binary.exists():
@@ -130,11 +134,31 @@ def server_binary(version: str = VERSION, log: Path | None = None) -> Path:
             ):
                 out.write(f"# {' '.join(cmd)}\n".encode())
                 out.flush()
-                done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
-                if done.returncode != 0:
+                done = _run_logged(cmd, out, progress)
+                if done != 0:
                     raise RuntimeError(f"{cmd[:2]} failed ({done.returncode}); see {log}")
         (root / DONE).write_text(version + "\n")
     return binary
+
+
+PERCENT = re.compile(rb"^\[\s*(\d+)%\]")
+
+
+def _run_logged(cmd: list[str], out: IO[bytes], progress: Callable[[str], None] | None) -> int:
+    """Run ``cmd`` into the log; tell ``progress`` of the step and each new percentage."""
+    if progress is None:
+        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    progress(f"{cmd[0]} {cmd[1]}...")
+    seen = ""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            out.write(raw)
+            match = PERCENT.match(raw)
+            if match and match.group(1).decode() != seen:
+                seen = match.group(1).decode()
+                progress(f"  {seen}%")
+        return proc.wait()
 
 
 # --- the model ---------------------------------------------------------------------------------

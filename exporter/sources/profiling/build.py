@@ -86,7 +86,7 @@ def build_profiling_sources(
         )
     if mode == "off":
         sources.append(ProfilingOffSource(inventory))
-    log.info(
+    log.debug(
         "profiling_mode",
         mode=mode,
         sources=[s.name for s in sources],

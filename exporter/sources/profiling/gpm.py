@@ -105,7 +105,7 @@ class GpmSource(SessionSource):
         state = self._states.setdefault(gpu, _DeviceState())
         if state.supported is None:
             state.supported, state.reason = self._probe(dh)
-            log.info("gpm_support", gpu=gpu, supported=state.supported, reason=state.reason)
+            log.debug("gpm_support", gpu=gpu, supported=state.supported, reason=state.reason)
             if self.selector is not None:
                 self.selector.report(SOURCE, gpu, state.supported, state.reason)
         if not state.supported:

@@ -36,7 +36,7 @@ class ProfilingSelector:
             decided = owner or self._all_declined(gpu)
             if decided and self._owner.get(gpu) != owner:
                 self._owner[gpu] = owner
-                log.info(
+                log.debug(  # per-GPU detail: the start-up line counts the sources
                     "profiling_source_selected",
                     gpu=gpu,
                     source=owner or "none",

@@ -1,0 +1,159 @@
+"""The landing page at ``/``: the node's GPUs as an HTML table, the same rows as ``top``.
+
+Self-contained (inline CSS, no script, no external asset), refreshed by the browser every
+few seconds, sorted and filtered through the query string, so it works from an air-gapped
+node and behind the same TLS and basic auth as ``/metrics`` (the middleware guards every
+route). It reads the exporter's own text exposition, never the hardware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from html import escape
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from exporter.metrics.cache import ExpositionCache, Variant
+from exporter.view.rows import REGIME_WHY, SORTS, GpuRow, NodeView, Rates, arrange, parse
+from exporter.view.table import si
+
+REFRESH_SECONDS = 2
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#111;background:#fff}
+h1{font-size:1.25em;margin:0 0 .3em}
+table{border-collapse:collapse;width:100%}
+th,td{padding:.25em .5em;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
+th a{color:inherit}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.why{white-space:normal}
+tr.warn td{background:#fff4e0}
+tr.down td{background:#fde2e2}
+.bar{display:inline-block;width:4em;height:.7em;border:1px solid #888;margin-right:.3em;
+vertical-align:middle}
+.bar span{display:block;height:100%;background:#2b6cb0}
+small,.muted{color:#555}
+form{margin:.5em 0}
+"""
+
+
+def bar(value: float | None) -> str:
+    if value is None:
+        return '<span class="muted">-</span>'
+    pct = round(min(max(value, 0.0), 1.0) * 100)
+    return f'<span class="bar"><span style="width:{pct}%"></span></span>{value:.2f}'
+
+
+def _row(row: GpuRow) -> str:
+    kind = "down" if not row.up else "warn" if row.reasons() else ""
+    bus = bar(row.bus) if row.bus is not None else escape(si(row.bus_bytes_per_second, "B/s"))
+    memory = (
+        "-" if row.memory_used_bytes is None
+        else f"{si(row.memory_used_bytes, 'B')} / {si(row.memory_total_bytes, 'B')}"
+    )
+    cells = (
+        f"<td>{escape(row.gpu)}{' <b title=straggler>*</b>' if row.straggler else ''}</td>",
+        f"<td>{escape(row.regime if row.up else 'down')}</td>",
+        f'<td class="why">{escape(row.why)}</td>',
+        f"<td>{bar(row.sm)}</td><td>{bar(row.tensor)}</td><td>{bar(row.dram)}</td>",
+        f"<td>{bus}</td>",
+        f'<td class="n">{escape(si(row.power_watts, " W"))}</td>',
+        f'<td class="n">{escape(si(row.tokens_per_second))}</td>',
+        f'<td class="n">{escape(si(row.joules_per_token))}</td>',
+        f'<td class="n">{escape(memory)}</td>',
+        f"<td>{escape(row.job)}</td>",
+    )
+    return f'<tr class="{kind}">' + "".join(cells) + "</tr>"
+
+
+HEADERS: tuple[tuple[str, str | None], ...] = (
+    ("GPU", "gpu"), ("Regime", "regime"), ("Why", None), ("SM active", "sm"),
+    ("Tensor", "tensor"), ("DRAM", "dram"), ("Bus", None), ("Power", "power"),
+    ("Tokens/s", "tokens"), ("J/token", None), ("Memory", None), ("Job", "job"),
+)
+
+
+def _head(sort: str, filter_text: str) -> str:
+    cells = []
+    for title, key in HEADERS:
+        if key is None:
+            cells.append(f"<th>{title}</th>")
+            continue
+        query = urlencode({"sort": key, **({"filter": filter_text} if filter_text else {})})
+        mark = " &#9660;" if key == sort else ""
+        cells.append(f'<th><a href="?{escape(query)}">{title}</a>{mark}</th>')
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
+           debug_state: bool = True) -> str:
+    """The whole page as a string (a pure function: tests read it without a server)."""
+    links = ['<a href="metrics">/metrics</a>', '<a href="runbooks/">/runbooks/</a>',
+             '<a href="healthz">/healthz</a>', '<a href="readyz">/readyz</a>']
+    if debug_state:
+        links.append('<a href="debug/state">/debug/state</a>')
+    shown = f"{len(rows)} of {len(view.rows)}" if len(rows) != len(view.rows) else len(rows)
+    glossary = "".join(
+        f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in REGIME_WHY.items()
+    )
+    body = "".join(_row(r) for r in rows) or (
+        f'<tr><td colspan="{len(HEADERS)}">no GPU matches</td></tr>' if view.rows else
+        f'<tr><td colspan="{len(HEADERS)}">no GPU read yet</td></tr>')
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{escape(view.node)}: gpu-goodput-exporter</title><style>{STYLE}</style></head>
+<body>
+<h1>Node {escape(view.node)}: {shown} GPUs, is each doing useful work?</h1>
+<p class="muted">gpu-goodput-exporter {escape(view.version)}, backend
+{escape(view.backend)}; refreshes every {REFRESH_SECONDS} s. {' · '.join(links)}</p>
+<form method="get"><input type="hidden" name="sort" value="{escape(sort)}">
+<label>Filter <input name="filter" value="{escape(filter_text)}"
+placeholder="regime, reason, job or GPU"></label> <button>apply</button></form>
+<table><thead>{_head(sort, filter_text)}</thead><tbody>{body}</tbody></table>
+<p><small>* straggler: the GPU its job waits on. Rates (bus, tokens/s) are taken between
+two page loads. Regimes (docs/efficiency.md):</small></p>
+<ul class="muted">{glossary}</ul>
+<p><small>Documentation: README.md and docs/ in the exporter's source (docs/efficiency.md
+for regimes and reasons, docs/metrics.md for every series); what to do when an alert fires:
+<a href="runbooks/">/runbooks/</a>.</small></p>
+</body></html>
+"""
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def handler(exposition: ExpositionCache, debug_state: bool = True) -> Handler:
+    """The ``/`` route: parse the cached text exposition (encoded off the event loop when it
+    is not cached yet), keep counters between requests for rates, render."""
+    rates = Rates()
+
+    lock = threading.Lock()
+
+    last: list[tuple[bytes, NodeView]] = []
+    """The last body parsed and its rows: a reload within one poll round parses nothing."""
+
+    def page(sort: str, filter_text: str) -> str:
+        body = exposition.body(Variant())
+        with lock:  # one Rates, shared by concurrent requests
+            if last and last[0][0] is body:
+                view = last[0][1]
+            else:
+                view = parse(body.decode("utf-8", "replace"), rates)
+                last[:] = [(body, view)]
+        return render(view, arrange(view.rows, sort, filter_text), sort, filter_text,
+                      debug_state)
+
+    async def landing(request: web.Request) -> web.Response:
+        sort = request.query.get("sort", "gpu")
+        sort = sort if sort in SORTS else "gpu"
+        filter_text = request.query.get("filter", "")[:200]
+        # parsing ~50 KB of exposition takes milliseconds: off the event loop, like encoding
+        text = await asyncio.get_running_loop().run_in_executor(None, page, sort, filter_text)
+        return web.Response(text=text, content_type="text/html")
+
+    return landing

@@ -1,0 +1,219 @@
+"""``gpu-goodput-exporter top``: a live terminal view of one node, one row per GPU.
+
+Built on the standard library's curses: it ships with every CPython on Linux, so ``top``
+costs the daemon no dependency and no memory (it is only imported by this command), works
+over ssh in any terminal that has a terminfo entry, and needs no colour. The frame itself is
+plain text from :mod:`exporter.view.table`, so ``--once`` prints exactly what the screen
+shows. docs/top.md says why curses rather than a richer library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import curses
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
+from exporter.view.source import Endpoint, SimulatedNode
+from exporter.view.table import frame
+
+DEFAULT_URL = "http://127.0.0.1:9433/metrics"
+HELP = "s sort  r reverse  / filter  j/k select  q quit"
+
+
+def parser() -> argparse.ArgumentParser:
+    from exporter.cli import Parser
+
+    p = Parser(
+        prog="gpu-goodput-exporter top",
+        description="Live view of one node's GPUs: regime and why, SM/tensor/DRAM/bus bars, "
+        "power, tokens/s, job and stragglers. Reads a running exporter's /metrics.",
+    )
+    add = p.add_argument
+    add("--url", default=DEFAULT_URL,
+        help=f"the exporter's /metrics (default {DEFAULT_URL}); user:password@ in the URL "
+        "for basic auth")
+    add("--simulate", action="store_true",
+        help="run the built-in simulated node in this process and show it")
+    add("--simulate-gpus", type=int, default=12, metavar="N", help="GPUs on the simulated node")
+    add("--interval", type=float, default=1.0, metavar="SECONDS", help="refresh interval")
+    add("--sort", choices=list(SORTS), default="gpu", help="sort key (key s cycles)")
+    add("--reverse", action="store_true", help="reverse the sort (key r)")
+    add("--filter", default="", metavar="WORDS",
+        help="show rows containing every word, e.g. 'hollow' or 'comm_wait' (key /)")
+    add("--once", action="store_true",
+        help="print one frame (after two reads, so rates are known) and exit")
+    add("--width", type=int, default=0, help="--once: line width (default: the terminal's)")
+    add("--ca-file", metavar="FILE", help="CA bundle for an https URL")
+    add("--insecure", action="store_true", help="do not verify the https certificate")
+    return p
+
+
+@dataclass
+class State:
+    """What the person chose; the rest comes from the exporter every interval."""
+
+    sort: str = "gpu"
+    reverse: bool = False
+    filter: str = ""
+    selected: int = 0
+    typing: str | None = None
+    """The filter being typed after ``/``; None when not typing."""
+    view: NodeView = field(default_factory=NodeView)
+
+    def rows(self) -> list[GpuRow]:
+        return arrange(self.view.rows, self.sort, self.filter, self.reverse)
+
+    def key(self, ch: int) -> bool:
+        """Apply one key press; False to quit."""
+        if self.typing is not None:
+            return self._typing(ch)
+        char = chr(ch) if 0 <= ch < 256 else ""
+        if char in ("q", "Q", "\x1b"):
+            return False
+        if char == "s":
+            keys = list(SORTS)
+            self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
+        elif char == "r":
+            self.reverse = not self.reverse
+        elif char == "/":
+            self.typing = self.filter
+        elif char in ("j",) or ch == curses.KEY_DOWN:
+            self.selected += 1
+        elif char in ("k",) or ch == curses.KEY_UP:
+            self.selected -= 1
+        self.selected = min(max(self.selected, 0), max(len(self.rows()) - 1, 0))
+        return True
+
+    def _typing(self, ch: int) -> bool:
+        assert self.typing is not None
+        if ch in (10, 13, curses.KEY_ENTER):
+            self.filter, self.typing, self.selected = self.typing, None, 0
+        elif ch == 27:
+            self.typing = None
+        elif ch in (8, 127, curses.KEY_BACKSPACE):
+            self.typing = self.typing[:-1]
+        elif 32 <= ch < 127:
+            self.typing += chr(ch)
+        return True
+
+    def footer(self) -> str:
+        if self.typing is not None:
+            return f"filter: {self.typing}_  (Enter apply, Esc cancel)"
+        order = f"{self.sort}{' reversed' if self.reverse else ''}"
+        shown = f"  filter: {self.filter}" if self.filter else ""
+        return f"sort: {order}{shown}   {HELP}"
+
+
+def read(endpoint: Endpoint, rates: Rates) -> NodeView:
+    """The node as the exporter says now, or an empty view that says why not."""
+    try:
+        return parse(endpoint.read(), rates)
+    except (OSError, ValueError) as exc:
+        return NodeView(error=str(exc))
+
+
+def screen_lines(state: State, width: int, height: int) -> list[str]:
+    """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
+    rows = state.rows()
+    room = max(height - 4 - (1 if state.view.error else 0), 1)
+    top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
+    title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
+             f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
+    lines = frame(state.view, rows[top:top + room], width, title,
+                  selected=state.selected - top if rows else None)
+    return [*lines, state.footer()]
+
+
+def paint(screen: curses.window, state: State) -> None:
+    height, width = screen.getmaxyx()
+    screen.erase()
+    for y, text in enumerate(screen_lines(state, width - 1, height)[:height]):
+        try:
+            screen.addnstr(y, 0, text, width - 1)
+        except curses.error:  # a terminal shrunk mid-paint
+            break
+    screen.refresh()
+
+
+def live(screen: curses.window, endpoint: Endpoint, state: State, interval: float) -> None:
+    with contextlib.suppress(curses.error):  # a terminal that cannot hide the cursor
+        curses.curs_set(0)
+    screen.timeout(100)
+    rates, due = Rates(min_seconds=min(interval, 1.0) * 0.9), 0.0
+    while True:
+        if time.monotonic() >= due:
+            state.view = read(endpoint, rates)
+            state.selected = min(state.selected, max(len(state.rows()) - 1, 0))
+            due = time.monotonic() + interval
+            paint(screen, state)
+        ch = screen.getch()
+        if ch == -1:
+            continue
+        if ch == curses.KEY_RESIZE:
+            paint(screen, state)
+            continue
+        if not state.key(ch):
+            return
+        paint(screen, state)
+
+
+SETTLE_SECONDS = 10.0
+"""--once waits at most this long for every GPU to have a verdict (a daemon just started
+says unknown for its first windows)."""
+
+
+def once(endpoint: Endpoint, state: State, interval: float, width: int) -> int:
+    """Print one frame after at least two reads (so rates are known) and, within
+    SETTLE_SECONDS, once every GPU has a regime."""
+    rates = Rates(min_seconds=0.0)
+    state.view = read(endpoint, rates)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not state.view.error:
+        time.sleep(interval)
+        state.view = read(endpoint, rates)
+        settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
+        if settled or time.monotonic() >= deadline:
+            break
+    width = width or shutil.get_terminal_size((80, 24)).columns
+    rows = state.rows()
+    print("\n".join(line.rstrip() for line in frame(state.view, rows, width)))
+    return 1 if state.view.error else 0
+
+
+def quiet_logs() -> None:
+    """The terminal belongs to the view: an in-process daemon's log lines would tear it."""
+    import structlog
+
+    structlog.configure(processors=[], logger_factory=structlog.ReturnLoggerFactory())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    state = State(sort=args.sort, reverse=args.reverse, filter=args.filter)
+    node = None
+    url = args.url
+    if args.simulate:
+        quiet_logs()
+        node = SimulatedNode(args.simulate_gpus)
+        try:
+            url = node.start()
+        except OSError as exc:
+            print(f"gpu-goodput-exporter top: {exc}", file=sys.stderr)
+            return 2
+    endpoint = Endpoint(url, ca_file=args.ca_file, insecure=args.insecure)
+    try:
+        if args.once or not sys.stdout.isatty():
+            return once(endpoint, state, args.interval, args.width)
+        curses.wrapper(live, endpoint, state, max(args.interval, 0.2))
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if node is not None:
+            node.stop()

@@ -1,0 +1,227 @@
+"""The row model behind ``top`` and the landing page, the text frame, the key handling, and
+the landing page and ``top`` against a real daemon behind TLS and basic auth."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import pytest
+import yaml
+from aiohttp import web
+
+from exporter import webconfig
+from exporter.config import build as build_settings
+from exporter.daemon import build
+from exporter.sources.nvml_session import NvmlSession
+from exporter.view.page import render
+from exporter.view.rows import Rates, arrange, parse
+from exporter.view.source import Endpoint
+from exporter.view.table import frame
+from exporter.view.top import State
+from tests.support.pki import make_pki
+
+EXPOSITION = """\
+goodput_exporter_build_info{node="n1",version="9.9",backend="nvml",python_version="3"} 1
+goodput_gpu_info{gpu="0",node="n1",name="H100"} 1
+goodput_gpu_info{gpu="1",node="n1",name="H100"} 1
+goodput_gpu_info{gpu="2",node="n1",name="H100"} 1
+goodput_gpu_info{gpu="10",node="n1",name="H100"} 1
+goodput_gpu_up{gpu="0",node="n1",reason=""} 1
+goodput_gpu_up{gpu="1",node="n1",reason=""} 1
+goodput_gpu_up{gpu="2",node="n1",reason="gpu_lost"} 0
+goodput_gpu_up{gpu="10",node="n1",reason=""} 1
+goodput_gpu_regime{gpu="0",node="n1",regime="compute_bound"} 1
+goodput_gpu_regime{gpu="1",node="n1",regime="launch_bound"} 1
+goodput_gpu_regime{gpu="10",node="n1",regime="comm_wait"} 1
+goodput_gpu_busy_unproductive{gpu="1",node="n1",reason="hollow_busy"} 1
+goodput_gpu_sm_active_ratio{gpu="0",node="n1"} 0.96
+goodput_gpu_sm_active_ratio{gpu="1",node="n1"} 0.02
+goodput_gpu_tensor_active_ratio{gpu="0",node="n1"} 0.5
+goodput_gpu_power_watts{gpu="0",node="n1"} 600
+goodput_gpu_power_watts{gpu="1",node="n1"} 150
+goodput_gpu_joules_per_token{gpu="0",node="n1"} 0.25
+goodput_gpu_profiling_available{gpu="10",node="n1",source="gpm",reason="unsupported"} 0
+goodput_gpu_job_info{gpu="0",node="n1",job_source="slurm",namespace="",job_id="4242"} 1
+goodput_gpu_job_info{gpu="10",node="n1",job_source="kubernetes",namespace="ml",job_id="train"} 1
+goodput_gpu_pod_info{gpu="10",node="n1",namespace="ml",pod="train-0",container="c",job_name=""} 1
+goodput_gpu_pod_info{gpu="1",node="n1",namespace="web",pod="llm-0",container="c",job_name=""} 1
+goodput_job_straggler{node="n1",job_source="kubernetes",namespace="ml",job_id="train",gpu="10"} 1
+# TYPE goodput_gpu_tokens counter
+goodput_gpu_tokens_total{gpu="0",node="n1",kind="generation",model="m",engine="vllm"} {tokens}
+goodput_gpu_tokens_total{gpu="0",node="n1",kind="prompt",model="m",engine="vllm"} 999999
+# TYPE goodput_gpu_pcie_bytes counter
+goodput_gpu_pcie_bytes_total{gpu="0",node="n1",direction="rx"} {rx}
+goodput_gpu_pcie_bytes_total{gpu="0",node="n1",direction="tx"} 0
+goodput_gpu_link_peak_bytes_per_second{gpu="0",node="n1",link="pcie"} 1e9
+# TYPE goodput_gpu_clock_event_seconds counter
+goodput_gpu_clock_event_seconds_total{gpu="0",node="n1",reason="hw_thermal_slowdown"} {thermal}
+"""
+
+
+def _text(tokens: float, rx: float, thermal: float) -> str:
+    return (EXPOSITION.replace("{tokens}", str(tokens)).replace("{rx}", str(rx))
+            .replace("{thermal}", str(thermal)))
+
+
+def _view() -> Any:
+    rates = Rates()
+    parse(_text(1000, 0, 0), rates, now=100.0)
+    return parse(_text(3000, 1e9, 1.0), rates, now=102.0)
+
+
+def test_rows_carry_regime_reasons_jobs_stragglers_and_rates() -> None:
+    view = _view()
+    assert (view.node, view.version, view.backend) == ("n1", "9.9", "nvml")
+    rows = {r.gpu: r for r in view.rows}
+    assert [r.gpu for r in view.rows] == ["0", "1", "2", "10"]  # numeric order
+    zero = rows["0"]
+    assert zero.tokens_per_second == 1000.0  # generation only, (3000 - 1000) / 2 s
+    assert zero.bus_bytes_per_second == 5e8 and zero.bus == 0.5
+    assert zero.throttle == "hw_thermal_slowdown" and "throttled" in zero.why
+    assert (zero.job, zero.job_source) == ("4242", "slurm")  # a job without a namespace
+    assert zero.joules_per_token == 0.25
+    assert rows["1"].why.startswith("hollow busy") and rows["1"].job == "web/llm-0"
+    assert rows["1"].job_source == "kubernetes"  # from pod_info: no job_info for it
+    assert not rows["2"].up and rows["2"].why == "down: gpu_lost"
+    ten = rows["10"]
+    assert ten.straggler and ten.job == "ml/train"  # job_info wins over pod_info
+    assert "straggler" in ten.why and "no profiling: unsupported" in ten.why
+
+
+def test_first_read_has_no_rates_and_a_quiet_gpu_says_its_regime() -> None:
+    view = parse(_text(1000, 0, 0), Rates(), now=1.0)
+    zero = next(r for r in view.rows if r.gpu == "0")
+    assert zero.tokens_per_second is None and zero.throttle == ""
+    assert zero.why == "tensor/SM busy"
+
+
+def test_sort_and_filter() -> None:
+    rows = _view().rows
+    assert [r.gpu for r in arrange(rows, "power")] == ["0", "1", "2", "10"]
+    assert [r.gpu for r in arrange(rows, "sm", reverse=True)][-1] == "0"
+    assert [r.gpu for r in arrange(rows, "gpu", "hollow")] == ["1"]
+    assert [r.gpu for r in arrange(rows, "gpu", "ml train")] == ["10"]
+    assert arrange(rows, "gpu", "nothing-like-this") == []
+
+
+def test_frame_fits_80_columns_and_keeps_every_gpu() -> None:
+    view = _view()
+    lines = frame(view, view.rows, 80, selected=1)
+    assert all(len(line) <= 80 for line in lines)
+    body = "\n".join(lines)
+    for regime in ("compute_bound", "launch_bound", "comm_wait", "down"):
+        assert regime in body
+    assert " 10*" in body  # the straggler mark
+    assert lines[-1].startswith("GPU 1 ")  # the selected GPU's detail line
+    assert "JOB" in lines[1] and "J/TOK" not in lines[1]  # the detail line has it
+    assert "TOK/S" in frame(view, view.rows, 100)[1]
+
+
+def test_keys_sort_filter_select_and_quit() -> None:
+    state = State(view=_view())
+    assert state.key(ord("s")) and state.sort == "regime"
+    for ch in "/hollow":
+        state.key(ord(ch))
+    assert state.footer().startswith("filter: hollow_")
+    state.key(10)
+    assert [r.gpu for r in state.rows()] == ["1"] and state.filter == "hollow"
+    state.key(ord("j"))
+    assert state.selected == 0  # held on the only row
+    assert state.key(ord("q")) is False
+
+
+def test_page_escapes_and_links() -> None:
+    view = _view()
+    page = render(view, view.rows, "gpu", '<script>"', debug_state=False)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert 'href="metrics"' in page and 'href="runbooks/"' in page
+    assert "debug/state" not in page
+    assert 'http-equiv="refresh"' in page and "http" not in page.split("<style>")[1][:200]
+    assert page.count("<tr class=") == 4
+
+
+PASSWORD = "s3cret"
+
+
+@pytest.fixture
+async def tls_daemon(sim: Any, tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    """https://127.0.0.1:<port> of a real daemon behind TLS and basic auth, and its CA."""
+    pki = make_pki(tmp_path)
+    pki.issue("server", server=True)
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    config = pki.dir / "web-config.yml"
+    config.write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
+        "basic_auth_users": {"sre": hashed}}))
+    web_config = webconfig.load(config)
+    settings = build_settings({"simulate": True, "node_name": "node-a"}, {})
+    session = NvmlSession(sim, "simulated")
+    session.open()
+    runner = web.AppRunner(build(settings, session).app(list(web_config.middlewares)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=web_config.ssl_context)
+    await site.start()
+    try:
+        yield f"127.0.0.1:{runner.addresses[0][1]}", pki.dir / "ca.crt"
+    finally:
+        await runner.cleanup()
+
+
+async def test_landing_page_and_top_read_a_daemon_behind_tls_and_basic_auth(
+        tls_daemon: tuple[str, Path]) -> None:
+    address, ca = tls_daemon
+    good = Endpoint(f"https://sre:{PASSWORD}@{address}/", ca_file=str(ca))
+    page = ""
+    for _ in range(100):  # the first poll takes a moment
+        page = await asyncio.to_thread(good.read)
+        if page.count("<tr class=") == 8:
+            break
+        await asyncio.sleep(0.05)
+    assert "Node node-a: 8 GPUs" in page and page.count("<tr class=") == 8
+    with pytest.raises(OSError, match="HTTP 401"):
+        await asyncio.to_thread(Endpoint(f"https://{address}/", ca_file=str(ca)).read)
+    with pytest.raises(OSError) as err:  # an untrusted certificate, and no password shown
+        await asyncio.to_thread(Endpoint(f"https://sre:{PASSWORD}@{address}/").read)
+    assert PASSWORD not in str(err.value)
+    text = await asyncio.to_thread(
+        Endpoint(f"https://sre:{PASSWORD}@{address}/metrics", insecure=True).read)
+    assert len(parse(text).rows) == 8
+    assert isinstance(ssl.create_default_context(), ssl.SSLContext)
+
+
+def test_mig_ids_keep_their_column() -> None:
+    text = ('goodput_gpu_regime{gpu="0-13",node="n",regime="idle"} 1\n'
+            'goodput_gpu_regime{gpu="0-1",node="n",regime="compute_bound"} 1\n')
+    view = parse(text)
+    assert [r.gpu for r in view.rows] == ["0-1", "0-13"]
+    lines = frame(view, view.rows, 80)
+    assert any(line.lstrip().startswith("0-13 ") for line in lines), lines
+
+
+def test_a_short_terminal_scrolls_to_keep_the_selected_gpu() -> None:
+    from exporter.view.top import screen_lines
+
+    state = State(view=_view(), selected=3)
+    lines = screen_lines(state, 80, 6)
+    assert len(lines) <= 6 and any(line.startswith(">10*") for line in lines)
+    assert lines[-1].startswith("sort: gpu")
+
+
+def test_top_simulate_that_cannot_start_says_so_in_one_line() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-m", "exporter", "top", "--simulate",
+                           "--simulate-gpus", "0", "--once"], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "simulate_gpus" in done.stderr

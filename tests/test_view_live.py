@@ -1,0 +1,193 @@
+"""``top`` in a real terminal (tmux, 80x24, read back with capture-pane) and the landing page
+in a real headless Chromium, both on the simulated node: every GPU shows its regime and why.
+
+Skipped where tmux or Chromium is not installed (CI installs both: .ci/run). With
+GOODPUT_UPDATE_SCREENSHOTS=1 the run rewrites docs/images/landing-page.png and
+docs/images/top.txt, the pictures docs/top.md shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.sim.patterns import NODE
+from tests.test_model_sim import EXPECTED
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS_PNG = REPO / "docs" / "images" / "landing-page.png"
+DOCS_TOP = REPO / "docs" / "images" / "top.txt"
+UPDATE = os.environ.get("GOODPUT_UPDATE_SCREENSHOTS") == "1"
+REGIMES = [EXPECTED[w.name] for w in NODE]
+"""What GPU i of the simulated node settles on (GPU 7 falls off the bus after 90 s)."""
+
+
+def _until(check: Callable[[], str | None], timeout: float, what: str) -> str:
+    deadline = time.monotonic() + timeout
+    last: str | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last is not None:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+def _settled(text: str) -> bool:
+    """Every simulated GPU's row is there with the regime it settles on."""
+    rows = {}
+    for line in text.splitlines():
+        parts = line.lstrip("> ").split()
+        if len(parts) >= 2 and parts[0].rstrip("*").isdigit():
+            rows[parts[0].rstrip("*")] = parts[1]
+    return rows == {str(i): r for i, r in enumerate(REGIMES)}
+
+
+# top in tmux ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmux() -> Iterator[Callable[..., str]]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    name = f"gge-top-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(*args: str) -> str:
+        args = tuple(a.replace("{session}", name) for a in args)
+        return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True,
+                              check=False, timeout=10).stdout
+
+    command = f"{sys.executable} -m exporter top --simulate"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24",
+                    "-e", f"PYTHONPATH={REPO}", command], env=env, check=True, timeout=10)
+    try:
+        yield run
+    finally:
+        run("kill-session", "-t", name)
+
+
+def test_top_in_an_80_column_terminal_shows_every_gpu_and_answers_keys(
+        tmux: Callable[..., str]) -> None:
+    def capture() -> str:
+        return tmux("capture-pane", "-p", "-t", "{session}")
+
+    def settled() -> str | None:
+        screen = capture()
+        return screen if _settled(screen) else None
+
+    def filtered() -> str | None:
+        screen = capture()
+        gpus = [line.lstrip("> ").split()[:1] for line in screen.splitlines()]
+        shown = [g for g in gpus if g and g[0].rstrip("*").isdigit()]
+        return screen if "filter: hollow" in screen and shown == [["5"]] else None
+
+    screen = _until(settled, 40, "every simulated GPU with its regime in top")
+    lines = screen.splitlines()
+    assert all(len(line) <= 80 for line in lines) and len(lines) <= 24
+    assert "hollow busy" in screen and "waits on a peer" in screen
+    assert "s sort" in screen
+    if UPDATE:
+        DOCS_TOP.write_text("\n".join(line.rstrip() for line in lines).rstrip() + "\n")
+    tmux("send-keys", "-t", "{session}", "/", "hollow", "Enter")
+    _until(filtered, 10, "the filter to leave GPU 5 alone")
+    tmux("send-keys", "-t", "{session}", "q")
+    _until(lambda: "gone" if not capture().strip() else None, 10, "q to end top")
+
+
+def test_the_committed_top_capture_is_what_top_shows() -> None:
+    assert _settled(DOCS_TOP.read_text()), "rerun with GOODPUT_UPDATE_SCREENSHOTS=1"
+
+
+# the landing page in Chromium ----------------------------------------------------------------
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("Chromium is not installed (apt-get install chromium)")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[str]:
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--simulate", "--listen", "127.0.0.1:0"],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out,
+            stderr=subprocess.STDOUT)
+    try:
+        def started() -> str | None:
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("{") and json.loads(line).get("event") == "started":
+                    return str(json.loads(line)["url"])
+            assert proc.poll() is None, log.read_text()
+            return None
+
+        yield _until(started, 30, "the daemon's start-up line")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _chrome(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--no-first-run", "--disable-dev-shm-usage", *args],
+        capture_output=True, text=True, timeout=90, check=False)
+
+
+def test_landing_page_in_headless_chromium(daemon: str, tmp_path: Path) -> None:
+    binary = _chromium()
+
+    def page() -> str | None:
+        with urllib.request.urlopen(daemon, timeout=5) as r:
+            html = r.read().decode()
+        return html if all(f"<td>{r}</td>" in html for r in set(REGIMES)) else None
+
+    _until(page, 40, "every regime on the landing page")
+    time.sleep(2.5)  # a second page load, so the page has rates to show
+    _until(page, 10, "the page again")
+    dom = _chrome(binary, "--dump-dom", daemon)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert _settled(_dom_rows(dom.stdout)), dom.stdout[:3000]
+    shot = tmp_path / "landing.png"
+    result = _chrome(binary, "--window-size=1280,760", f"--screenshot={shot}", daemon)
+    assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 20_000 < shot.stat().st_size < 300_000
+    if UPDATE:
+        shutil.copyfile(shot, DOCS_PNG)
+
+
+def _dom_rows(dom: str) -> str:
+    """The DOM's table rows as ``GPU regime`` lines, the shape _settled reads."""
+    import re
+
+    out = []
+    for row in re.findall(r"<tr class=\"[a-z]*\">(.*?)</tr>", dom, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        out.append(f"{re.sub('<[^>]+>', '', cells[0]).strip()} {cells[1]}")
+    return "\n".join(out)
+
+
+def test_the_committed_screenshot_is_small() -> None:
+    data = DOCS_PNG.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300_000
+
+
+def test_docs_show_the_committed_capture() -> None:
+    text = (REPO / "docs" / "top.md").read_text()
+    assert DOCS_TOP.read_text() in text, "docs/top.md's text block is docs/images/top.txt"
+    assert "images/landing-page.png" in text
