@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from mixin import names as N
 from mixin.config import Config
 
 # Label names a selector matches on: `job="x", env=~"p.*"` -> job, env.
@@ -86,8 +87,8 @@ class PromQL:
         """The share of profiled time the SMs were active, per GPU, from two recorded series
         (no rule records it: one series per GPU saved of the 60-per-GPU budget,
         docs/scaling.md). Absent while profiling covered none of the window."""
-        return (f"({self.s('goodput:gpu_sm_active_seconds:rate5m')}\n"
-                f"  / ({self.s('goodput:gpu_profiled:ratio_rate5m')} > 0))")
+        return (f"({self.s(N.GPU_SM_ACTIVE)}\n"
+                f"  / ({self.s(N.GPU_PROFILED)} > 0))")
 
     def requests_waiting(self) -> str:
         """The time average of a GPU's queue over the rate window, summed over its engines;

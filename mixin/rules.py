@@ -82,7 +82,7 @@ class RuleCtx:
         return self.q.with_pods(expr, only_attributed=True, pod_labels=[self.namespace])
 
     def per_model(self, expr: str) -> str:
-        """Per-GPU ``expr`` once per model the GPU served (goodput:gpu_model:info has one
+        """Per-GPU ``expr`` once per model the GPU served (names.GPU_MODEL_INFO has one
         series per (GPU, model, engine): each GPU counts once per model)."""
         return (f"{expr}\n    * on ({self.q.gpu_key}) group_right ()\n"
                 f"    group by ({self.q.gpu_by}, model) ({self.rec(N.GPU_MODEL_INFO)})")

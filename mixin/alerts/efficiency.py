@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mixin import names as N
-from mixin.alerts.common import GPU_MATCH, AlertCtx, query_value
+from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_value
 
 
 def busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
@@ -103,6 +103,7 @@ def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
 
 
 # Per GPU: every shard evaluates them for its own nodes.
-SHARD_EFFICIENCY = [busy_but_unproductive, busy_no_output, allocated_idle, host_bound]
+SHARD_EFFICIENCY: list[AlertBuilder] = [busy_but_unproductive, busy_no_output, allocated_idle,
+                                        host_bound]
 # The straggler and the fleet median need every node: global (docs/scaling.md).
-GLOBAL_EFFICIENCY = [job_straggler, low_goodput_vs_fleet]
+GLOBAL_EFFICIENCY: list[AlertBuilder] = [job_straggler, low_goodput_vs_fleet]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mixin import names as N
-from mixin.alerts.common import GPU_MATCH, AlertCtx, human, query_value
+from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, human, query_value
 
 
 def profiling_unavailable(c: AlertCtx) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def profiling_stale(c: AlertCtx) -> dict[str, Any]:
 
 
 def exporter_down(c: AlertCtx) -> dict[str, Any]:
-    """The node label comes from goodput:exporter_node:info, which remembers each target's
+    """The node label comes from the rule names.EXPORTER_NODE, which remembers each target's
     node for as long as the target exists, however long it has been down; a target that never
     came up keeps the node label of `up` if the scrape config sets one. Exporter pod labels
     (namespace, pod) stay out: they would route the alert to the monitoring namespace's
@@ -94,5 +94,5 @@ def serving_target_down(c: AlertCtx) -> dict[str, Any]:
                held=c.held(name), reason=reason))
 
 
-EXPORTER = [profiling_unavailable, profiling_stale, exporter_down, exporter_stale,
-            exporter_source_errors, serving_target_down]
+EXPORTER: list[AlertBuilder] = [profiling_unavailable, profiling_stale, exporter_down,
+                                exporter_stale, exporter_source_errors, serving_target_down]

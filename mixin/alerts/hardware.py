@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from mixin import names as N
-from mixin.alerts.common import GPU_ARGS, GPU_MATCH, PODS_RANGE, AlertCtx, human, query_value
+from mixin.alerts.common import (
+    GPU_ARGS,
+    GPU_MATCH,
+    PODS_RANGE,
+    AlertBuilder,
+    AlertCtx,
+    human,
+    query_value,
+)
 
 
 def xid_critical(c: AlertCtx) -> dict[str, Any]:
@@ -89,5 +97,5 @@ def gpu_lost(c: AlertCtx) -> dict[str, Any]:
                match=GPU_MATCH, args=GPU_ARGS, held=c.held(name), range=PODS_RANGE))
 
 
-HARDWARE = [xid_critical, thermal_throttling, power_brake, ecc_uncorrectable,
+HARDWARE: list[AlertBuilder] = [xid_critical, thermal_throttling, power_brake, ecc_uncorrectable,
             row_remap_failure, row_remap_pending, gpu_lost]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
@@ -191,6 +193,19 @@ def base(ctx: Ctx, uid: str, title: str, description: str,
             .keep_time(True)
         )
     )
+    return board
+
+
+PanelBuilder = Callable[[Ctx], Builder[model.Panel]]
+
+
+def with_rows(ctx: Ctx, board: dash.Dashboard,
+              rows: list[tuple[str, list[PanelBuilder]]]) -> dash.Dashboard:
+    """``board`` with each row and the panels its builders make, in order."""
+    for title, panels in rows:
+        board.with_row(dash.Row(title))
+        for panel in panels:
+            board.with_panel(panel(ctx))
     return board
 
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
 from mixin import names as N
 from mixin.config import seconds
-from mixin.dashboards.common import UIDS, Ctx, base, drilldown_link, query
+from mixin.dashboards.common import UIDS, Ctx, PanelBuilder, base, drilldown_link, query, with_rows
 
 PRICE = f"scalar({N.PRICE})"
 
@@ -245,7 +242,6 @@ def cost(ctx: Ctx, by: str, rule: str) -> timeseries.Panel:
                        "tokens.", "currencyUSD", rule, by)
 
 
-PanelBuilder = Callable[[Ctx], Builder[model.Panel]]
 ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Fleet", [gpus, busy_unproductive_count, kernel_time, sm_active, tokens,
                cost_per_million]),
@@ -265,8 +261,4 @@ def build(ctx: Ctx) -> dash.Dashboard:
     board = base(ctx, UIDS["fleet"], "GPU goodput / Fleet efficiency",
                  "Where GPU money burns: hollow utilisation, idle allocations, tokens per joule "
                  "and cost per million tokens, by model and namespace.")
-    for row, panels in ROWS:
-        board.with_row(dash.Row(row))
-        for panel in panels:
-            board.with_panel(panel(ctx))
-    return board
+    return with_rows(ctx, board, ROWS)
