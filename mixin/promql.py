@@ -28,17 +28,23 @@ class PromQL:
         lb = cfg.labels
         self.cluster, self.node, self.gpu = lb.cluster, lb.node, lb.gpu
         self.pod_labels = [lb.namespace, lb.pod, lb.container, lb.job_name]
+        # The job key (goodput_gpu_job_info), whatever the job's source.
+        self.job_labels = [lb.job_source, lb.namespace, lb.job_id]
         # The labels that identify one GPU; every join between per-GPU series uses them.
         self.gpu_key = f"{lb.cluster}, {lb.node}, {lb.gpu}"
         self.node_key = f"{lb.cluster}, {lb.node}"
         # The labels the selector matches on survive every aggregation, so recorded series
         # still answer to the selector (job="gpu-goodput-exporter"); instance never does.
         target = [n for n in dict.fromkeys(_MATCHER.findall(cfg.selector))
-                  if n not in {"instance", lb.cluster, lb.node, lb.gpu, *self.pod_labels}]
+                  if n not in {"instance", lb.cluster, lb.node, lb.gpu, *self.pod_labels,
+                               *self.job_labels}]
         self.target = ", ".join([lb.cluster, *target])
         # Aggregation keys: one series per GPU / node, the target's identity summed away.
         self.gpu_by = f"{self.target}, {lb.node}, {lb.gpu}"
         self.node_by = f"{self.target}, {lb.node}"
+        # One series per job (on any node) / per GPU of a job.
+        self.job_by = ", ".join([self.target, *self.job_labels])
+        self.job_gpu_by = ", ".join([self.job_by, lb.node, lb.gpu])
 
     def s(self, metric: str, matchers: str = "") -> str:
         """``metric`` restricted to the exporter's series (the configured selector)."""

@@ -189,9 +189,18 @@ def _ttft(c: RuleCtx) -> str:
             f'  rate({{__name__=~"{TTFT_BUCKETS}"}}[{c.cfg.windows.rate}])\n)\n')
 
 
+def _node_job_waiting(c: RuleCtx) -> str:
+    """GPUs of the node lost waiting on their job's peers, per job: the rate of the seconds
+    each GPU waited (goodput_gpu_job_wait_seconds_total), summed over the node's GPUs of the
+    job and over the exporter pods that counted them."""
+    waited = c.q.rate("goodput_gpu_job_wait_seconds_total")
+    return f"sum by ({c.q.node_by}, {', '.join(c.q.job_labels)}) ({waited})"
+
+
 NODE_RULES: list[tuple[str, Builder]] = [
     (N.EXPORTER_NODE, _exporter_node),
     (N.REGIME_GPUS, _regime_gpus),
+    (N.NODE_JOB_WAITING_GPUS, _node_job_waiting),
 ]
 SERVING_RULES: list[tuple[str, Builder]] = [(N.MODEL_TTFT_BUCKET, _ttft)]
 
@@ -291,29 +300,52 @@ MODEL_RULES: list[tuple[str, Builder]] = [
 
 # --- goodput.global.job ---------------------------------------------------------------------
 
+def _job_info(c: RuleCtx) -> str:
+    """goodput_gpu_job_info of the GPUs of jobs of two GPUs or more (on any node), one series
+    per (GPU, job) whichever exporter pods report it. Single-GPU jobs (most `process` ones)
+    have no peers to wait on: leaving them out keeps the per-GPU job rule to the GPUs of
+    multi-GPU jobs (docs/scaling.md)."""
+    info = f"group by ({c.q.job_gpu_by}) ({c.q.s('goodput_gpu_job_info')})"
+    return f"{info}\n    and on ({c.q.job_by})\n    (count by ({c.q.job_by}) ({info}) > 1)"
+
+
 def _job_sm_active(c: RuleCtx) -> str:
-    """Each GPU of a job (pods sharing a job_name label, on any node) with its SM activity."""
-    job_name = c.cfg.labels.job_name
-    return c.q.with_pods(c.q.sm_active_ratio(), only_attributed=True,
-                         pod_labels=[c.namespace, job_name], info_matchers=f'{job_name}!=""')
+    """Each GPU of a multi-GPU job (its key from goodput_gpu_job_info: Kubernetes, Slurm,
+    torchrun, MPI or a process tree alike, on any node) with its SM activity."""
+    return (f"{c.q.sm_active_ratio()}\n  * on ({c.q.gpu_key}) group_right ()\n"
+            f"  (\n    {_job_info(c)}\n  )\n")
 
 
 def _job_straggler(c: RuleCtx) -> str:
-    """The busiest GPU of every job of two GPUs or more, valued at how much more of the time
-    its SMs were busy than the average of the job's other GPUs (they wait on it in
-    collectives). GPUJobStraggler applies the threshold."""
-    job = f"{c.q.target}, {c.namespace}, {c.cfg.labels.job_name}"
+    """For the busiest GPU of every multi-GPU job (strictly busier than its least busy GPU)
+    and for every GPU its node's model names (goodput_job_straggler, which sees collective
+    traffic and host stalls the SM comparison cannot): how much more of the time its SMs were
+    busy than the average of the job's other GPUs, (n x own - sum) / (n - 1); they wait on it
+    in collectives. Negative for a GPU the node names that stalls on its host. GPUJobStraggler
+    applies the threshold."""
+    job, key = c.q.job_by, c.q.job_gpu_by
     sm = c.rec(N.JOB_GPU_SM_ACTIVE)
-    return (f"(\n  {sm}\n    - on ({job}) group_left ()\n"
-            f"  (\n    (sum by ({job}) ({sm}) - max by ({job}) ({sm}))\n"
-            f"      / (count by ({job}) ({sm}) - 1 > 0)\n  )\n)\n"
-            f"  > 0\nand on ({job}, {c.q.node}, {c.q.gpu})\n"
-            f"  ({sm} == on ({job}) group_left () max by ({job}) ({sm}))\n")
+    count = f"count by ({job}) ({sm})"
+    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')})"
+    return (f"(\n  {sm}\n    * on ({job}) group_left () {count}\n"
+            f"  - on ({job}) group_left () sum by ({job}) ({sm})\n)\n"
+            f"  / on ({job}) group_left () ({count} - 1 > 0)\n"
+            f"and on ({key})\n(\n"
+            f"  {sm} == on ({job}) group_left () max by ({job}) ({sm})\n"
+            f"    > on ({job}) group_left () min by ({job}) ({sm})\n"
+            f"  or on ({key})\n  {named} == 1\n)\n")
+
+
+def _job_waiting(c: RuleCtx) -> str:
+    """GPUs lost waiting per job, every node of the job summed: x 3600 is GPU-seconds lost an
+    hour; divided by the job's GPUs, the job's waited share."""
+    return f"sum by ({c.q.job_by}) ({c.rec(N.NODE_JOB_WAITING_GPUS)})"
 
 
 JOB_RULES: list[tuple[str, Builder]] = [
     (N.JOB_GPU_SM_ACTIVE, _job_sm_active),
     (N.JOB_STRAGGLER, _job_straggler),
+    (N.JOB_WAITING_GPUS, _job_waiting),
 ]
 
 

@@ -64,7 +64,7 @@ def _labels(cfg: Config, text: str) -> str:
     """Label names of the templates in the configured spelling."""
     lb = cfg.labels
     names = {"node": lb.node, "gpu": lb.gpu, "pod": lb.pod, "namespace": lb.namespace,
-             "cluster": lb.cluster}
+             "cluster": lb.cluster, "job_source": lb.job_source, "job_id": lb.job_id}
     text = re.sub(r"(\$labels|\.Labels)\.(\w+)", lambda m: f"{m[1]}.{names.get(m[2], m[2])}",
                   text)
     for placeholder, name in (("CLUSTER=%q", f"{lb.cluster}=%q"), ("NODE=%q", f"{lb.node}=%q"),

@@ -7,6 +7,7 @@ from typing import Any
 
 from mixin import names as N
 from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_value
+from mixin.templates import fill
 
 
 def busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
@@ -71,17 +72,42 @@ def host_bound(c: AlertCtx) -> dict[str, Any]:
                "tokenizer, input pipeline) is the bottleneck.", util=util))
 
 
+JOB = ("job {{ $labels.job_id }} ({{ $labels.job_source }}{{ with $labels.namespace }}, "
+       "namespace {{ . }}{{ end }})")
+
+
+def _waited_share(c: AlertCtx) -> str:
+    """A template giving the share of the job's GPU time lost waiting on its peers: the job's
+    GPUs lost waiting over the GPUs of the job (each counted once, whichever exporter pods
+    report it)."""
+    lb = c.cfg.labels
+    job = f"{lb.cluster}=%q,{lb.job_source}=%q,{lb.namespace}=%q,{lb.job_id}=%q"
+    query = (f"sum({N.JOB_WAITING_GPUS}{{{job}}}) / count(group by ({lb.node}, {lb.gpu}) "
+             f"(goodput_gpu_job_info{{{job}}}))")
+    args = " ".join(["$labels.cluster $labels.job_source $labels.namespace $labels.job_id"] * 2)
+    return fill('{{ with printf "${query}" ${args} | query }}The job\'s GPUs lost '
+                "{{ . | first | value | humanizePercentage }} of their time waiting on their "
+                "peers.{{ else }}No exporter of the job estimates its waiting time.{{ end }}",
+                query=query, args=args)
+
+
 def job_straggler(c: AlertCtx) -> dict[str, Any]:
-    name = "GPUJobStraggler"
+    """The SM comparison across nodes (the recorded gap), or the node's own model naming the
+    GPU (goodput_job_straggler: it also sees collective traffic and host stalls) for the
+    whole `for`."""
+    name, key, gap = "GPUJobStraggler", c.q.job_gpu_by, c.rec(N.JOB_STRAGGLER)
+    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
+    expr = (f"{gap} >= {c.th(name, 'min_sm_active_gap')}\n"
+            f"or on ({key})\n  ({gap}\n    and on ({key})\n    {named})")
     return c.alert(
-        name, f"{c.rec(N.JOB_STRAGGLER)} >= {c.th(name, 'min_sm_active_gap')}",
-        "GPU {{ $labels.gpu }} on {{ $labels.node }} holds job {{ $labels.namespace }}/"
-        "{{ $labels.job_name }} back",
-        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }} kept its SMs busy "
-               "{{ $value | humanizePercentage }} more of the time than the other GPUs of job "
-               "{{ $labels.namespace }}/{{ $labels.job_name }} over ${rate}: they wait for it "
-               "in collectives. Look for a slow or throttled GPU, an uneven shard or a noisy "
-               "neighbour on that node."))
+        name, expr,
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} holds back " + JOB,
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }} holds back ${job}: over ${rate} "
+               "its SMs were busy {{ $value | humanizePercentage }} more of the time than the "
+               "average of the job's other GPUs (negative when it stalls on its host and its "
+               "node names it), and they wait for it in collectives. ${waited} Look for a "
+               "slow or throttled GPU, an uneven shard, a slow input pipeline or a noisy "
+               "neighbour on that node.", job=JOB, waited=_waited_share(c)))
 
 
 def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
