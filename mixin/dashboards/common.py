@@ -114,6 +114,9 @@ def series(ctx: Ctx, title: str, unit: str, *targets: tuple[str, str], descripti
 # Why a panel can be empty on a healthy install; shown in the panel (Grafana's noValue).
 NEEDS_EXTENDED = ("No data: needs --extended-metrics on the exporter "
                   "(Helm: exporter.extendedMetrics=true).")
+NO_JOBS = ("No multi-GPU job known: needs job identity (goodput_gpu_job_info: a Kubernetes pod "
+           "job label, a Slurm, torchrun or MPI job, or a process tree) with two GPUs or "
+           "more, and the global rule group goodput.global.job.")
 NEEDS_ENGINE_SCRAPE = ("No data: Prometheus must scrape the vLLM/SGLang pods themselves "
                        "(e.g. a PodMonitor on the engines); the exporter does not re-export "
                        "their histograms.")

@@ -10,7 +10,16 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from mixin import names as N
 from mixin.config import seconds
-from mixin.dashboards.common import UIDS, Ctx, PanelBuilder, base, drilldown_link, query, with_rows
+from mixin.dashboards.common import (
+    NO_JOBS,
+    UIDS,
+    Ctx,
+    PanelBuilder,
+    base,
+    drilldown_link,
+    query,
+    with_rows,
+)
 
 PRICE = f"scalar({N.PRICE})"
 
@@ -152,21 +161,72 @@ def regime_share(ctx: Ctx) -> timeseries.Panel:
         f"sum by (regime) ({regime}) / scalar(sum({regime}))", "percentunit")
 
 
+def _job_filter(ctx: Ctx) -> str:
+    """Job series of the clusters and namespaces in scope (jobs outside Kubernetes have no
+    namespace: they stay in scope while every namespace is selected)."""
+    return f"{ctx.rule_cluster_f}, {ctx.ns_f}"
+
+
 def job_stragglers(ctx: Ctx) -> table.Panel:
+    gap = f"{N.JOB_STRAGGLER}{{{ctx.rule_gpu_f}, {ctx.ns_f}}}"
+    waiting = f"{N.JOB_WAITING_GPUS}{{{_job_filter(ctx)}}}"
+    threshold = ctx.cfg.alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    steps = {"mode": "absolute", "steps": [{"color": "green", "value": None},
+                                           {"color": "red", "value": threshold}]}
+    lead = "SM-active lead over peers"
     return (
         table.Panel().title("Job stragglers")
-        .description("The GPU holding each multi-GPU job back: its SM activity leads the "
-                     "average of the job's other GPUs (on any node) by the gap shown; they "
-                     "wait for it in collectives (GPUJobStraggler). Needs pod attribution with "
-                     "job labels (kubernetes.podLabels).")
+        .description(
+            "The busiest GPU of every multi-GPU job in scope (on any node, whatever the job's "
+            "source: Kubernetes, Slurm, torchrun, MPI, process tree), and any GPU its node's "
+            "model names a straggler: how much more of the time its SMs were busy than the "
+            "average of the job's other GPUs, and the GPUs the job loses waiting on its peers "
+            f"(goodput_gpu_job_wait_seconds_total). A lead of {threshold:g} or more (red) is "
+            "a straggler (GPUJobStraggler); every lead green means jobs are known and none "
+            "straggles. Jobs outside Kubernetes have no namespace: they show while every "
+            "namespace is selected.")
         .datasource(ctx.ds)
-        .with_target(query(ctx, f"{N.JOB_STRAGGLER}{{{ctx.rule_gpu_f}, {ctx.ns_f}}}",
-                           ref="A", instant=True, table=True))
+        .with_target(query(ctx, gap, ref="A", instant=True, table=True))
+        .with_target(query(ctx, f"{gap} * 0 + on ({ctx.q.job_by}) group_left () {waiting}",
+                           ref="B", instant=True, table=True))
+        .with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(model.DataTransformerConfig(
             id_val="organize", options={"excludeByName": {"Time": True},
-                                        "renameByName": {"Value": "SM-active lead over peers"}}))
+                                        "renameByName": {"Value #A": lead,
+                                                         "Value #B": "GPUs lost waiting"}}))
+        .override_by_name(lead, [
+            model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
+            model.DynamicConfigValue(id_val="thresholds", value=steps)])
+        .override_by_name("GPUs lost waiting", [
+            model.DynamicConfigValue(id_val="unit", value="none")])
         .data_links([drilldown_link(ctx)])
-        .unit("percentunit").no_value("No straggler in the jobs in scope.")
+        .unit("percentunit").no_value(NO_JOBS)
+        .height(8).span(12))
+
+
+def job_wait_hours(ctx: Ctx) -> bargauge.Panel:
+    """From the per-job rule, one sample per rule evaluation, like the allocated-idle hours:
+    reading every GPU's wait counter over the range would cost a series per GPU."""
+    step = ctx.cfg.rule_interval or "1m"
+    waiting = f"{N.JOB_WAITING_GPUS}{{{_job_filter(ctx)}}}"
+    keys = ", ".join(ctx.q.job_labels)
+    lb = ctx.cfg.labels
+    return (
+        bargauge.Panel().title("GPU-hours lost waiting, by job")
+        .description(
+            "GPU-hours in the time range the GPUs of each multi-GPU job spent waiting on the "
+            "job's other GPUs (in collectives or for a peer's data) instead of working: the "
+            "exporters' estimate (goodput_gpu_job_wait_seconds_total), summed over the job's "
+            f"GPUs on every node through the recording rule {N.JOB_WAITING_GPUS}, which is per "
+            "job: the node and GPU filters do not apply. Jobs outside Kubernetes have no "
+            "namespace: they show while every namespace is selected.")
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, f"sum by ({keys}) (sum_over_time({waiting}[$__range])) * {seconds(step):g}"
+            " / 3600", "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id
+            + "}}", instant=True))
+        .unit("h").orientation(cm.VizOrientation.HORIZONTAL)
+        .no_value(NO_JOBS)
         .height(8).span(12))
 
 
@@ -246,9 +306,9 @@ ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Fleet", [gpus, busy_unproductive_count, kernel_time, sm_active, tokens,
                cost_per_million]),
     ("Busy but unproductive", [busy_unproductive_table]),
-    ("Regimes and idle allocations", [regime_mix, regime_share, job_stragglers,
-                                      allocated_idle_hours, hollow_by_namespace,
-                                      allocated_idle_by_namespace]),
+    ("Regimes and idle allocations", [regime_mix, regime_share, allocated_idle_hours,
+                                      hollow_by_namespace, allocated_idle_by_namespace]),
+    ("Training jobs", [job_stragglers, job_wait_hours]),
     ("Tokens per joule and cost", [
         lambda ctx: tokens_per_joule(ctx, "model", N.MODEL_TOKENS_PER_JOULE),
         lambda ctx: tokens_per_joule(ctx, ctx.ns, N.NAMESPACE_TOKENS_PER_JOULE),
