@@ -114,6 +114,14 @@ def series(ctx: Ctx, title: str, unit: str, *targets: tuple[str, str], descripti
 # Why a panel can be empty on a healthy install; shown in the panel (Grafana's noValue).
 NEEDS_EXTENDED = ("No data: needs --extended-metrics on the exporter "
                   "(Helm: exporter.extendedMetrics=true).")
+NO_ENGINE = ("No data: no serving engine in scope. Tokens come from the engines the exporters "
+             "scrape (Helm: serving.targets or serving.discovery).")
+NO_ENGINE_ON_NODES = ("No data: no serving engine on the selected nodes' GPUs (Helm: "
+                      "serving.targets or serving.discovery). Pick a node that serves a model.")
+NO_KUBERNETES = ("No data: needs Kubernetes pod attribution (goodput_gpu_pod_info from the "
+                 "kubelet); bare-metal and Slurm nodes have no namespaces.")
+NO_PROFILING = ("No data: no GPU in scope has a profiling source for SM activity (GPM on "
+                "Hopper and newer, or DCGM).")
 NO_JOBS = ("No multi-GPU job known: needs job identity (goodput_gpu_job_info: a Kubernetes pod "
            "job label, a Slurm, torchrun or MPI job, or a process tree) with two GPUs or "
            "more, and the global rule group goodput.global.job.")

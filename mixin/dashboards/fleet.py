@@ -11,7 +11,10 @@ from grafana_foundation_sdk.models import dashboard as model
 from mixin import names as N
 from mixin.config import seconds
 from mixin.dashboards.common import (
+    NO_ENGINE,
     NO_JOBS,
+    NO_KUBERNETES,
+    NO_PROFILING,
     UIDS,
     Ctx,
     PanelBuilder,
@@ -73,13 +76,15 @@ def kernel_time(ctx: Ctx) -> stat.Panel:
 def sm_active(ctx: Ctx) -> stat.Panel:
     sm, prof = _per_gpu(ctx, N.GPU_SM_ACTIVE), _per_gpu(ctx, N.GPU_PROFILED)
     return _stat(ctx, "SM active (real work)", f"sum({sm}) / sum({prof})", "percentunit",
-                 "SM-active time over profiled time, summed over the GPUs in scope.")
+                 "SM-active time over profiled time, summed over the GPUs in scope."
+                 ).no_value(NO_PROFILING)
 
 
 def tokens(ctx: Ctx) -> stat.Panel:
     per_model = ctx.in_namespaces(f"{N.GPU_TOKENS}{{{ctx.rule_model_f}}}")
     return _stat(ctx, "Tokens/s", f"sum({per_model})", "short",
-                 "Prompt + generation tokens per second of the serving engines.")
+                 "Prompt + generation tokens per second of the serving engines."
+                 ).no_value(NO_ENGINE)
 
 
 def cost_per_million(ctx: Ctx) -> stat.Panel:
@@ -88,7 +93,7 @@ def cost_per_million(ctx: Ctx) -> stat.Panel:
     return _stat(ctx, "Cost per million tokens",
                  f"count({util}) * {PRICE} / 3600 * 1e6 / sum({produced})", "currencyUSD",
                  f"Every GPU in scope (idle ones included) at the {N.PRICE} price, divided by "
-                 "the tokens they produced.")
+                 "the tokens they produced.").no_value(NO_ENGINE)
 
 
 # --- Busy but unproductive --------------------------------------------------------------
@@ -247,17 +252,19 @@ def allocated_idle_hours(ctx: Ctx) -> bargauge.Panel:
         .datasource(ctx.ds)
         .with_target(query(ctx, expr, _legend(ns), instant=True))
         .unit("h").orientation(cm.VizOrientation.HORIZONTAL)
-        .no_value("No GPU was allocated and idle (needs pod attribution).")
+        .no_value("No GPU was held by a pod and idle in the range, or no Kubernetes pod "
+                  "attribution (goodput_gpu_pod_info): bare-metal and Slurm nodes have no "
+                  "namespaces.")
         .height(8).span(12))
 
 
-def _by_namespace(ctx: Ctx, title: str, rule: str, description: str,
-                  unit: str) -> timeseries.Panel:
+def _by_namespace(ctx: Ctx, title: str, rule: str, description: str, unit: str,
+                  no_value: str) -> timeseries.Panel:
     scope = RULE_SCOPE.format(rule=rule, by="cluster and namespace")
     return (timeseries.Panel().title(title).description(description + scope)
             .datasource(ctx.ds)
             .with_target(query(ctx, f"{rule}{{{ctx.rule_ns_f}}}", _legend(ctx.ns)))
-            .unit(unit))
+            .unit(unit).no_value(no_value))
 
 
 def hollow_by_namespace(ctx: Ctx) -> timeseries.Panel:
@@ -265,14 +272,17 @@ def hollow_by_namespace(ctx: Ctx) -> timeseries.Panel:
         ctx, "Hollow utilisation by namespace", N.NAMESPACE_HOLLOW,
         "Kernel time with idle SMs over the namespace's profiled GPUs: kernel time minus "
         "SM-active time, both summed over the GPUs, not averaged.",
-        "percentunit").min(0).max(1).height(8).span(12)
+        "percentunit", NO_KUBERNETES + " It also needs a profiling source (GPM or DCGM)."
+        ).min(0).max(1).height(8).span(12)
 
 
 def allocated_idle_by_namespace(ctx: Ctx) -> timeseries.Panel:
     return _by_namespace(
         ctx, "Allocated-idle GPUs by namespace", N.NAMESPACE_ALLOCATED_IDLE,
         "GPUs a pod of the namespace holds while they sit idle (the exporter's allocated_idle "
-        "regime).", "none").height(8).span(12)
+        "regime).", "none",
+        "No GPU held idle by a pod, or no Kubernetes pod attribution (goodput_gpu_pod_info): "
+        "bare-metal and Slurm nodes have no namespaces.").height(8).span(12)
 
 
 # --- Tokens per joule and cost ----------------------------------------------------------
@@ -283,11 +293,13 @@ def _rule_panel(ctx: Ctx, title: str, description: str, unit: str, rule: str,
     per_model = by == "model"
     flt = ctx.rule_by_model_f if per_model else ctx.rule_ns_f
     scope = RULE_SCOPE.format(rule=rule, by=f"cluster and {'model' if per_model else 'namespace'}")
+    no_value = NO_ENGINE + ("" if per_model else " Per namespace it also needs Kubernetes pod "
+                            "attribution (goodput_gpu_pod_info).")
     return (timeseries.Panel().title(title)
             .description(description + scope + (NO_NAMESPACE if per_model else ""))
             .datasource(ctx.ds)
             .with_target(query(ctx, f"{rule}{{{flt}}}", _legend(by)))
-            .unit(unit).height(8).span(12))
+            .unit(unit).height(8).span(12).no_value(no_value))
 
 
 def tokens_per_joule(ctx: Ctx, by: str, rule: str) -> timeseries.Panel:

@@ -10,6 +10,8 @@ from grafana_foundation_sdk.models import dashboard as model
 from mixin import names as N
 from mixin.dashboards.common import (
     NEEDS_ENGINE_SCRAPE,
+    NO_ENGINE,
+    NO_ENGINE_ON_NODES,
     UIDS,
     Ctx,
     PanelBuilder,
@@ -55,7 +57,7 @@ def model_tokens(ctx: Ctx) -> timeseries.Panel:
         ctx, "Tokens/s by model", "short",
         (f"sum by (model) ({N.MODEL_TOKENS}{{{ctx.rule_by_model_f}}})", "{{model}}"),
         description="Prompt + generation tokens per second of each model, over every node "
-        f"({N.MODEL_TOKENS})." + EVERY_NODE)
+        f"({N.MODEL_TOKENS})." + EVERY_NODE, no_value=NO_ENGINE)
 
 
 def ttft(ctx: Ctx) -> timeseries.Panel:
@@ -75,7 +77,7 @@ def model_tokens_per_joule(ctx: Ctx) -> timeseries.Panel:
         ctx, "Tokens per joule by model", "short",
         (f"{N.MODEL_TOKENS_PER_JOULE}{{{ctx.rule_by_model_f}}}", "{{model}}"),
         description="Tokens per joule of board energy of the GPUs serving each model, per "
-        f"cluster ({N.MODEL_TOKENS_PER_JOULE})." + EVERY_NODE)
+        f"cluster ({N.MODEL_TOKENS_PER_JOULE})." + EVERY_NODE, no_value=NO_ENGINE)
 
 
 def model_gpus(ctx: Ctx) -> timeseries.Panel:
@@ -83,7 +85,7 @@ def model_gpus(ctx: Ctx) -> timeseries.Panel:
         ctx, "Serving GPUs by model", "none",
         (f"sum by (model) ({N.MODEL_GPUS}{{{ctx.rule_by_model_f}}})", "{{model}}"),
         description="GPUs that produced tokens for each model in the last 5 minutes "
-        f"({N.MODEL_GPUS})." + EVERY_NODE)
+        f"({N.MODEL_GPUS})." + EVERY_NODE, no_value=NO_ENGINE)
 
 
 # --- Throughput of the selected nodes' GPUs ---------------------------------------------
@@ -101,7 +103,7 @@ def tokens_vs_sm(ctx: Ctx) -> timeseries.Panel:
         (in_ns(f"{sm} / ({profiled} > 0) and on ({gk}) {_serving_gpus(ctx)}"),
          LINE + " SM active"),
         description="Tokens per second (left) against SM activity (right): SM activity "
-        "without tokens is work that produces nothing.",
+        "without tokens is work that produces nothing.", no_value=NO_ENGINE_ON_NODES,
     ).override_by_query("B", right_axis).span(24)
 
 
@@ -116,7 +118,7 @@ def tokens_per_sm_vs_median(ctx: Ctx) -> timeseries.Panel:
          "fleet median {{model}}"),
         description="Tokens per SM-active second of each GPU against the fleet median for its "
         "model (all clusters of this Prometheus). GPULowGoodputVsFleet fires below "
-        f"{share:g} times the median.")
+        f"{share:g} times the median.", no_value=NO_ENGINE_ON_NODES)
 
 
 def tokens_per_joule(ctx: Ctx) -> timeseries.Panel:
@@ -132,7 +134,7 @@ def tokens_per_joule(ctx: Ctx) -> timeseries.Panel:
         (in_ns(f"{watts}\n  / (sum by ({gk}) ({generated}) > 0)"),
          LINE + " J/generated token"),
         description="Tokens (prompt + generation) per joule of board energy per GPU and "
-        "model, and board joules per generated token.")
+        "model, and board joules per generated token.", no_value=NO_ENGINE_ON_NODES)
 
 
 # --- Queue, memory, model FLOPs ---------------------------------------------------------
@@ -145,7 +147,7 @@ def queue(ctx: Ctx) -> timeseries.Panel:
         (ctx.in_namespaces(f"sum by ({ctx.gk}, model, state) ({requests})"),
          LINE + " {{model}} {{state}}"),
         description="Requests waiting while the GPU is mostly idle mean a host-bound engine "
-        "(GPUHostBound).")
+        "(GPUHostBound).", no_value=NO_ENGINE_ON_NODES)
 
 
 def kv_cache(ctx: Ctx) -> timeseries.Panel:
@@ -155,7 +157,9 @@ def kv_cache(ctx: Ctx) -> timeseries.Panel:
         ctx, "KV cache usage", "percentunit",
         (ctx.in_namespaces(usage), LINE + " {{model}}"),
         description="Share of the engine's KV-cache blocks in use; near 1 the engine "
-                    "preempts or queues requests.").max(1)
+                    "preempts or queues requests.",
+        no_value=NO_ENGINE_ON_NODES + " Engines that report no KV-cache usage leave it "
+        "empty too.").max(1)
 
 
 def mfu(ctx: Ctx) -> timeseries.Panel:
@@ -198,5 +202,5 @@ def build(ctx: Ctx) -> dash.Dashboard:
     board = base(ctx, UIDS["serving"], "GPU goodput / Serving workload",
                  "Serving engines: per model across the fleet, then per GPU of the selected "
                  "nodes: tokens against SM activity, queue, KV cache, time to first token, "
-                 "model FLOPs utilisation.", node_from="goodput_gpu_tokens_total")
+                 "model FLOPs utilisation.", node_from="goodput_gpu_info")
     return with_rows(ctx, board, ROWS)
