@@ -179,6 +179,7 @@ def job_stragglers(ctx: Ctx) -> table.Panel:
     steps = {"mode": "absolute", "steps": [{"color": "green", "value": None},
                                            {"color": "red", "value": threshold}]}
     lead = "SM-active lead over peers"
+    job = ", ".join([ctx.cfg.labels.cluster, *ctx.q.job_labels])
     return (
         table.Panel().title("Job stragglers")
         .description(
@@ -192,7 +193,7 @@ def job_stragglers(ctx: Ctx) -> table.Panel:
             "namespace is selected.")
         .datasource(ctx.ds)
         .with_target(query(ctx, gap, ref="A", instant=True, table=True))
-        .with_target(query(ctx, f"{gap} * 0 + on ({ctx.q.job_by}) group_left () {waiting}",
+        .with_target(query(ctx, f"{gap} * 0 + on ({job}) group_left () {waiting}",
                            ref="B", instant=True, table=True))
         .with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(model.DataTransformerConfig(
