@@ -170,8 +170,8 @@ def mfu(ctx: Ctx) -> timeseries.Panel:
         description="Engine-estimated FLOPs over the GPU's peak, where the engine exports "
         "FLOPs (vLLM, SGLang) or the model's parameter count is configured "
         "(model.model_parameters).",
-        no_value="No data: the engines export no FLOPs estimate and no model parameter count "
-        "is configured.")
+        no_value=NO_ENGINE_ON_NODES + " With engines: they export no FLOPs estimate and no "
+        "model parameter count is configured.")
 
 
 def serving_targets(ctx: Ctx) -> table.Panel:
