@@ -137,7 +137,7 @@ def test_gpus_lost_waiting_sum_per_job(stack: tuple[Stack, float], plan: fleet.F
     # Every job's sum is its ranks' rates scaled alike: the live rate window still straddles
     # the end of the backfilled history, which lowers every rate by the same factor.
     ratios = [got[job] / value for job, value in want.items() if value > 0]
-    assert ratios and 0.5 < min(ratios)
+    assert ratios and min(ratios) > 0.5
     assert max(ratios) == pytest.approx(min(ratios), rel=0.02)
 
 
