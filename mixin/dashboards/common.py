@@ -77,7 +77,7 @@ class Ctx:
         """A legend written with the default label names, in the configured ones."""
         lb = self.cfg.labels
         for default, name in (("node", lb.node), ("gpu", lb.gpu), ("namespace", lb.namespace)):
-            text = text.replace(f"{{{{{default}}}}}", f"{{{{{name}}}}}")
+            text = text.replace("{{" + default + "}}", "{{" + name + "}}")
         return text
 
     def by_namespace(self, expr: str) -> str:
