@@ -64,3 +64,11 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert sum(len(_functions(p)) for p in SOURCES) > 100
     assert "goodput:gpu_utilization:ratio_rate5m" in _string_literals(ROOT / "mixin" /
                                                                        "names.py")
+
+
+def test_go_templates_are_written_as_they_read() -> None:
+    """Annotation and legend templates go through mixin.templates.fill or plain strings, never
+    f-strings with hand-doubled braces (`{{{{ $labels.gpu }}}}`)."""
+    doubled = [f"{path.relative_to(ROOT)}:{i}" for path in SOURCES
+               for i, line in enumerate(path.read_text().splitlines(), 1) if "{{{{" in line]
+    assert doubled == []
