@@ -39,6 +39,8 @@ class Labels(Strict):
     pod: str = "pod"
     container: str = "container"
     job_name: str = "job_name"
+    job_source: str = "job_source"
+    job_id: str = "job_id"
 
     @model_validator(mode="after")
     def _names(self) -> Labels:

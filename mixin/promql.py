@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from mixin import names as N
 from mixin.config import Config
 
 # Label names a selector matches on: `job="x", env=~"p.*"` -> job, env.
@@ -27,17 +28,23 @@ class PromQL:
         lb = cfg.labels
         self.cluster, self.node, self.gpu = lb.cluster, lb.node, lb.gpu
         self.pod_labels = [lb.namespace, lb.pod, lb.container, lb.job_name]
+        # The job key (goodput_gpu_job_info), whatever the job's source.
+        self.job_labels = [lb.job_source, lb.namespace, lb.job_id]
         # The labels that identify one GPU; every join between per-GPU series uses them.
         self.gpu_key = f"{lb.cluster}, {lb.node}, {lb.gpu}"
         self.node_key = f"{lb.cluster}, {lb.node}"
         # The labels the selector matches on survive every aggregation, so recorded series
         # still answer to the selector (job="gpu-goodput-exporter"); instance never does.
         target = [n for n in dict.fromkeys(_MATCHER.findall(cfg.selector))
-                  if n not in {"instance", lb.cluster, lb.node, lb.gpu, *self.pod_labels}]
+                  if n not in {"instance", lb.cluster, lb.node, lb.gpu, *self.pod_labels,
+                               *self.job_labels}]
         self.target = ", ".join([lb.cluster, *target])
         # Aggregation keys: one series per GPU / node, the target's identity summed away.
         self.gpu_by = f"{self.target}, {lb.node}, {lb.gpu}"
         self.node_by = f"{self.target}, {lb.node}"
+        # One series per job (on any node) / per GPU of a job.
+        self.job_by = ", ".join([self.target, *self.job_labels])
+        self.job_gpu_by = ", ".join([self.job_by, lb.node, lb.gpu])
 
     def s(self, metric: str, matchers: str = "") -> str:
         """``metric`` restricted to the exporter's series (the configured selector)."""
@@ -86,8 +93,8 @@ class PromQL:
         """The share of profiled time the SMs were active, per GPU, from two recorded series
         (no rule records it: one series per GPU saved of the 60-per-GPU budget,
         docs/scaling.md). Absent while profiling covered none of the window."""
-        return (f"({self.s('goodput:gpu_sm_active_seconds:rate5m')}\n"
-                f"  / ({self.s('goodput:gpu_profiled:ratio_rate5m')} > 0))")
+        return (f"({self.s(N.GPU_SM_ACTIVE)}\n"
+                f"  / ({self.s(N.GPU_PROFILED)} > 0))")
 
     def requests_waiting(self) -> str:
         """The time average of a GPU's queue over the rate window, summed over its engines;

@@ -3,6 +3,7 @@ panel query parses and returns data from a real Prometheus holding the simulated
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -150,6 +151,84 @@ def test_variable_queries_return_values(prom: tuple[PrometheusServer, float], pa
         assert [s for s in series if s["metric"].get(match[2])], var["name"]
 
 
+# --- a bare node: every panel that is empty says why ----------------------------------------
+
+# What a bare-metal node without engines, Kubernetes, job identity or --extended-metrics
+# lacks: the families (as the recording names them, counters without `_total`) it never has.
+BARE_PREFIXES = {
+    "no Kubernetes": ("goodput_gpu_pod_", "goodput_attribution_available"),
+    "no engine": ("goodput_gpu_tokens", "goodput_gpu_serving_", "goodput_gpu_kv_cache",
+                  "goodput_gpu_mfu", "goodput_gpu_joules_per_token", "goodput_serving_",
+                  "vllm:", "sglang:"),
+    "no job identity": ("goodput_gpu_job_", "goodput_job_"),
+}
+
+
+def _bare(family: str) -> bool:
+    optional = _optional_families()
+    return (family in optional or f"{family}_total" in optional
+            or any(family.startswith(p) for ps in BARE_PREFIXES.values() for p in ps))
+
+
+@pytest.fixture(scope="module")
+def bare_prom(tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[tuple[PrometheusServer, float]]:
+    end = float(int(time.time()))
+    with backfilled_prometheus(tmp_path_factory.mktemp("bare"), end, drop=_bare) as server:
+        yield server, end
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
+def test_empty_panels_say_why_on_a_bare_node(bare_prom: tuple[PrometheusServer, float],
+                                             path: Path) -> None:
+    """On a node without engines, Kubernetes, job identity and extended metrics, every panel
+    left without data shows a no-data text naming what it needs (issue #34)."""
+    server, end = bare_prom
+    assert not _query(server, "goodput_gpu_pod_info", end), "the bare node has pods"
+    assert _query(server, "goodput_gpu_info", end), "the bare node has no GPUs"
+    silent, empty = [], []
+    for panel in panels(load(path)):
+        if panel["type"] == "row":
+            continue
+        if any(_query(server, substitute(t["expr"]), end) for t in panel["targets"]):
+            continue
+        empty.append(panel["title"])
+        no_value = panel["fieldConfig"]["defaults"].get("noValue", "")
+        if not re.search(r"serving|engine|Kubernetes|pod|job|--extended-metrics|profiling|"
+                         r"scrape", no_value):
+            silent.append(f"{panel['title']}: {no_value!r}")
+    assert silent == []
+    assert empty, "the bare node left no panel empty: the test checks nothing"
+
+
+def test_job_stragglers_tell_no_job_from_no_straggler() -> None:
+    """Empty means no multi-GPU job is known (the no-data text says what identifies jobs);
+    a known job always has a row, its lead coloured from the alert's threshold."""
+    board = load(OUT / "goodput-fleet.json")
+    panel = next(p for p in panels(board) if p["title"] == "Job stragglers")
+    assert "No multi-GPU job known" in panel["fieldConfig"]["defaults"]["noValue"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    steps = [prop["value"]["steps"] for o in panel["fieldConfig"]["overrides"]
+             for prop in o["properties"] if prop["id"] == "thresholds"]
+    assert steps == [[{"color": "green"}, {"color": "red", "value": threshold}]]
+
+
+@pytest.mark.integration
+def test_job_stragglers_name_the_simulated_straggler(prom: tuple[PrometheusServer, float]
+                                                     ) -> None:
+    """The simulated node's job: GPU 2 works while GPU 5 waits on it."""
+    server, end = prom
+    expr = substitute(_target("goodput-fleet", "Job stragglers"))
+    rows = {s["metric"]["gpu"]: float(s["value"][1]) for s in _query(server, expr, end)}
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    assert set(rows) == {"2"} and rows["2"] >= threshold
+    hours = _query(server, substitute(_target("goodput-fleet", "GPU-hours lost waiting, by job")),
+                   end)
+    assert [s["metric"]["job_id"] for s in hours] == ["llama-train"]
+    assert float(hours[0]["value"][1]) > 0
+
+
 # --- Grafana dashboard-linter's rules, applied to every panel of every dashboard ----------
 
 RANGED = re.compile(r"\b(rate|irate|increase)\((?:[^()\[]|\([^()]*\))*\[([^\]]+)\]")
@@ -259,13 +338,15 @@ def test_every_panel_applies_the_filters_or_says_why_not(path: Path) -> None:
 # --- panels that are empty on a healthy install say why ------------------------------------
 
 
-def _optional_families() -> set[str]:
+@functools.cache
+def _optional_families() -> frozenset[str]:
     from exporter.collectors import REGISTRY
     from exporter.config import Settings
 
     settings = Settings(simulate=True)
-    return {fam.name for collector in REGISTRY for group in collector.families(settings)
-            for fam in group.families if not fam.default}
+    return frozenset(fam.name for collector in REGISTRY
+                     for group in collector.families(settings)
+                     for fam in group.families if not fam.default)
 
 
 @pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.stem)
@@ -412,10 +493,12 @@ def test_ttft_is_per_model_from_the_recorded_histogram(
 
 
 @pytest.mark.parametrize("board, node_metric", [("goodput-node", "goodput_gpu_info"),
-                                                ("goodput-serving", "goodput_gpu_tokens_total")])
+                                                ("goodput-serving", "goodput_gpu_info")])
 def test_per_gpu_boards_open_on_one_node(board: str, node_metric: str) -> None:
     """The boards that draw a line per GPU open on the first node, never All: with All they
-    would draw every GPU of the fleet (8-70 s a panel at 8,000 GPUs, docs/benchmarks.md)."""
+    would draw every GPU of the fleet (8-70 s a panel at 8,000 GPUs, docs/benchmarks.md).
+    The node list comes from a series every node has (issue #34): a node without engines is
+    listed, and its serving panels say why they are empty."""
     node = next(v for v in load(OUT / f"{board}.json")["templating"]["list"]
                 if v["name"] == "node")
     assert not node.get("includeAll") and "current" not in node

@@ -30,6 +30,7 @@ from bench.fleet.stack import (
     sharded,
 )
 from mixin.config import load as load_config
+from mixin.names import JOB_STRAGGLER, JOB_WAITING_GPUS
 from tests.test_dashboards import BOARDS, load, substitute, targets
 
 pytestmark = pytest.mark.integration
@@ -100,19 +101,44 @@ def test_alert_fires_for_exactly_the_injected_gpus(stack: tuple[Stack, float], p
 
 def test_straggler_rule_names_every_straggler_and_no_balanced_job(
         stack: tuple[Stack, float], plan: fleet.Fleet) -> None:
+    """Jobs known by Kubernetes, Slurm or a process tree alike (goodput_gpu_job_info): every
+    mild straggler (10 or 25 % more work per step) is named, no balanced rank is."""
     st, _ = stack
     threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
-    gaps = {s["metric"]["job_name"]: ((s["metric"]["node"], s["metric"]["gpu"]),
-                                      float(s["value"][1]))
-            for s in st.global_.query("goodput:job_straggler:gap_rate5m")}
+    gaps = {fleet.job_key(s["metric"]): ((s["metric"]["node"], s["metric"]["gpu"]),
+                                         float(s["value"][1]))
+            for s in st.global_.query(JOB_STRAGGLER)}
     assert set(gaps) == plan.straggler_jobs | plan.balanced_jobs
+    assert {source for source, _, _ in gaps} == set(fleet.JOB_SOURCES)
     named = {gpu for gpu, gap in gaps.values() if gap >= threshold}
     assert named == plan.stragglers
-    # Each straggler is on another node than the ranks waiting on it.
+    assert max(gap for job, (_, gap) in gaps.items() if job in plan.balanced_jobs) < 0.01
+    # A Kubernetes or Slurm job's straggler is on another node than ranks waiting on it.
     for job in plan.straggler_jobs:
         (node, _), _gap = gaps[job]
-        others = {g.node for g in plan.gpus if g.job_name == job and g.node != node}
-        assert others
+        others = {g.node for g in plan.gpus if g.job == job and g.node != node}
+        assert others or job[0] == "process"
+
+
+def test_gpus_lost_waiting_sum_per_job(stack: tuple[Stack, float], plan: fleet.Fleet) -> None:
+    """goodput:job_waiting_gpus:rate5m is the sum of the job's ranks' wait rates, every node
+    (and shard) of the job included; balanced jobs lose nothing, and a straggling job loses
+    (ranks - 1) x extra / (1 + extra) GPUs."""
+    st, _ = stack
+    got = {fleet.job_key(s["metric"]): float(s["value"][1])
+           for s in st.global_.query(JOB_WAITING_GPUS)}
+    want: dict[fleet.JobKey, float] = {}
+    for g in plan.gpus:
+        if g.job[0]:
+            want[g.job] = want.get(g.job, 0.0) + g.wait_rate
+    assert set(got) == set(want)
+    assert {job for job, value in got.items() if value > 0} == {
+        job for job, value in want.items() if value > 0}
+    # Every job's sum is its ranks' rates scaled alike: the live rate window still straddles
+    # the end of the backfilled history, which lowers every rate by the same factor.
+    ratios = [got[job] / value for job, value in want.items() if value > 0]
+    assert ratios and min(ratios) > 0.5
+    assert max(ratios) == pytest.approx(min(ratios), rel=0.02)
 
 
 def _home(board: str, expr: str) -> str:

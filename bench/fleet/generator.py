@@ -13,8 +13,10 @@ publishes; only the values repeat between GPUs of one archetype. What the simula
 cannot produce (serving tokens and queues, pod attribution, the engines' TTFT histograms) is
 derived from the same readings with the formulas of tests/support/sim_recording.py.
 
-The plan is deterministic: a workload mix, multi-node training jobs (balanced ones, and ones
-whose busiest rank - the straggler the others wait on in collectives - sits on another node),
+The plan is deterministic: a workload mix, multi-node training jobs whose identity comes from
+Kubernetes, Slurm or the node's process tree (goodput_gpu_job_info), balanced ones and ones with
+a mild straggler (a rank doing 10 or 25 % more work per step, on another node than most of the
+ranks waiting on it, which count the time they wait in goodput_gpu_job_wait_seconds_total),
 serving engines, and a few injected faults (hollow GPUs, allocated-idle notebooks, host-bound
 engines, thermal throttling, lost GPUs). :func:`expected_alerts` says which GPU should raise
 which alert, so a test can demand exactly that firing set.
@@ -80,7 +82,6 @@ _WORKLOADS = {w.name: w for w in patterns.NODE}
 ARCHETYPES = {a.name: a for a in (
     Archetype("idle", _WORKLOADS["idle"], "none"),
     Archetype("train", _WORKLOADS["compute_gemm"], "train"),
-    Archetype("train_wait", _WORKLOADS["collective_wait"], "train"),  # waits on a slower rank
     Archetype("serve", _WORKLOADS["memory_decode"], "serve"),
     Archetype("host_bound", _WORKLOADS["host_bound"], "serve", waiting=6.0),
     Archetype("hollow", _WORKLOADS["launch_bound"], "notebook"),
@@ -100,6 +101,16 @@ FAULT_ALERTS = {
 
 # --- the plan ---------------------------------------------------------------------------------
 
+JobKey = tuple[str, str, str]
+# Where each training job's identity comes from, in turn; a process-tree job is one node's.
+JOB_SOURCES = ("kubernetes", "slurm", "process")
+# How much more work per step a straggler does than its peers, in turn (measured on an H200
+# pair: SM-active gap 0.11 at 10 %, 0.24 at 25 %; the rule's threshold is 0.05).
+STRAGGLER_EXTRA = (0.10, 0.25)
+# Balanced ranks differ by a hair (0.003 measured on a balanced pair): never a straggler.
+BALANCED_JITTER = 0.003
+
+
 @dataclass
 class Gpu:
     node: str
@@ -108,7 +119,10 @@ class Gpu:
     phase: int  # steps into the archetype's trace
     namespace: str = ""
     pod: str = ""
-    job_name: str = ""
+    job_name: str = ""  # the pod's job label (Kubernetes jobs)
+    job: JobKey = ("", "", "")  # (job_source, namespace, job_id) on goodput_gpu_job_info
+    sm_scale: float = 1.0  # SM-active time relative to the archetype's (less work per step)
+    wait_rate: float = 0.0  # seconds waited on the job's peers per second
     model: str = ""
     engine: str = ""
     tokens_per_sm_second: float = 0.0
@@ -124,8 +138,8 @@ class Fleet:
     nodes: list[str]
     gpus: list[Gpu]
     stragglers: set[tuple[str, str]] = field(default_factory=set)  # (node, gpu)
-    balanced_jobs: set[str] = field(default_factory=set)
-    straggler_jobs: set[str] = field(default_factory=set)
+    balanced_jobs: set[JobKey] = field(default_factory=set)
+    straggler_jobs: set[JobKey] = field(default_factory=set)
 
     def by_node(self) -> dict[str, list[Gpu]]:
         out: dict[str, list[Gpu]] = defaultdict(list)
@@ -140,8 +154,8 @@ def node_name(i: int) -> str:
 
 def plan(nodes: int = 1000, gpus: int = 8, seed: int = 27, faults_per_1000: int = 2) -> Fleet:
     """Half the nodes train (jobs of 2 to 4 whole nodes), half serve or host notebooks.
-    Every fourth job has a straggler: its ranks wait (train_wait) on one rank on its last
-    node (train). Faults: ``faults_per_1000`` GPUs of each kind per 1,000 nodes, at least 1."""
+    Every fourth job has a mild straggler on its last node (_train). Faults:
+    ``faults_per_1000`` GPUs of each kind per 1,000 nodes, at least 1."""
     rng = random.Random(seed)
     names = [node_name(i) for i in range(nodes)]
     fleet = Fleet(names, [])
@@ -155,19 +169,8 @@ def plan(nodes: int = 1000, gpus: int = 8, seed: int = 27, faults_per_1000: int 
         size = min(rng.choice((2, 3, 4)), len(training) - i)
         if size < 2:
             break
-        members = training[i: i + size]
-        jname = f"train-{job:04d}"
-        straggler = job % 4 == 1
-        (fleet.straggler_jobs if straggler else fleet.balanced_jobs).add(jname)
-        for r, n in enumerate(members):
-            for g in per_node[n]:
-                g.archetype = "train_wait" if straggler else "train"
-                g.namespace, g.job_name = "training", jname
-                g.pod = f"{jname}-rank-{r * gpus + g.index}"
-        if straggler:
-            slow = per_node[members[-1]][rng.randrange(gpus)]
-            slow.archetype = "train"
-            fleet.stragglers.add((slow.node, str(slow.index)))
+        _train(fleet, job, [per_node[n] for n in training[i: i + size]],
+               rng.randrange(TRACE_STEPS), rng)
         i += size
         job += 1
     for k, n in enumerate(serving):
@@ -194,6 +197,40 @@ def plan(nodes: int = 1000, gpus: int = 8, seed: int = 27, faults_per_1000: int 
     for n in names:
         fleet.gpus.extend(per_node[n])
     return fleet
+
+
+def _train(fleet: Fleet, job: int, nodes: list[list[Gpu]], phase: int,
+           rng: random.Random) -> None:
+    """One training job over whole ``nodes``, its ranks in step (one phase). Every fourth job
+    has a mild straggler on its last node: the other ranks do 1 / (1 + extra) of its work
+    per step and wait the rest (goodput_gpu_job_wait_seconds_total)."""
+    name, source = f"train-{job:04d}", JOB_SOURCES[job % len(JOB_SOURCES)]
+    straggler = job % 4 == 1
+    extra = STRAGGLER_EXTRA[(job // 4) % len(STRAGGLER_EXTRA)] if straggler else 0.0
+    keys: list[JobKey] = []
+    for r, gpus in enumerate(nodes):
+        key: JobKey = {"kubernetes": ("kubernetes", "training", name),
+                       "slurm": ("slurm", "", str(40000 + job))}.get(
+            source, ("process", "", f"{gpus[0].node}/{1000 + job}"))
+        keys.append(key)
+        for g in gpus:
+            g.archetype, g.phase, g.job = "train", phase, key
+            g.sm_scale = (1 - BALANCED_JITTER * (g.index % 2)) / (1 + extra)
+            g.wait_rate = extra / (1 + extra)
+            if source == "kubernetes":
+                g.namespace, g.job_name = "training", name
+                g.pod = f"{name}-rank-{r * len(gpus) + g.index}"
+    if straggler:
+        slow = nodes[-1][rng.randrange(len(nodes[-1]))]
+        slow.sm_scale, slow.wait_rate = 1.0, 0.0
+        fleet.stragglers.add((slow.node, str(slow.index)))
+        fleet.straggler_jobs.add(slow.job)
+    fleet.balanced_jobs.update(set(keys) - fleet.straggler_jobs)
+
+
+def job_key(labels: dict[str, str]) -> JobKey:
+    """The job key of a series' labels (an empty namespace is an absent one)."""
+    return (labels.get("job_source", ""), labels.get("namespace", ""), labels.get("job_id", ""))
 
 
 def expected_alerts(fleet: Fleet) -> dict[str, set[tuple[str, str]]]:
@@ -328,6 +365,12 @@ def _synthesise(traces: Traces, extended: bool) -> None:
         if not up[-1]:
             own.append(Series("goodput_gpu_xid_errors", "counter", "goodput_gpu_xid_errors_total",
                               (("xid", "79"),), [1.0] * TRACE_STEPS, True))
+        if arch.role == "train":
+            key = {"job_source": "{job_source}", "namespace": "{job_namespace}",
+                   "job_id": "{job_id}"}
+            gauge("goodput_gpu_job_info", key, [1.0] * TRACE_STEPS)
+            # One second a second: the replay scales it by the GPU's wait_rate.
+            counter("goodput_gpu_job_wait_seconds", key, [1.0] * TRACE_STEPS)
         if arch.role != "none":
             pod = {"namespace": "{namespace}", "pod": "{pod}", "container": "main"}
             gauge("goodput_gpu_pod_info", {**pod, "job_name": "{job_name}"}, [1.0] * TRACE_STEPS)
@@ -365,6 +408,11 @@ def _synthesise(traces: Traces, extended: bool) -> None:
 # exponent each is multiplied by.
 _SCALED = {"goodput_gpu_tokens_total": 1, "goodput_gpu_tokens_per_sm_second": 1,
            "goodput_gpu_joules_per_token": -1}
+# Series that scale with a training rank's share of the work, or its waiting.
+_PER_RANK: dict[str, Callable[[Gpu], float]] = {
+    "goodput_gpu_sm_active_seconds_total": lambda g: g.sm_scale,
+    "goodput_gpu_job_wait_seconds_total": lambda g: g.wait_rate,
+}
 ORIGIN = 1000 * TRACE_STEPS  # the timeline's step 0 (far from the counters' start)
 
 
@@ -407,12 +455,16 @@ class Replay:
             yield s, f'{s.sample}{{{labels},node="{node}",{target}}}', 0, 1.0
         for g in self._gpus[node]:
             fill = {"uuid": g.uuid, "namespace": g.namespace, "pod": g.pod,
-                    "job_name": g.job_name, "model": g.model, "engine": g.engine}
+                    "job_name": g.job_name, "model": g.model, "engine": g.engine,
+                    "job_source": g.job[0], "job_namespace": g.job[1], "job_id": g.job[2]}
             for s in self.traces.gpu[g.archetype]:
+                if s.family.startswith("goodput_gpu_pod_") and not g.pod:
+                    continue  # a Slurm or process-tree job: no pod
                 labels = "".join(f'{k}="{v.format(**fill) if "{" in v else v}",'
                                  for k, v in s.labels)
                 power = _SCALED.get(s.sample, 0)
                 scale = g.tokens_per_sm_second ** power if g.tokens_per_sm_second else 1.0
+                scale *= _PER_RANK[s.sample](g) if s.sample in _PER_RANK else 1.0
                 yield (s, f'{s.sample}{{{labels}gpu="{g.index}",node="{node}",{target}}}',
                        g.phase, scale)
         for g in self._gpus[node]:

@@ -37,6 +37,7 @@ from bench.fleet.stack import (
     watch_groups,
 )
 from mixin.config import load as load_config
+from mixin.names import JOB_STRAGGLER
 
 
 def _gpus(result: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -58,9 +59,9 @@ def verdicts(st: Stack, plan: fleet.Fleet) -> dict[str, Any]:
                                      "false_positives": len(fired - want),
                                      "missed": len(want - fired)}
     threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
-    gaps = {s["metric"]["job_name"]: ((s["metric"]["node"], s["metric"]["gpu"]),
-                                      float(s["value"][1]))
-            for s in st.global_.query("goodput:job_straggler:gap_rate5m")}
+    gaps = {fleet.job_key(s["metric"]): ((s["metric"]["node"], s["metric"]["gpu"]),
+                                         float(s["value"][1]))
+            for s in st.global_.query(JOB_STRAGGLER)}
     named = {gpu for gpu, gap in gaps.values() if gap >= threshold}
     balanced_named = {job for job, (_, gap) in gaps.items()
                       if job in plan.balanced_jobs and gap >= threshold}

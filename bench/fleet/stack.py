@@ -42,7 +42,8 @@ SHARD_PREFIX = "goodput.shard."
 GLOBAL_PREFIX = "goodput.global."
 # What the global Prometheus federates: every recorded series, and the raw series the global
 # rules and the fleet dashboard join on (about 3 per GPU).
-FEDERATED_RAW = ("goodput_gpu_info", "goodput_gpu_pod_info", "goodput_gpu_regime",
+FEDERATED_RAW = ("goodput_gpu_info", "goodput_gpu_pod_info", "goodput_gpu_job_info",
+                 "goodput_job_straggler", "goodput_gpu_regime",
                  "goodput_gpu_busy_unproductive", "goodput_exporter_build_info")
 FEDERATE = ['{__name__=~"goodput:.+"}', f'{{__name__=~"{"|".join(FEDERATED_RAW)}"}}']
 

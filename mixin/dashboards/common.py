@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
@@ -75,7 +77,7 @@ class Ctx:
         """A legend written with the default label names, in the configured ones."""
         lb = self.cfg.labels
         for default, name in (("node", lb.node), ("gpu", lb.gpu), ("namespace", lb.namespace)):
-            text = text.replace(f"{{{{{default}}}}}", f"{{{{{name}}}}}")
+            text = text.replace("{{" + default + "}}", "{{" + name + "}}")
         return text
 
     def by_namespace(self, expr: str) -> str:
@@ -112,6 +114,17 @@ def series(ctx: Ctx, title: str, unit: str, *targets: tuple[str, str], descripti
 # Why a panel can be empty on a healthy install; shown in the panel (Grafana's noValue).
 NEEDS_EXTENDED = ("No data: needs --extended-metrics on the exporter "
                   "(Helm: exporter.extendedMetrics=true).")
+NO_ENGINE = ("No data: no serving engine in scope. Tokens come from the engines the exporters "
+             "scrape (Helm: serving.targets or serving.discovery).")
+NO_ENGINE_ON_NODES = ("No data: no serving engine on the selected nodes' GPUs (Helm: "
+                      "serving.targets or serving.discovery). Pick a node that serves a model.")
+NO_KUBERNETES = ("No data: needs Kubernetes pod attribution (goodput_gpu_pod_info from the "
+                 "kubelet); bare-metal and Slurm nodes have no namespaces.")
+NO_PROFILING = ("No data: no GPU in scope has a profiling source for SM activity (GPM on "
+                "Hopper and newer, or DCGM).")
+NO_JOBS = ("No multi-GPU job known: needs job identity (goodput_gpu_job_info: a Kubernetes pod "
+           "job label, a Slurm, torchrun or MPI job, or a process tree) with two GPUs or "
+           "more, and the global rule group goodput.global.job.")
 NEEDS_ENGINE_SCRAPE = ("No data: Prometheus must scrape the vLLM/SGLang pods themselves "
                        "(e.g. a PodMonitor on the engines); the exporter does not re-export "
                        "their histograms.")
@@ -191,6 +204,19 @@ def base(ctx: Ctx, uid: str, title: str, description: str,
             .keep_time(True)
         )
     )
+    return board
+
+
+PanelBuilder = Callable[[Ctx], Builder[model.Panel]]
+
+
+def with_rows(ctx: Ctx, board: dash.Dashboard,
+              rows: list[tuple[str, list[PanelBuilder]]]) -> dash.Dashboard:
+    """``board`` with each row and the panels its builders make, in order."""
+    for title, panels in rows:
+        board.with_row(dash.Row(title))
+        for panel in panels:
+            board.with_panel(panel(ctx))
     return board
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,20 @@ def rule_levels(path: Path = RULES) -> list[list[dict[str, Any]]]:
     return levels(rules)
 
 
+def without_families(text: str, drop: Callable[[str], bool]) -> str:
+    """OpenMetrics ``text`` without the families ``drop`` is true for (families are
+    contiguous, each starting at its `# TYPE` line)."""
+    out, keep = [], True
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# TYPE "):
+            keep = not drop(line.split()[2])
+        elif line.startswith("# EOF"):
+            keep = True
+        if keep:
+            out.append(line)
+    return "".join(out)
+
+
 def _run(*argv: str) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
@@ -39,13 +53,16 @@ def _run(*argv: str) -> None:
 
 
 @contextmanager
-def backfilled_prometheus(workdir: Path, end: float,
-                          duration: float = 1800.0) -> Iterator[PrometheusServer]:
+def backfilled_prometheus(workdir: Path, end: float, duration: float = 1800.0,
+                          drop: Callable[[str], bool] | None = None
+                          ) -> Iterator[PrometheusServer]:
+    """``drop`` leaves out the families it is true for: a node without some source."""
     promtool = require("promtool")
     data = workdir / "data"
     workdir.mkdir(parents=True, exist_ok=True)
     capture = workdir / "sim.om"
-    capture.write_text(record(end=end, duration=duration))
+    text = record(end=end, duration=duration)
+    capture.write_text(without_families(text, drop) if drop else text)
     _run(promtool, "tsdb", "create-blocks-from", "openmetrics", str(capture), str(data))
     start = int(end - duration)
     for i, rules in enumerate(rule_levels()):

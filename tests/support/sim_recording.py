@@ -43,6 +43,7 @@ TENANTS: dict[str, tuple[str, str, str, str, float]] = {
 # Pods that are ranks of one job (job_name from the pod's job label): GPU 2 works while
 # GPU 5's kernels barely fill the SMs, the shape of a straggler and a rank waiting on it.
 JOBS: dict[str, str] = {"2": "llama-train", "5": "llama-train"}
+STRAGGLER = "2"
 # A second pod on gpu 1: a shared GPU has one goodput_gpu_pod_info series per pod.
 SHARED: dict[str, tuple[str, str]] = {"1": ("research", "notebook-1")}
 # What Prometheus adds on scrape; the mixin's default selector is job="gpu-goodput-exporter".
@@ -185,7 +186,22 @@ class _Synthetic:
                                                      "job_name": JOBS.get(gpu, "")},
                             ts, 1.0)
             self._device(ts, dt, base, v)
+        self._jobs(ts, dt)
         self._targets(ts)
+
+    def _jobs(self, ts: float, dt: float) -> None:
+        """The job identity of the job's ranks (goodput_gpu_job_info, from the pods' job
+        label), the straggler the node's model names (GPU 2) and the time GPU 5 waits on
+        it (goodput_gpu_job_wait_seconds_total)."""
+        for gpu, job in sorted(JOBS.items()):
+            key = {"job_source": "kubernetes", "namespace": TENANTS[gpu][0], "job_id": job}
+            self._gauge("goodput_gpu_job_info", {"gpu": gpu, "node": self.node, **key}, ts, 1.0)
+            if gpu == STRAGGLER:
+                self._gauge("goodput_job_straggler", {"gpu": gpu, "node": self.node, **key},
+                            ts, 1.0)
+            else:
+                self._counter("goodput_gpu_job_wait_seconds",
+                              {"gpu": gpu, "node": self.node, **key}, ts, 0.6 * dt)
 
     def _targets(self, ts: float) -> None:
         seen = set()

@@ -1,0 +1,135 @@
+"""Efficiency alerts: a GPU busy without doing work, busy without output, held but idle,
+waiting on its host; a job's straggler; a GPU far below the fleet for its model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixin import names as N
+from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_value
+from mixin.templates import fill
+
+
+def busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
+    """Copies (transfer_bound) and ranks waiting in collectives (comm_wait) also show kernel
+    time without SM work, but they are the job's transfers, not hollow kernels."""
+    name, util, gpu_key = "GPUBusyButUnproductive", c.rec(N.GPU_UTILIZATION), c.q.gpu_key
+    moving = c.rec(N.GPU_REGIME, 'regime=~"transfer_bound|comm_wait"')
+    expr = (f"{util} >= {c.th(name, 'min_utilization')}\n  and on ({gpu_key})\n"
+            f"  {c.q.sm_active_ratio()} < {c.th(name, 'max_sm_share')} * {util}\n"
+            f"  unless on ({gpu_key})\n  ({moving} > 0.5)")
+    sm_share = query_value(f"{N.GPU_SM_ACTIVE}{GPU_MATCH} / {N.GPU_PROFILED}{GPU_MATCH}",
+                           "humanizePercentage", selectors=2)
+    return c.alert(
+        name, c.q.with_pods(expr),
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} looks busy but its SMs are nearly idle",
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} had a kernel running "
+               "{{ $value | humanizePercentage }} of the time over ${rate}, but its SMs were "
+               "active only ${sm} of the time: utilisation is hollow (tiny kernels, launch or "
+               "sync bound).", sm=sm_share))
+
+
+def busy_no_output(c: AlertCtx) -> dict[str, Any]:
+    name = "GPUBusyNoOutput"
+    tokens = f"sum by ({c.q.gpu_by}) ({c.rec(N.GPU_TOKENS)})"
+    expr = (f"{c.rec(N.GPU_UTILIZATION)} >= {c.th(name, 'min_utilization')}\n"
+            f"  and on ({c.q.gpu_key})\n  ({tokens} < {c.th(name, 'max_tokens_per_second')})")
+    produced = query_value(f"sum({N.GPU_TOKENS}{GPU_MATCH})", 'printf "%.2f"')
+    return c.alert(
+        name, c.q.with_pods(expr),
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} is busy but its serving engine produces "
+        "almost no tokens",
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} ran kernels "
+               "{{ $value | humanizePercentage }} of the time over ${rate} while the serving "
+               "engine attached to it produced ${tokens} tokens/s.", tokens=produced))
+
+
+def allocated_idle(c: AlertCtx) -> dict[str, Any]:
+    name = "GPUAllocatedIdle"
+    held = f"{c.q.s('goodput_gpu_processes')} > 0 or {c.q.s('goodput_gpu_pod_info')}"
+    expr = (f"{c.rec(N.GPU_UTILIZATION)} < {c.th(name, 'max_utilization')}\n"
+            f"  and on ({c.q.gpu_key})\n  ({held})")
+    return c.alert(
+        name, c.q.with_pods(expr),
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} is allocated but idle",
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} is held by a process or pod "
+               "but ran kernels only {{ $value | humanizePercentage }} of the time over "
+               "${rate}."))
+
+
+def host_bound(c: AlertCtx) -> dict[str, Any]:
+    name = "GPUHostBound"
+    expr = (f"{c.q.requests_waiting()} >= {c.th(name, 'min_waiting_requests')}"
+            f"\n  and on ({c.q.gpu_key})\n"
+            f"  {c.rec(N.GPU_UTILIZATION)} < {c.th(name, 'max_utilization')}")
+    util = query_value(f"{N.GPU_UTILIZATION}{GPU_MATCH}", "humanizePercentage")
+    return c.alert(
+        name, c.q.with_pods(expr),
+        "Requests wait on GPU {{ $labels.gpu }} on {{ $labels.node }} while it is mostly idle",
+        c.text('On average {{ $value | printf "%.1f" }} requests waited in the queue of the '
+               "engine on GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} over ${rate}, yet "
+               "the GPU ran kernels only ${util} of the time: the host side (scheduler, "
+               "tokenizer, input pipeline) is the bottleneck.", util=util))
+
+
+JOB = ("job {{ $labels.job_id }} ({{ $labels.job_source }}{{ with $labels.namespace }}, "
+       "namespace {{ . }}{{ end }})")
+
+
+def _waited_share(c: AlertCtx) -> str:
+    """A template giving the share of the job's GPU time lost waiting on its peers: the job's
+    GPUs lost waiting over the GPUs of the job (each counted once, whichever exporter pods
+    report it)."""
+    lb = c.cfg.labels
+    job = f"{lb.cluster}=%q,{lb.job_source}=%q,{lb.namespace}=%q,{lb.job_id}=%q"
+    query = (f"sum({N.JOB_WAITING_GPUS}{{{job}}}) / count(group by ({lb.node}, {lb.gpu}) "
+             f"(goodput_gpu_job_info{{{job}}}))")
+    args = " ".join(["$labels.cluster $labels.job_source $labels.namespace $labels.job_id"] * 2)
+    return fill('{{ with printf "${query}" ${args} | query }}The job\'s GPUs lost '
+                "{{ . | first | value | humanizePercentage }} of their time waiting on their "
+                "peers.{{ else }}No exporter of the job estimates its waiting time.{{ end }}",
+                query=query, args=args)
+
+
+def job_straggler(c: AlertCtx) -> dict[str, Any]:
+    """The SM comparison across nodes (the recorded gap), or the node's own model naming the
+    GPU (goodput_job_straggler: it also sees collective traffic and host stalls) for the
+    whole `for`."""
+    name, key, gap = "GPUJobStraggler", c.q.job_gpu_by, c.rec(N.JOB_STRAGGLER)
+    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
+    expr = (f"{gap} >= {c.th(name, 'min_sm_active_gap')}\n"
+            f"or on ({key})\n  ({gap}\n    and on ({key})\n    {named})")
+    return c.alert(
+        name, expr,
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} holds back " + JOB,
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }} holds back ${job}: over ${rate} "
+               "its SMs were busy {{ $value | humanizePercentage }} more of the time than the "
+               "average of the job's other GPUs (negative when it stalls on its host and its "
+               "node names it), and they wait for it in collectives. ${waited} Look for a "
+               "slow or throttled GPU, an uneven shard, a slow input pipeline or a noisy "
+               "neighbour on that node.", job=JOB, waited=_waited_share(c)))
+
+
+def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
+    name, by_model = "GPULowGoodputVsFleet", f"{c.q.target}, model"
+    expr = (f"{c.rec(N.GPU_TOKENS_PER_SM)}\n  < on ({by_model}) group_left ()\n"
+            f"  ({c.th(name, 'max_share_of_median')} * {c.rec(N.MODEL_TOKENS_PER_SM_MEDIAN)})\n"
+            f"and on ({by_model})\n"
+            f"  ({c.rec(N.MODEL_GPUS)} >= {c.th(name, 'min_fleet_gpus')})")
+    median = ('{{ with printf "${median}{CLUSTER=%q,model=%q}" $labels.cluster $labels.model'
+              ' | query }}{{ . | first | value | printf "%.1f" }}{{ end }}')
+    return c.alert(
+        name, expr,
+        "GPU {{ $labels.gpu }} on {{ $labels.node }} makes far fewer tokens per SM-second than "
+        "the fleet for {{ $labels.model }}",
+        c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pods} produced "
+               '{{ $value | printf "%.1f" }} {{ $labels.model }} tokens per SM-second over '
+               "${rate}; the fleet median for that model is " + median + ".",
+               median=N.MODEL_TOKENS_PER_SM_MEDIAN))
+
+
+# Per GPU: every shard evaluates them for its own nodes.
+SHARD_EFFICIENCY: list[AlertBuilder] = [busy_but_unproductive, busy_no_output, allocated_idle,
+                                        host_bound]
+# The straggler and the fleet median need every node: global (docs/scaling.md).
+GLOBAL_EFFICIENCY: list[AlertBuilder] = [job_straggler, low_goodput_vs_fleet]

@@ -1,0 +1,48 @@
+"""Every recorded series' name, spelled once: the rules record them under these names, the
+alerts, the dashboards and the descriptions read them through these constants, so renaming a
+rule is one edit and a typo is an ImportError rather than an empty panel.
+
+Naming: goodput:<level>_<quantity>:<operation>, level = gpu | node | namespace | model | job
+| cluster. The `rate5m`/`increase10m` suffixes stay whatever windows the configuration sets.
+"""
+
+from __future__ import annotations
+
+# Per GPU (goodput.shard.gpu).
+GPU_UTILIZATION = "goodput:gpu_utilization:ratio_rate5m"
+GPU_PROFILED = "goodput:gpu_profiled:ratio_rate5m"
+GPU_SM_ACTIVE = "goodput:gpu_sm_active_seconds:rate5m"
+GPU_HOLLOW = "goodput:gpu_hollow_utilization:ratio_rate5m"
+GPU_POWER = "goodput:gpu_power:watts_rate5m"
+GPU_TOKENS = "goodput:gpu_tokens:rate5m"
+GPU_MODEL_INFO = "goodput:gpu_model:info"
+GPU_REGIME = "goodput:gpu_regime:ratio_rate5m"
+GPU_TOKENS_PER_SM = "goodput:gpu_tokens_per_sm_second:ratio_rate5m"
+GPU_THROTTLED = "goodput:gpu_throttled:ratio_rate5m"
+GPU_POWER_BRAKE = "goodput:gpu_power_brake:ratio_rate5m"
+GPU_XID = "goodput:gpu_xid_errors:increase10m"
+
+# Per node and scrape target (goodput.shard.node, goodput.shard.serving).
+EXPORTER_NODE = "goodput:exporter_node:info"
+REGIME_GPUS = "goodput:regime_gpus:sum"
+NODE_JOB_WAITING_GPUS = "goodput:node_job_waiting_gpus:rate5m"
+MODEL_TTFT_BUCKET = "goodput:model_ttft_seconds_bucket:rate5m"
+
+# Fleet-wide (goodput.global.fleet).
+PRICE = "goodput:gpu_hour_price_dollars"
+NAMESPACE_HOLLOW = "goodput:namespace_hollow_utilization:ratio_avg_rate5m"
+NAMESPACE_TOKENS = "goodput:namespace_tokens:rate5m"
+NAMESPACE_TOKENS_PER_JOULE = "goodput:namespace_tokens_per_joule:ratio_rate5m"
+NAMESPACE_COST = "goodput:namespace_cost_per_million_tokens:dollars_rate5m"
+NAMESPACE_ALLOCATED_IDLE = "goodput:namespace_allocated_idle_gpus:sum"
+CLUSTER_REGIME_GPUS = "goodput:cluster_regime_gpus:sum"
+MODEL_TOKENS = "goodput:model_tokens:rate5m"
+MODEL_TOKENS_PER_JOULE = "goodput:model_tokens_per_joule:ratio_rate5m"
+MODEL_COST = "goodput:model_cost_per_million_tokens:dollars_rate5m"
+MODEL_TOKENS_PER_SM_MEDIAN = "goodput:model_tokens_per_sm_second:median_rate5m"
+MODEL_GPUS = "goodput:model_gpus:count"
+
+# Training jobs (goodput.global.job).
+JOB_GPU_SM_ACTIVE = "goodput:job_gpu_sm_active:ratio_rate5m"
+JOB_STRAGGLER = "goodput:job_straggler:gap_rate5m"
+JOB_WAITING_GPUS = "goodput:job_waiting_gpus:rate5m"
