@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
 import structlog
@@ -16,6 +15,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from exporter import __version__, webconfig
+from exporter.collectors.base import Flag
 from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
@@ -26,24 +26,6 @@ from exporter.sources.nvml_session import NvmlUnavailable
 EXIT_USAGE = 2
 
 
-@dataclass(frozen=True)
-class Flag:
-    """A command-line spelling of one settings key. Help, default, type and choices come
-    from the key's field in the schema (``exporter/config.py``), so they cannot drift."""
-
-    flag: str
-    key: str
-    """Dotted settings path, e.g. ``kubernetes.interval``."""
-    metavar: str | None = None
-    group: str = ""
-    negate: bool = False
-    """A ``--no-...`` flag that sets a default-on boolean to false."""
-
-
-SERVING = "serving engines (docs/serving.md)"
-PROFILING = "profiling counters (docs/profiling.md)"
-KUBERNETES = "kubernetes attribution (docs/kubernetes.md)"
-
 FLAGS: tuple[Flag, ...] = (
     Flag("--listen", "listen", "HOST:PORT"),
     Flag("--simulate", "simulate"),
@@ -52,26 +34,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--node-name", "node_name", "NAME"),
     Flag("--log-format", "log_format"),
     Flag("--log-level", "log_level"),
-    Flag("--profiling", "profiling.mode"),
     Flag("--extended-metrics", "extended_metrics"),
     Flag("--no-debug-state", "debug_state", negate=True),
-    Flag("--serving-target", "serving.extra_targets", "URL", SERVING),
-    Flag("--discover-serving-pods", "serving.discover_pods", group=SERVING),
-    Flag("--dcgm-host-engine", "profiling.dcgm_host_engine", "ADDR", PROFILING),
-    Flag("--dcgm-exporter-url", "profiling.dcgm_exporter_url", "URL", PROFILING),
-    Flag("--dcgm-bindings-path", "profiling.dcgm_bindings_path", "DIR", PROFILING),
-    Flag("--kubernetes", "kubernetes.enabled", group=KUBERNETES),
-    Flag("--kubelet-socket", "kubernetes.kubelet_socket", "PATH", KUBERNETES),
-    Flag("--kubelet-interval", "kubernetes.interval", "SECONDS", KUBERNETES),
-    Flag("--kubernetes-resource-name", "kubernetes.resource_names", "NAME", KUBERNETES),
-    Flag("--kubernetes-labels-on-every-series", "kubernetes.labels_on_every_series",
-         group=KUBERNETES),
-    Flag("--kubernetes-namespace-label", "kubernetes.namespace_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-pod-label", "kubernetes.pod_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-container-label", "kubernetes.container_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-pod-labels", "kubernetes.pod_labels", group=KUBERNETES),
-    Flag("--proc-root", "kubernetes.proc_root", "PATH", KUBERNETES),
 )
+"""The daemon's own flags (keys of ``CoreSettings``); each collector declares its own
+(``Collector.flags``, keys of its section) and :func:`parser` adds them in its group."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,14 +61,23 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic-auth settings in the format of Prometheus's exporter-toolkit",
     )
-    groups: dict[str, Any] = {"": p}
     for flag in FLAGS:
-        if flag.group not in groups:
-            groups[flag.group] = p.add_argument_group(flag.group)
-        _add_flag(groups[flag.group], flag)
+        _add_flag(p, flag, "")
+    add_section_flags(p)
     add_collector_flags(p)
     _name_env_vars(p)
     return p
+
+
+def add_section_flags(p: argparse.ArgumentParser) -> None:
+    """Every collector's flags, in one group per collector, keys under its section."""
+    from exporter.collectors import REGISTRY
+
+    for c in REGISTRY:
+        if c.flags:
+            group = p.add_argument_group(c.flag_group or c.name)
+            for flag in c.flags:
+                _add_flag(group, flag, c.section)
 
 
 def _field(key: str) -> FieldInfo:
@@ -113,13 +89,14 @@ def _field(key: str) -> FieldInfo:
     return info
 
 
-def _add_flag(group: Any, flag: Flag) -> None:
-    """One flag, typed and documented from its settings field."""
-    info = _field(flag.key)
+def _add_flag(group: Any, flag: Flag, section: str) -> None:
+    """One flag, typed and documented from its settings field (``section.key``)."""
+    key = f"{section}.{flag.key}" if section else flag.key
+    info = _field(key)
     kind = info.annotation
     text = " ".join((info.description or "").replace("``", "").split()).replace("%", "%%")
     text = text.rstrip(".")
-    kw: dict[str, Any] = {"dest": flag.key.replace(".", "__"), "help": text}
+    kw: dict[str, Any] = {"dest": key.replace(".", "__"), "help": text}
     if flag.negate:
         kw.update(action="store_false", help=f"do not {text[:1].lower()}{text[1:]}")
     elif kind is bool:

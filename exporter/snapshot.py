@@ -210,6 +210,13 @@ class SnapshotStore:
             self._current = replace(self._current, ready_reason="")
         self._listeners: list[Listener] = []
 
+    def wait_for(self, sources: Iterable[str]) -> None:
+        """Be ready once one of ``sources`` has listed GPUs (set by the daemon, from the
+        collectors that declare ``lists_gpus``, before any source runs)."""
+        self._ready_sources = frozenset(sources)
+        reason = Snapshot.ready_reason if self._ready_sources else ""
+        self._current = replace(self._current, ready_reason=reason)
+
     @property
     def current(self) -> Snapshot:
         return self._current
