@@ -192,10 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
     from exporter.daemon import build as build_daemon
-    from exporter.daemon import open_nvml
 
-    try:
-        session = open_nvml(settings)
+    try:  # NVML opens here, when the first collector that reads it is built
+        daemon = build_daemon(settings)
     except NvmlUnavailable as exc:
         print(
             f"gpu-goodput-exporter: no usable NVIDIA driver: {exc}. "
@@ -203,7 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    daemon = build_daemon(settings, session)
     if web_config.basic_auth is not None:
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
@@ -216,9 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info(
         "starting",
         version=__version__,
-        backend=session.backend,
+        backend=daemon.nvml.backend,
         listen=settings.listen,
-        gpus=len(session.devices),
+        gpus=daemon.nvml.devices,
         node=settings.node_name,
     )
     try:

@@ -51,10 +51,38 @@ def open_nvml(settings: Settings) -> NvmlSession:
     return session
 
 
+class LazyNvml:
+    """The NVML session the sources share, opened when the first collector asks for it
+    (``Context.session``): a node whose GPU sources need no NVML starts without a driver."""
+
+    def __init__(self, settings: Settings, session: NvmlSession | None = None) -> None:
+        self._settings = settings
+        self._session = session
+
+    def __call__(self) -> NvmlSession:
+        """The session, opened on first use; raises ``NvmlUnavailable``."""
+        if self._session is None:
+            self._session = open_nvml(self._settings)
+        return self._session
+
+    @property
+    def backend(self) -> str:
+        """``nvml`` or ``simulated``; ``none`` while no collector has needed NVML."""
+        return self._session.backend if self._session is not None else "none"
+
+    @property
+    def devices(self) -> int:
+        return len(self._session.devices) if self._session is not None else 0
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+
 @dataclass
 class Daemon:
     settings: Settings
-    session: NvmlSession
+    nvml: LazyNvml
     store: SnapshotStore
     registry: CollectorRegistry
     scheduler: Scheduler
@@ -66,11 +94,16 @@ class Daemon:
     reload: Callable[[], bool] | None = None
     """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
 
+    @property
+    def session(self) -> NvmlSession:
+        """The NVML session (opened now if no collector has needed it yet)."""
+        return self.nvml()
+
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
             self.store,
             self.exposition,
-            self.session.backend,
+            self.nvml.backend,
             middlewares,
             debug_state=self.settings.debug_state,
         )
@@ -86,7 +119,7 @@ class Daemon:
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
             self.exposition.stop()
-            self.session.close()
+            self.nvml.close()
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
@@ -101,7 +134,7 @@ class Daemon:
         self.settings = self.settings.model_copy(
             update={c.section: getattr(settings, c.section) for c in live}
         )
-        ctx = collectors.Context(self.settings, self.session, self.store)
+        ctx = collectors.Context(self.settings, self.nvml, self.store)
         for c in live:
             if c.reconfigure is None or not collectors.is_enabled(c, self.settings):
                 continue
@@ -124,20 +157,23 @@ def _chain(steps: list[AfterPublish]) -> AfterPublish | None:
     return run
 
 
-def build(settings: Settings, session: NvmlSession) -> Daemon:
+def build(settings: Settings, session: NvmlSession | None = None) -> Daemon:
+    """The daemon for ``settings``; NVML (``session``, else opened when a collector first
+    needs it) may raise ``NvmlUnavailable`` here."""
     node = settings.node_name
+    nvml = LazyNvml(settings, session)
     chosen = collectors.enabled(settings)
     from exporter.sources.profiling.modes import BACKENDS
 
     store = SnapshotStore(node, profiling_order=BACKENDS)
-    ctx = collectors.Context(settings, session, store)
+    ctx = collectors.Context(settings, nvml, store)
     owned = {c.name: c.sources(ctx) for c in chosen}
     sources = [source for c in chosen for source in owned[c.name]]
     # Ready once a GPU-listing source has listed GPUs; with none enabled, at once.
-    store.wait_for(s.name for c in chosen if c.lists_gpus for s in owned[c.name])
+    store.wait_for(s.name for s in sources if s.starts_first)
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
-    metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
+    metrics.build_info.labels(node, __version__, nvml.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
     k8s = settings.kubernetes
     encoder = Encoder(
@@ -152,7 +188,7 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     )
     exposition = ExpositionCache(encoder, lambda: store.current)
     store.subscribe(exposition.published)
-    triggers = frozenset(s.name for c in chosen if c.gpu_poll for s in owned[c.name])
+    triggers = frozenset(s.name for s in sources if s.gpu_poll)
     steps = [c.after_gpu_poll(ctx, metrics, triggers) for c in chosen if c.after_gpu_poll]
     scheduler = Scheduler(sources, store, metrics, after_publish=_chain(steps))
-    return Daemon(settings, session, store, registry, scheduler, exposition, sources, owned)
+    return Daemon(settings, nvml, store, registry, scheduler, exposition, sources, owned)

@@ -51,7 +51,7 @@ class ModelStep:
         self.interval = interval
         self.metrics = metrics
         self.triggers = None if triggers is None else frozenset(triggers)
-        """Sources whose publish is a GPU poll (their collectors say so: ``gpu_poll``); the
+        """Sources whose publish is a GPU poll (their classes say so: ``Source.gpu_poll``); the
         model steps after them only. None: after any publish."""
         self._last = -float("inf")
 

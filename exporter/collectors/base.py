@@ -1,5 +1,5 @@
 """What a collector declares: its name, default, settings section and flags, sources,
-readings, families, and what the daemon may ask of it (readiness, model steps, a live
+readings, families, and what the daemon may ask of it (a step after GPU polls, a live
 reload). One module per collector (this package) holds one :class:`Collector`; the registry
 (``exporter/collectors/__init__.py``) is the only list of them.
 
@@ -30,8 +30,14 @@ class Context:
     ``current`` they may only pass on as a view to the sources that declared a need)."""
 
     settings: Settings
-    session: NvmlSession
+    nvml: Callable[[], NvmlSession]
+    """Opens the NVML session on first call (raises ``NvmlUnavailable``), so only the
+    collectors that read NVML need a driver."""
     store: SnapshotStore
+
+    @property
+    def session(self) -> NvmlSession:
+        return self.nvml()
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,8 @@ one); returns the sources to add (e.g. the first target of a collector that had 
 AfterGpuPoll = Callable[
     [Context, "SelfMetrics", frozenset[str]], "Callable[[SourceResult], None]"
 ]
-"""(context, the exporter's own metrics, the GPU-poll source names) -> a callback the
-scheduler runs after every publish; it acts only on publishes of those sources."""
+"""(context, the exporter's own metrics, names of the sources whose publish is a GPU poll)
+-> a callback the scheduler runs after every publish; it acts only on those sources'."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,10 @@ class Collector:
     """Keys of its section a reload hands to the running collector (``reconfigure``); a
     change to any other key waits for a restart."""
     reconfigure: Reconfigure | None = None
-    lists_gpus: bool = False
-    """Its sources list the node's GPUs: the daemon is ready once one of them has."""
-    gpu_poll: bool = False
-    """Each publish of its sources is a GPU poll: the efficiency model steps after it."""
     after_gpu_poll: AfterGpuPoll | None = None
-    """Builds what runs after each publish of a ``gpu_poll`` source (the model's step)."""
+    """Builds what runs after each publish of a GPU poll (the model's step); which sources
+    poll GPUs (``Source.gpu_poll``) and list them (``Source.starts_first``, what readiness
+    waits for) their classes declare."""
 
 
 def always(_: Settings) -> bool:

@@ -33,6 +33,4 @@ COLLECTOR = Collector(
     _sources,
     _families,
     readings=(NvmlReading,),
-    lists_gpus=True,
-    gpu_poll=True,
 )

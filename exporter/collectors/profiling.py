@@ -91,5 +91,4 @@ COLLECTOR = Collector(
         Flag("--dcgm-bindings-path", "dcgm_bindings_path", "DIR"),
     ),
     flag_group="profiling counters (docs/profiling.md)",
-    gpu_poll=True,
 )

@@ -136,6 +136,7 @@ class _Value:
 
 class DcgmSource(BlockingSource):
     name = SOURCE
+    gpu_poll = True
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ class _DeviceState:
 
 class GpmSource(SessionSource):
     name = SOURCE
+    gpu_poll = True
 
     def __init__(
         self,
