@@ -190,10 +190,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    return _run(args, settings, config_file, web_config_file, web_config, log)
 
+
+def _run(
+    args: argparse.Namespace,
+    settings: Settings,
+    config_file: str | None,
+    web_config_file: str | None,
+    web_config: webconfig.WebConfig,
+    log: Any,
+) -> int:
+    """Build the daemon (NVML opens here, when the first collector that reads it is built),
+    wire the reload, serve until stopped."""
     from exporter.daemon import build as build_daemon
 
-    try:  # NVML opens here, when the first collector that reads it is built
+    try:
         daemon = build_daemon(settings)
     except NvmlUnavailable as exc:
         print(
@@ -210,7 +222,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
-    host, port = parse_listen(settings.listen)
     log.info(
         "starting",
         version=__version__,
@@ -220,19 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         node=settings.node_name,
     )
     try:
-        where: dict[str, Any] = {"host": host or None, "port": port}
-        if port == 0:  # HOST:0: bind a free port now, so the log can say which
-            sock = bind_ephemeral(host)
-            where = {"sock": sock}
-            log.info("listening", address=address_of(sock), requested=settings.listen)
-        web.run_app(
-            daemon.app(middlewares=[web_layer.middleware]),
-            ssl_context=web_config.ssl_context,
-            print=None,
-            shutdown_timeout=5.0,
-            access_log=None,
-            **where,
-        )
+        _serve(daemon.app(middlewares=[web_layer.middleware]), settings.listen, web_config, log)
     except OSError as exc:  # the port is taken, or the address is not ours
         print(
             f"gpu-goodput-exporter: cannot listen on {settings.listen}: {exc.strerror or exc}",
@@ -241,3 +240,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     log.info("stopped")
     return 0
+
+
+def _serve(app: web.Application, listen: str, web_config: webconfig.WebConfig, log: Any) -> None:
+    """Serve ``app`` on ``listen`` until stopped; raises OSError when it cannot listen."""
+    host, port = parse_listen(listen)
+    where: dict[str, Any] = {"host": host or None, "port": port}
+    if port == 0:  # HOST:0: bind a free port now, so the log can say which
+        sock = bind_ephemeral(host)
+        where = {"sock": sock}
+        log.info("listening", address=address_of(sock), requested=listen)
+    web.run_app(
+        app,
+        ssl_context=web_config.ssl_context,
+        print=None,
+        shutdown_timeout=5.0,
+        access_log=None,
+        **where,
+    )
