@@ -38,13 +38,18 @@ class ProfilingConfig(Section):
     dcgm_library_path: str = ""
     """Directory holding libdcgm.so.4, when it is not on the loader's default path."""
     dcgm_interval: float = Field(1.0, ge=0.1, le=60)
+    """Seconds between DCGM reads."""
     dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
+    """Seconds to wait for the DCGM host engine to answer a connect."""
     dcgm_exporter_url: str = ""
     """A node-local dcgm-exporter /metrics to take profiling counters from, e.g.
     http://localhost:9400/metrics."""
     dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
+    """Seconds between scrapes of dcgm-exporter."""
     dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
+    """Seconds one dcgm-exporter scrape may take."""
     dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    """A dcgm-exporter body larger than this is refused (a cap before parsing)."""
 
     @model_validator(mode="after")
     def _check_mode(self) -> ProfilingConfig:
