@@ -22,6 +22,7 @@ test: bootstrap-tools llama-server
 	$(PY) -m ruff check exporter tests testkit bench scripts dashboards mixin
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
+	$(PY) -m exporter.settings_docs --check
 	$(PY) -m mixin --check
 	$(PY) -m pytest -q
 
@@ -30,9 +31,10 @@ test: bootstrap-tools llama-server
 llama-server: bootstrap-tools
 	@$(PY) -m tests.support.llama_build
 
-## docs: regenerate docs/metrics.md from the code
+## docs: regenerate docs/metrics.md and docs/settings.md from the code
 docs: bootstrap-runtime
 	$(PY) -m exporter.metrics.docs
+	$(PY) -m exporter.settings_docs
 
 ## stack: exporter (simulated node) + Prometheus with our rules + Alertmanager -> local webhook
 stack: bootstrap-tools

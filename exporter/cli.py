@@ -9,7 +9,6 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, get_args, get_origin
 
 import structlog
@@ -19,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from exporter import __version__, webconfig
+from exporter.collectors.base import Flag
 from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
@@ -30,25 +30,6 @@ from exporter.startup import announcer
 EXIT_USAGE = 2
 
 
-@dataclass(frozen=True)
-class Flag:
-    """A command-line spelling of one settings key. Help, default, type and choices come
-    from the key's field in the schema (``exporter/config.py``), so they cannot drift."""
-
-    flag: str
-    key: str
-    """Dotted settings path, e.g. ``kubernetes.interval``."""
-    metavar: str | None = None
-    group: str = ""
-    negate: bool = False
-    """A ``--no-...`` flag that sets a default-on boolean to false."""
-
-
-SERVING = "serving engines (docs/serving.md)"
-PROFILING = "profiling counters (docs/profiling.md)"
-KUBERNETES = "kubernetes attribution (docs/kubernetes.md)"
-JOBS = "job identity outside Kubernetes (docs/jobs.md)"
-
 FLAGS: tuple[Flag, ...] = (
     Flag("--listen", "listen", "HOST:PORT"),
     Flag("--simulate", "simulate"),
@@ -57,30 +38,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--node-name", "node_name", "NAME"),
     Flag("--log-format", "log_format"),
     Flag("--log-level", "log_level"),
-    Flag("--profiling", "profiling.mode"),
     Flag("--extended-metrics", "extended_metrics"),
     Flag("--no-debug-state", "debug_state", negate=True),
-    Flag("--serving-target", "serving.extra_targets", "URL", SERVING),
-    Flag("--discover-serving-pods", "serving.discover_pods", group=SERVING),
-    Flag("--dcgm-host-engine", "profiling.dcgm_host_engine", "ADDR", PROFILING),
-    Flag("--dcgm-exporter-url", "profiling.dcgm_exporter_url", "URL", PROFILING),
-    Flag("--dcgm-bindings-path", "profiling.dcgm_bindings_path", "DIR", PROFILING),
-    Flag("--kubernetes", "kubernetes.enabled", group=KUBERNETES),
-    Flag("--kubelet-socket", "kubernetes.kubelet_socket", "PATH", KUBERNETES),
-    Flag("--kubelet-interval", "kubernetes.interval", "SECONDS", KUBERNETES),
-    Flag("--kubernetes-resource-name", "kubernetes.resource_names", "NAME", KUBERNETES),
-    Flag("--kubernetes-labels-on-every-series", "kubernetes.labels_on_every_series",
-         group=KUBERNETES),
-    Flag("--kubernetes-namespace-label", "kubernetes.namespace_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-pod-label", "kubernetes.pod_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-container-label", "kubernetes.container_label", "NAME", KUBERNETES),
-    Flag("--kubernetes-pod-labels", "kubernetes.pod_labels", group=KUBERNETES),
-    Flag("--proc-root", "kubernetes.proc_root", "PATH", KUBERNETES),
-    Flag("--no-job-processes", "jobs.processes", group=JOBS, negate=True),
-    Flag("--no-job-environ", "jobs.environ", group=JOBS, negate=True),
-    Flag("--jobs-interval", "jobs.interval", "SECONDS", JOBS),
-    Flag("--hpc-job-mapping-dir", "jobs.hpc_job_mapping_dir", "DIR", JOBS),
 )
+"""The daemon's own flags (keys of ``CoreSettings``); each collector declares its own
+(``Collector.flags``, keys of its section) and :func:`parser` adds them in its group."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -111,14 +73,23 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic-auth settings in the format of Prometheus's exporter-toolkit",
     )
-    groups: dict[str, Any] = {"": p}
     for flag in FLAGS:
-        if flag.group not in groups:
-            groups[flag.group] = p.add_argument_group(flag.group)
-        _add_flag(groups[flag.group], flag)
+        _add_flag(p, flag, "")
+    add_section_flags(p)
     add_collector_flags(p)
     _name_env_vars(p)
     return p
+
+
+def add_section_flags(p: argparse.ArgumentParser) -> None:
+    """Every collector's flags, in one group per collector, keys under its section."""
+    from exporter.collectors import REGISTRY
+
+    for c in REGISTRY:
+        if c.flags:
+            group = p.add_argument_group(c.flag_group or c.name)
+            for flag in c.flags:
+                _add_flag(group, flag, c.section)
 
 
 def _field(key: str) -> FieldInfo:
@@ -130,13 +101,14 @@ def _field(key: str) -> FieldInfo:
     return info
 
 
-def _add_flag(group: Any, flag: Flag) -> None:
-    """One flag, typed and documented from its settings field."""
-    info = _field(flag.key)
+def _add_flag(group: Any, flag: Flag, section: str) -> None:
+    """One flag, typed and documented from its settings field (``section.key``)."""
+    key = f"{section}.{flag.key}" if section else flag.key
+    info = _field(key)
     kind = info.annotation
     text = " ".join((info.description or "").replace("``", "").split()).replace("%", "%%")
     text = text.rstrip(".")
-    kw: dict[str, Any] = {"dest": flag.key.replace(".", "__"), "help": text}
+    kw: dict[str, Any] = {"dest": key.replace(".", "__"), "help": text}
     if flag.negate:
         kw.update(action="store_false", help=f"do not {text[:1].lower()}{text[1:]}")
     elif kind is bool:
@@ -274,15 +246,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except webconfig.WebConfigError as exc:
         print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
     sockets = listen(settings.listen, log)  # first: a taken port is the only thing said
     if sockets is None:
         return EXIT_USAGE
+    return _run(args, settings, (config_file, web_config_file), web_config, sockets)
+
+
+def _run(
+    args: argparse.Namespace,
+    settings: Settings,
+    files: tuple[str | None, str | None],
+    web_config: webconfig.WebConfig,
+    sockets: list[socket.socket],
+) -> int:
+    """Build the daemon (NVML opens here, when the first collector that reads it is built),
+    wire the reload, serve until stopped."""
     from exporter.daemon import build as build_daemon
-    from exporter.daemon import open_nvml
 
     try:
-        session = open_nvml(settings)
+        daemon = build_daemon(settings)
     except NvmlUnavailable as exc:
         print(
             f"gpu-goodput-exporter: no usable NVIDIA driver: {exc}. "
@@ -290,7 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    daemon = build_daemon(settings, session)
     if web_config.basic_auth is not None:
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
@@ -298,11 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from exporter.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
-    daemon.reload = Reloader(daemon, flags_to_tree(args), config_file, web_config_file, web_layer)
+    daemon.reload = Reloader(daemon, flags_to_tree(args), *files, web_layer)
     app = daemon.app(middlewares=[web_layer.middleware])
-    app.on_startup.append(announcer(settings, lambda: daemon.store.current, session.backend,
+    app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.nvml.backend,
                                     sockets, web_config.ssl_context is not None))
     web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
                 access_log=None, sock=sockets)
-    log.info("stopped")
+    structlog.get_logger("main").info("stopped")
     return 0

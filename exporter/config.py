@@ -1,31 +1,41 @@
 """Configuration: one schema, three layers (YAML file < ``GOODPUT_*`` environment < flags).
 
 The schema is a tree of pydantic models that forbid unknown keys, so a typo is an error
-that names the key instead of a setting silently ignored. Each section belongs to one
-source and is documented in README.md's configuration reference.
+that names the key instead of a setting silently ignored. The daemon's own keys are
+:class:`CoreSettings`; every collector declares its section class in its own module
+(``exporter/collectors/<name>.py``) and :func:`compose` adds one field per section from the
+registry, so a collector's settings live with its code. README.md's configuration reference
+documents them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from exporter import names
+from exporter.collectors import REGISTRY
+from exporter.collectors.base import Collector
+
+# The section classes, defined in their collectors' modules, under the names readers used
+# before they moved there (exporter/sources/serving/ imports them from here).
+from exporter.collectors.jobs import JobsConfig as JobsConfig
+from exporter.collectors.kubelet import KubernetesConfig as KubernetesConfig
+from exporter.collectors.model import ModelConfig as ModelConfig
+from exporter.collectors.profiling import ProfilingConfig as ProfilingConfig
+from exporter.collectors.serving import Authorization as Authorization
+from exporter.collectors.serving import BasicAuth as BasicAuth
+from exporter.collectors.serving import ServingConfig as ServingConfig
+from exporter.collectors.serving import ServingTarget as ServingTarget
+from exporter.collectors.serving import TlsConfig as TlsConfig
 from exporter.config_messages import message
-from exporter.names import ENGINE_NAMES, Mode
+from exporter.section import MAX_INTERVAL as MAX_INTERVAL
+from exporter.section import Section as Section
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -33,401 +43,17 @@ CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
-MAX_INTERVAL = 3600.0
-"""No interval may exceed an hour: a longer one reads as a source that stopped."""
+
+S = TypeVar("S", bound=Section)
 
 
 class ConfigError(Exception):
     """A bad key or value; the message names it. The CLI exits 2 on this."""
 
 
-class Section(BaseModel):
-    # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
-    # Field docstrings are the descriptions: the CLI's help text comes from them.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
-    )
+class CoreSettings(Section):
+    """The daemon's own keys; the collectors' sections are added by :func:`compose`."""
 
-
-class Authorization(Section):
-    """``Authorization: <type> <credentials>`` on every scrape (Prometheus's spelling)."""
-
-    type: str = "Bearer"
-    credentials: SecretStr | None = None
-    credentials_file: str = ""
-    """Read again whenever its mtime changes, so a rotated token needs no restart."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Authorization:
-        if self.type.strip().lower() == "basic":
-            raise ValueError("authorization type Basic: use basic_auth instead")
-        if (self.credentials is None) == (not self.credentials_file):
-            raise ValueError("authorization needs exactly one of credentials, credentials_file")
-        return self
-
-
-class BasicAuth(Section):
-    """HTTP basic authentication (Prometheus's ``basic_auth``)."""
-
-    username: str
-    password: SecretStr | None = None
-    password_file: str = ""
-    """Read again whenever its mtime changes."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> BasicAuth:
-        if self.password is not None and self.password_file:
-            raise ValueError("basic_auth takes password or password_file, not both")
-        return self
-
-
-class TlsConfig(Section):
-    """How to reach an https target (Prometheus's ``tls_config``); files are read again
-    when they change."""
-
-    ca_file: str = ""
-    cert_file: str = ""
-    key_file: str = ""
-    server_name: str = ""
-    insecure_skip_verify: bool = False
-
-    @model_validator(mode="after")
-    def _pair(self) -> TlsConfig:
-        if bool(self.cert_file) != bool(self.key_file):
-            raise ValueError("tls_config needs cert_file and key_file together")
-        return self
-
-
-class ServingTarget(Section):
-    """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
-
-    url: str
-    gpus: list[str] = Field(default_factory=list)
-    engine: str = ""
-    model: str = ""
-    pid: int | None = Field(None, gt=0)
-    authorization: Authorization | None = None
-    basic_auth: BasicAuth | None = None
-    tls_config: TlsConfig | None = None
-
-    @model_validator(mode="after")
-    def _one_auth(self) -> ServingTarget:
-        if self.authorization is not None and self.basic_auth is not None:
-            raise ValueError("a target takes authorization or basic_auth, not both")
-        return self
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        from exporter.urls import normalise
-
-        normalise(value)  # BadUrl (a ValueError) names the URL, redacted
-        return value
-
-    @field_validator("engine")
-    @classmethod
-    def _check_engine(cls, value: str) -> str:
-        if value and value not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {value!r}; known: {', '.join(sorted(ENGINE_NAMES))}")
-        return value
-
-
-class ServingConfig(Section):
-    """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
-
-    targets: list[ServingTarget] = Field(default_factory=list)
-    extra_targets: list[str] = Field(default_factory=list)
-    """Scrape this serving engine's /metrics (repeatable), in addition to targets."""
-    interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
-    """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
-    timeout: float = Field(2.0, gt=0)
-    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
-    max_concurrency: int = Field(8, gt=0)
-    discover_pods: bool = False
-    """Scrape annotated pods on this node (a Kubernetes API watch for the serving
-    annotations)."""
-    annotation_prefix: str = "serving.goodput.dev/"
-    max_targets: int = Field(64, gt=0, le=10_000)
-    """Targets scraped at most (static and discovered together); a config listing more is
-    refused, discovered pods past it are dropped and counted. Each target costs about ten
-    series, a scrape slot and a parse per interval."""
-    max_models_per_target: int = Field(8, gt=0, le=1000)
-    """Model label values one target may publish; more are dropped and counted
-    (max_models), so an engine that renames its model every scrape cannot grow series."""
-    max_label_length: int = Field(200, ge=16, le=4096)
-    """Model label values are cut to this many characters (counted as label_too_long)."""
-    stale_after: float = Field(300.0, gt=0, le=86400)
-    """Seconds after which a model (or a down target) no reading mentioned loses its series
-    and its place under max_models_per_target."""
-    max_tokens_per_second_per_gpu: float = Field(2e6, gt=0, allow_inf_nan=False)
-    """Token growth per GPU per second above this is implausible: dropped and counted. See
-    docs/serving.md "Trust" for how the default was chosen."""
-
-    @field_validator("targets", mode="before")
-    @classmethod
-    def _url_shorthand(cls, value: Any) -> Any:
-        """``- http://host:8000/metrics`` in a targets list means ``- url: ...``."""
-        if isinstance(value, list):
-            return [{"url": v} if isinstance(v, str) else v for v in value]
-        return value
-
-    @field_validator("extra_targets")
-    @classmethod
-    def _check_extra(cls, value: list[str]) -> list[str]:
-        from exporter.urls import normalise
-
-        for url in value:
-            normalise(url)
-        return value
-
-    @model_validator(mode="after")
-    def _under_cap(self) -> ServingConfig:
-        count = len(self.targets) + len(self.extra_targets)
-        if count > self.max_targets:
-            raise ValueError(
-                f"{count} serving targets configured, more than max_targets "
-                f"({self.max_targets}); raise serving.max_targets or list fewer"
-            )
-        return self
-
-
-_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
-
-
-class KubernetesConfig(Section):
-    """Attribution of GPUs and processes to pods; see docs/kubernetes.md."""
-
-    enabled: bool = False
-    """Label GPU series with the pods the kubelet assigned them to."""
-    kubelet_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    """Kubelet pod-resources socket."""
-    interval: float = Field(10.0, gt=0, le=MAX_INTERVAL)
-    """How often to ask the kubelet, in seconds (it rate-limits pod-resources to 100 qps,
-    burst 10; one List per interval)."""
-    timeout: float = Field(5.0, gt=0)
-    # Keep the last mapping this long while the kubelet is unreachable (restarts), so labels
-    # do not flap; after that GPUs show as unassigned.
-    stale_after: float = Field(60.0, ge=0)
-    resource_names: list[str] = Field(default_factory=list)
-    """Extra extended-resource name holding GPUs (fnmatch pattern; repeatable), on top of
-    nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-*."""
-    # Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
-    # PodResources dynamic_resources are GPUs.
-    dra_drivers: list[str] = Field(default_factory=list)
-    namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
-    """Label name for the namespace."""
-    pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
-    """Label name for the pod."""
-    container_label: str = Field(default="container", pattern=_LABEL_NAME)
-    """Label name for the container."""
-    labels_on_every_series: bool = False
-    """Copy namespace/pod/container onto every per-GPU series (one copy per pod holding the
-    GPU), for users who cannot join goodput_gpu_pod_info. Multiplies series by pods per GPU
-    and makes sums over a shared GPU count it once per pod."""
-    # PID -> pod through <proc_root>/<pid>/cgroup; needs hostPID.
-    processes: bool = True
-    proc_root: str = "/proc"
-    """Where the host's /proc is mounted, for PID-to-pod mapping."""
-    process_interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
-    # Kubelet's device-manager checkpoint: joins pod UIDs (from cgroups) to pod names.
-    device_checkpoint: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    pod_labels: bool = False
-    """Read this node's pods' labels from the API server to fill job_name (needs get/list
-    on pods): the first of job_labels a pod carries wins."""
-    job_labels: list[str] = Field(
-        default_factory=lambda: [
-            "batch.kubernetes.io/job-name",
-            "jobset.sigs.k8s.io/jobset-name",
-            "training.kubeflow.org/job-name",
-        ]
-    )
-    pod_labels_interval: float = Field(30.0, gt=0, le=MAX_INTERVAL)
-    pod_labels_timeout: float = Field(10.0, gt=0)
-    # "" = in-cluster (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
-    api_server: str = ""
-    token_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    ca_path: str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-
-    @model_validator(mode="after")
-    def _distinct_labels(self) -> KubernetesConfig:
-        names = [self.namespace_label, self.pod_label, self.container_label]
-        if len(set(names)) != 3:
-            raise ValueError(f"namespace/pod/container label names must differ: {names}")
-        if {"gpu", "uuid", "node"} & set(names):
-            raise ValueError("attribution label names must not be gpu, uuid or node")
-        return self
-
-
-class JobsConfig(Section):
-    """Which job each GPU works for outside Kubernetes (Slurm, MPI, torchrun, dcgm-exporter's
-    HPC job mapping, else the process session); see docs/jobs.md."""
-
-    processes: bool = True
-    """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
-    few environ variables (needs the host's PID namespace)."""
-    environ: bool = True
-    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
-    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
-    come from Slurm cgroup paths and process sessions)."""
-    proc_root: str = ""
-    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
-    interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
-    """Seconds between job-identity reads (each process is read once and cached)."""
-    hpc_job_mapping_dir: str = ""
-    """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
-    GPU index, one job id per line."""
-
-
-class ProfilingConfig(Section):
-    """Which source fills the profiling counters (SM active, tensor, DRAM, ...).
-
-    ``auto`` decides per GPU: NVML GPM where the GPU supports it (Hopper and newer), else a
-    DCGM host engine if one answers at ``dcgm_host_engine``, else ``dcgm_exporter_url`` if set.
-    See docs/profiling.md.
-    """
-
-    mode: Mode = "auto"
-    """Where profiling counters come from: auto picks GPM on Hopper and newer, else DCGM if a
-    host engine answers, else dcgm-exporter if configured."""
-    dcgm_host_engine: str = "localhost:5555"
-    """DCGM host engine: HOST:PORT, unix:///path/to/socket, or embedded (start one
-    in-process, needs SYS_ADMIN; never chosen by auto since a second engine fights the
-    node's one for the profiler)."""
-    dcgm_bindings_path: str = ""
-    """Directory holding DCGM's Python bindings (dcgm_agent.py ...); searched before the
-    standard install locations."""
-    dcgm_library_path: str = ""
-    """Directory holding libdcgm.so.4, when it is not on the loader's default path."""
-    dcgm_interval: float = Field(1.0, ge=0.1, le=60)
-    dcgm_connect_timeout: float = Field(2.0, gt=0, le=60)
-    dcgm_exporter_url: str = ""
-    """A node-local dcgm-exporter /metrics to take profiling counters from, e.g.
-    http://localhost:9400/metrics."""
-    dcgm_exporter_interval: float = Field(5.0, ge=0.5, le=300)
-    dcgm_exporter_timeout: float = Field(2.0, gt=0, le=60)
-    dcgm_exporter_max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
-
-    @model_validator(mode="after")
-    def _check_mode(self) -> ProfilingConfig:
-        if self.mode == "dcgm-exporter" and not self.dcgm_exporter_url:
-            raise ValueError("profiling.mode dcgm-exporter needs profiling.dcgm_exporter_url")
-        if self.dcgm_exporter_url:
-            from exporter.urls import normalise
-
-            normalise(self.dcgm_exporter_url, "profiling.dcgm_exporter_url")
-        return self
-
-
-class ModelConfig(Section):
-    """Thresholds of the efficiency model; docs/efficiency.md explains each default.
-
-    Ratios are 0..1 window averages (kernel-time ``util``, ``sm_active``...).
-    ``sm_fill`` is ``sm_active / util``: how much of the GPU a kernel fills while one runs.
-    """
-
-    interval: float | None = Field(default=None, ge=0.5, le=60)
-    """Seconds between model evaluations (one "window"); None means the daemon interval."""
-    enter_windows: int = Field(default=3, ge=1, le=100)
-    """Consecutive windows a new regime (or a busy_unproductive flag) must hold to be entered."""
-    leave_windows: int = Field(default=2, ge=1, le=100)
-    """Consecutive windows the current regime (or flag) must be absent before it is left."""
-    idle_util_max: float = Field(default=0.01, ge=0, le=1)
-    """Kernel time at or below this is idle (or allocated_idle when memory or a process is held).
-    Low on purpose: a sync-per-step loop runs kernels 2-9 % of the time and is host_bound."""
-    allocated_memory_min_ratio: float = Field(default=0.05, ge=0, le=1)
-    """Memory used above this share of the total counts as allocated even without a process."""
-    launch_sm_fill_max: float = Field(default=0.35, ge=0, le=1)
-    """sm_fill below this while kernels run means tiny kernels / skinny GEMMs: launch_bound."""
-    host_low_duty_max: float = Field(default=0.15, ge=0, le=1)
-    """Kernel time below this (and above idle) is host_bound whatever the kernels look like:
-    a sync-per-step loop measured 8.5 % utilization with SM active 2.3 %."""
-    host_util_max: float = Field(default=0.7, ge=0, le=1)
-    """Kernel time below this (with kernels that do fill the SMs) means host_bound."""
-    host_util_max_queued: float = Field(default=0.9, ge=0, le=1)
-    """Same, when the attributed engine has requests waiting (work exists, GPU not fed)."""
-    compute_tensor_min: float = Field(default=0.4, ge=0, le=1)
-    """Tensor-pipe activity at or above this is compute_bound."""
-    compute_fp_min: float = Field(default=0.5, ge=0, le=1)
-    """Any FP pipe (fp64/fp32/fp16) activity at or above this is compute_bound."""
-    memory_dram_min: float = Field(default=0.5, ge=0, le=1)
-    """DRAM bandwidth at or above this share of peak is memory_bound."""
-    transfer_link_min_ratio: float = Field(default=0.5, ge=0, le=1)
-    """PCIe or NVLink traffic in one direction at or above this share of the link's usable
-    peak, with the SMs nearly idle, is transfer_bound (58.7 of 63 GB/s measured on a
-    pinned host-to-device stream)."""
-    bus_floor_bytes_per_second: float = Field(default=50e6, ge=0)
-    """PCIe or NVLink traffic (the busiest link direction) at or above this means the GPU is
-    fed over the bus: never idle or allocated_idle. An idle H100/H200 reads 0.3-0.6 MB/s."""
-    transfer_copy_time_min: float = Field(default=0.4, ge=0, le=1)
-    """In a bus-fed window with few kernels, copy-engine time (NVML utilization minus GPM
-    graphics activity) at or above this is transfer_bound; below it the host sets the pace
-    (pageable staging, a throttled producer): host_bound."""
-    comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
-    """NVLink traffic (both directions) at or above this, with kernels that barely fill the
-    SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
-    traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
-    host_bound by copy-engine time, never launch_bound or hollow_busy."""
-    straggler_gap: float = Field(default=0.05, ge=0, le=1)
-    """A GPU of a multi-GPU job holds the job back when a peer exchanging data over its links
-    spends at least this much more of its time in kernels that leave the SMs empty (hollow:
-    kernel time minus SM active, smoothed over ``straggler_window_seconds``): the peer waits
-    for it in collectives. Measured on two H200: 0.12 for a peer doing 10 % more work, 0.013
-    for a balanced pair (docs/efficiency.md)."""
-    straggler_window_seconds: float = Field(default=20.0, ge=1, le=600)
-    """Time constant of the smoothing behind the straggler comparison."""
-    collective_sm_active: float = Field(default=0.18, ge=0, lt=1)
-    """SM active of a rank spinning in a collective (NCCL keeps some SMs resident): a
-    waiting rank's excess hollow time divided by (1 - this) is its waited share. 0.18-0.19
-    measured on H200 (NCCL all-reduce, 2 ranks, a rank waiting 82-96 % of the time)."""
-    p2p_sm_active: float = Field(default=0.0, ge=0, lt=1)
-    """The same for a rank whose link traffic goes one way (a pipeline stage blocked in a
-    send or receive): NCCL's point-to-point kernels keep almost no SM busy."""
-    comm_wait_share_min: float = Field(default=0.5, ge=0, le=1)
-    """A rank that waits on its job's straggler for at least this share of the time reads
-    comm_wait; one that waits less keeps its own regime (the counter still counts it)."""
-    hollow_min: float = Field(default=0.3, ge=0, le=1)
-    """hollow_busy needs util - sm_active at least this (plus sm_fill under launch_sm_fill_max)."""
-    no_output_util_min: float = Field(default=0.5, ge=0, le=1)
-    """busy_no_output needs kernel time at least this..."""
-    no_output_tokens_per_second: float = Field(default=1.0, ge=0)
-    """...while the attributed engine makes fewer tokens per second than this."""
-    no_output_needs_profiling: bool = True
-    """Suppress busy_no_output too while profiling is unusable (the conservative reading)."""
-    silent_zero_util_min: float = Field(default=0.5, ge=0, le=1)
-    """Every profiling ratio exactly 0 while util >= this (and power high) is a broken reader."""
-    silent_zero_power_min_ratio: float = Field(default=0.2, ge=0, le=1)
-    """"Power high" for silent zeros: power / power limit at or above this."""
-    stale_after_seconds: float = Field(default=30.0, gt=0)
-    """Profiling (or serving) input older than this is stale."""
-    min_sm_active_for_rate: float = Field(default=0.01, ge=0, le=1)
-    """tokens_per_sm_second is not published below this SM activity (the ratio explodes)."""
-    score_weights: dict[str, float] = Field(
-        default_factory=lambda: {"sm_active": 0.3, "occupancy": 0.2, "wall": 0.5}
-    )
-    """Weights of the efficiency score terms (normalised over the terms that are known)."""
-    efficiency_token_kinds: list[str] = Field(default_factory=lambda: ["generation"])
-    """Token kinds counted by tokens_per_sm_second and joules_per_token."""
-    model_parameters: dict[str, float] = Field(default_factory=dict)
-    """Parameters per served model name (active parameters for MoE), for 2 x N FLOPs/token."""
-    mfu_dtype: str = "bf16"
-    """Dtype whose peak dense FLOP/s divides achieved FLOP/s (bf16, fp16, fp8, tf32, fp32...)."""
-    model_dtypes: dict[str, str] = Field(default_factory=dict)
-    """Per-model dtype overriding mfu_dtype."""
-    peak_flops: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """Peak dense FLOP/s by GPU-name substring and dtype; checked before the built-in table."""
-
-    @field_validator("score_weights")
-    @classmethod
-    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = set(value) - {"sm_active", "occupancy", "wall"}
-        if unknown:
-            raise ValueError(f"unknown score weight(s) {sorted(unknown)}")
-        if any(w < 0 for w in value.values()) or sum(value.values()) <= 0:
-            raise ValueError("score weights must be >= 0 with a positive sum")
-        return value
-
-
-class Settings(Section):
     listen: str = f":{DEFAULT_PORT}"
     """Address to serve /metrics on; port 0 picks a free port and logs it."""
     simulate: bool = False
@@ -443,11 +69,6 @@ class Settings(Section):
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
     """Number of simulated GPUs."""
-    serving: ServingConfig = ServingConfig()
-    kubernetes: KubernetesConfig = KubernetesConfig()
-    jobs: JobsConfig = JobsConfig()
-    profiling: ProfilingConfig = ProfilingConfig()
-    model: ModelConfig = ModelConfig()
     collectors: dict[str, bool] = Field(default_factory=dict)
     """Collectors switched on (true) or off (false) against their default; see --help."""
     extended_metrics: bool = False
@@ -455,6 +76,14 @@ class Settings(Section):
     per-window gauges next to their counters, clock-event states, remapped rows."""
     debug_state: bool = True
     """Serve /debug/state (the snapshot as JSON); the Helm chart turns it off."""
+
+    def section(self, kind: type[S]) -> S:
+        """The section of type ``kind`` (how a collector reads its own, typed)."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, kind):
+                return value
+        raise KeyError(f"no settings section of type {kind.__name__}")
 
     @field_validator("collectors")
     @classmethod
@@ -470,6 +99,35 @@ class Settings(Section):
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+
+def compose(registry: Iterable[Collector]) -> type[CoreSettings]:
+    """``Settings``: the core keys plus one field per collector section, named by
+    ``Collector.section``, typed and defaulted by ``Collector.config``."""
+    fields: dict[str, Any] = {
+        c.section: (c.config, c.config()) for c in registry if c.section and c.config
+    }
+    model: type[CoreSettings] = create_model(
+        "Settings", __base__=CoreSettings, __module__=__name__, **fields
+    )
+    return model
+
+
+if TYPE_CHECKING:
+
+    class Settings(CoreSettings):
+        """What :func:`compose` builds from the registry, spelled out for the type checker
+        (tests/test_config.py checks the two agree). A collector added later reads its
+        section with :meth:`CoreSettings.section`."""
+
+        profiling: ProfilingConfig = ProfilingConfig()
+        kubernetes: KubernetesConfig = KubernetesConfig()
+        jobs: JobsConfig = JobsConfig()
+        serving: ServingConfig = ServingConfig()
+        model: ModelConfig = ModelConfig()
+
+else:
+    Settings = compose(REGISTRY)
 
 
 def _hostname() -> str:

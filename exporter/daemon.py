@@ -1,6 +1,6 @@
 """Wires the daemon from settings: the enabled collectors' sources, the snapshot store, the
 model step, the exposition and the HTTP app. It decides nothing itself: what runs comes from
-the collector registry (``exporter/collectors.py``).
+the collector registry (``exporter/collectors/``).
 
 Kept apart from the CLI so tests can build a daemon in-process around any NVML module.
 """
@@ -24,9 +24,9 @@ from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.scheduler import ModelStep, Scheduler
+from exporter.scheduler import AfterPublish, Scheduler
 from exporter.server import build_app
-from exporter.snapshot import SnapshotStore
+from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
 
@@ -51,23 +51,59 @@ def open_nvml(settings: Settings) -> NvmlSession:
     return session
 
 
+class LazyNvml:
+    """The NVML session the sources share, opened when the first collector asks for it
+    (``Context.session``): a node whose GPU sources need no NVML starts without a driver."""
+
+    def __init__(self, settings: Settings, session: NvmlSession | None = None) -> None:
+        self._settings = settings
+        self._session = session
+
+    def __call__(self) -> NvmlSession:
+        """The session, opened on first use; raises ``NvmlUnavailable``."""
+        if self._session is None:
+            self._session = open_nvml(self._settings)
+        return self._session
+
+    @property
+    def backend(self) -> str:
+        """``nvml`` or ``simulated``; ``none`` while no collector has needed NVML."""
+        return self._session.backend if self._session is not None else "none"
+
+    @property
+    def devices(self) -> int:
+        return len(self._session.devices) if self._session is not None else 0
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+
 @dataclass
 class Daemon:
     settings: Settings
-    session: NvmlSession
+    nvml: LazyNvml
     store: SnapshotStore
     registry: CollectorRegistry
     scheduler: Scheduler
     exposition: ExpositionCache
     sources: list[Source] = field(default_factory=list)
+    owned: dict[str, list[Source]] = field(default_factory=dict)
+    """Each enabled collector's sources, by collector name (a reload hands them their
+    section)."""
     reload: Callable[[], bool] | None = None
     """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
+
+    @property
+    def session(self) -> NvmlSession:
+        """The NVML session (opened now if no collector has needed it yet)."""
+        return self.nvml()
 
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
             self.store,
             self.exposition,
-            self.session.backend,
+            self.nvml.backend,
             middlewares,
             debug_state=self.settings.debug_state,
         )
@@ -83,7 +119,7 @@ class Daemon:
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
             self.exposition.stop()
-            self.session.close()
+            self.nvml.close()
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
@@ -91,40 +127,53 @@ class Daemon:
 
 
     def apply(self, settings: Settings) -> None:
-        """Apply a reloaded configuration's serving section: it takes effect at the next poll
-        (targets added, removed ones and their series gone). What else changed waits for a
+        """Apply a reloaded configuration: each collector that can take its section live
+        (``Collector.reconfigure``) gets it at its next poll; what else changed waits for a
         restart (``reload.needs_restart`` says which)."""
-        new = settings.serving
-        self.settings = self.settings.model_copy(update={"serving": new})
-        source = next((s for s in self.sources if s.name == "serving"), None)
-        if source is not None:
-            source.reconfigure(new)  # type: ignore[attr-defined]
-        elif collectors.is_enabled(_serving_collector(), self.settings):
-            ctx = collectors.Context(self.settings, self.session, self.store)
-            for added in _serving_collector().sources(ctx):
+        live = [c for c in collectors.REGISTRY if c.reconfigure is not None and c.section]
+        self.settings = self.settings.model_copy(
+            update={c.section: getattr(settings, c.section) for c in live}
+        )
+        ctx = collectors.Context(self.settings, self.nvml, self.store)
+        for c in live:
+            if c.reconfigure is None or not collectors.is_enabled(c, self.settings):
+                continue
+            running = self.owned.setdefault(c.name, [])
+            for added in c.reconfigure(tuple(running), ctx):
                 self.scheduler.add(added)
-                if added not in self.sources:
-                    self.sources.append(added)
+                running.append(added)
+                self.sources.append(added)
 
 
-def _serving_collector() -> collectors.Collector:
-    return next(c for c in collectors.REGISTRY if c.name == "serving")
+def _chain(steps: list[AfterPublish]) -> AfterPublish | None:
+    """One after-publish callback running ``steps`` in order (None when there are none)."""
+    if len(steps) <= 1:
+        return steps[0] if steps else None
+
+    def run(result: SourceResult) -> None:
+        for step in steps:
+            step(result)
+
+    return run
 
 
-def build(settings: Settings, session: NvmlSession) -> Daemon:
+def build(settings: Settings, session: NvmlSession | None = None) -> Daemon:
+    """The daemon for ``settings``; NVML (``session``, else opened when a collector first
+    needs it) may raise ``NvmlUnavailable`` here."""
     node = settings.node_name
+    nvml = LazyNvml(settings, session)
     chosen = collectors.enabled(settings)
-    names = {c.name for c in chosen}
     from exporter.sources.profiling.modes import BACKENDS
 
-    # With the nvml collector off nothing lists GPUs: ready at once rather than never.
-    ready = ["nvml"] if "nvml" in names else []
-    store = SnapshotStore(node, ready_sources=ready, profiling_order=BACKENDS)
-    ctx = collectors.Context(settings, session, store)
-    sources = [source for c in chosen for source in c.sources(ctx)]
+    store = SnapshotStore(node, profiling_order=BACKENDS)
+    ctx = collectors.Context(settings, nvml, store)
+    owned = {c.name: c.sources(ctx) for c in chosen}
+    sources = [source for c in chosen for source in owned[c.name]]
+    # Ready once a GPU-listing source has listed GPUs; with none enabled, at once.
+    store.wait_for(s.name for s in sources if s.starts_first)
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
-    metrics.build_info.labels(node, __version__, session.backend, platform.python_version()).set(1)
+    metrics.build_info.labels(node, __version__, nvml.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
     k8s = settings.kubernetes
     encoder = Encoder(
@@ -139,8 +188,7 @@ def build(settings: Settings, session: NvmlSession) -> Daemon:
     )
     exposition = ExpositionCache(encoder, lambda: store.current)
     store.subscribe(exposition.published)
-    step = None
-    if "model" in names:
-        step = ModelStep.for_settings(store, settings, metrics)
-    scheduler = Scheduler(sources, store, metrics, after_publish=step)
-    return Daemon(settings, session, store, registry, scheduler, exposition, sources)
+    triggers = frozenset(s.name for s in sources if s.gpu_poll)
+    steps = [c.after_gpu_poll(ctx, metrics, triggers) for c in chosen if c.after_gpu_poll]
+    scheduler = Scheduler(sources, store, metrics, after_publish=_chain(steps))
+    return Daemon(settings, nvml, store, registry, scheduler, exposition, sources, owned)

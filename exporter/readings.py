@@ -58,7 +58,8 @@ class ProcessInfo:
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
-    """What one NVML poll read of one device. ``up`` false carries the ``reason``."""
+    """What one poll of a GPU source (NVML, or any source publishing a :class:`GpuReading`)
+    read of one device. ``up`` false carries the ``reason``."""
 
     up: bool = True
     reason: str = ""
@@ -327,11 +328,20 @@ class Availability:
 
 
 @dataclass(frozen=True, slots=True)
-class NvmlReading:
-    """What one NVML poll read: the device inventory and every GPU's state."""
+class GpuReading:
+    """What one poll of a GPU source read: its devices and every one's state. Any GPU
+    source publishes a subclass of its own (one owner per type); the snapshot joins them all
+    into ``Snapshot.inventory`` and ``Snapshot.gpu_states``, which the model, the GPU
+    families and every source keyed by ``gpu`` read. Device ``gpu`` labels must not collide
+    across sources."""
 
     inventory: tuple[Device, ...] = ()
     gpus: Mapping[str, GpuState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading(GpuReading):
+    """What one NVML poll read (the simulated node publishes it too)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,36 +14,24 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from exporter import webconfig
+from exporter import collectors, webconfig
 from exporter.config import ConfigError, Settings, build
 from exporter.daemon import Daemon
 
 log = structlog.get_logger("reload")
 
-LIVE_SERVING_KEYS = frozenset(
-    {
-        "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
-        "max_models_per_target", "max_label_length", "stale_after",
-        "max_tokens_per_second_per_gpu",
-    }
-)
-"""Serving settings a reload applies to the running source; others need a restart."""
-
-
 def needs_restart(old: Settings, new: Settings) -> list[str]:
-    """The settings that changed but only take effect at a restart: everything outside the
-    serving section, and the serving settings the running source cannot take live."""
-    restart = [
-        key
-        for key, value in new.model_dump().items()
-        if key != "serving" and value != old.model_dump()[key]
-    ]
-    restart += [
-        f"serving.{key}"
-        for key in type(new.serving).model_fields
-        if key not in LIVE_SERVING_KEYS
-        and getattr(old.serving, key) != getattr(new.serving, key)
-    ]
+    """The settings that changed but only take effect at a restart: every key but those a
+    collector takes live (``Collector.live``, handed over by ``Daemon.apply``)."""
+    live = {c.section: c.live for c in collectors.REGISTRY if c.section and c.reconfigure}
+    before, after = old.model_dump(), new.model_dump()
+    restart = [k for k, v in after.items() if k not in live and v != before[k]]
+    for section, keys in live.items():
+        restart += [
+            f"{section}.{key}"
+            for key, value in after[section].items()
+            if key not in keys and value != before[section][key]
+        ]
     return restart
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -34,10 +34,6 @@ AfterPublish = Callable[[SourceResult], None]
 """Called on the event loop after each publish (the daemon runs the model from it)."""
 
 
-MODEL_TRIGGERS = frozenset({"nvml", "gpm", "dcgm", "dcgm-exporter"})
-"""Sources whose publish is a GPU poll: the model steps after them."""
-
-
 class ModelStep:
     """Runs the node model after GPU polls, at most once per model interval, and publishes
     its verdicts into the next snapshot."""
@@ -48,23 +44,31 @@ class ModelStep:
         model: NodeModel,
         interval: float,
         metrics: SelfMetrics | None = None,
+        triggers: Iterable[str] | None = None,
     ) -> None:
         self.store = store
         self.model = model
         self.interval = interval
         self.metrics = metrics
+        self.triggers = None if triggers is None else frozenset(triggers)
+        """Sources whose publish is a GPU poll (their classes say so: ``Source.gpu_poll``); the
+        model steps after them only. None: after any publish."""
         self._last = -float("inf")
 
     @classmethod
     def for_settings(
-        cls, store: SnapshotStore, settings: Settings, metrics: SelfMetrics | None = None
+        cls,
+        store: SnapshotStore,
+        settings: Settings,
+        metrics: SelfMetrics | None = None,
+        triggers: Iterable[str] | None = None,
     ) -> ModelStep:
         """The model's window is ``model.interval``, else the GPU poll interval."""
         interval = settings.model.interval or settings.interval
-        return cls(store, NodeModel(settings.model), interval, metrics)
+        return cls(store, NodeModel(settings.model), interval, metrics, triggers)
 
     def __call__(self, result: SourceResult) -> None:
-        if result.source not in MODEL_TRIGGERS:
+        if self.triggers is not None and result.source not in self.triggers:
             return
         now = time.monotonic()
         # nvml and a profiling backend both poll each interval: step once per interval.

@@ -26,11 +26,11 @@ from exporter.readings import (
     JOB_SOURCES,
     Availability,
     Device,
+    GpuReading,
     GpuState,
     JobAssignments,
     JobIdentity,
     NodeVerdicts,
-    NvmlReading,
     PodAssignments,
     PodJobs,
     ProcessInfo,
@@ -103,14 +103,19 @@ class Snapshot:
 
     @property
     def inventory(self) -> tuple[Device, ...]:
-        """Devices as discovered by NVML (empty before its first poll)."""
-        reading = self.get(NvmlReading)
-        return () if reading is None else reading.inventory
+        """Devices of every GPU source (NVML, ...), empty before their first poll."""
+        readings = self.all(GpuReading)
+        if len(readings) == 1:
+            return readings[0].inventory
+        return tuple(d for r in readings for d in r.inventory)
 
     @property
     def gpu_states(self) -> Mapping[str, GpuState]:
-        reading = self.get(NvmlReading)
-        return {} if reading is None else reading.gpus
+        """Every GPU source's state per ``gpu`` label."""
+        readings = self.all(GpuReading)
+        if len(readings) == 1:
+            return readings[0].gpus
+        return {gpu: state for r in readings for gpu, state in r.gpus.items()}
 
     @property
     def processes(self) -> tuple[ProcessInfo, ...]:
@@ -234,6 +239,13 @@ class SnapshotStore:
             self._current = replace(self._current, ready_reason="")
         self._listeners: list[Listener] = []
 
+    def wait_for(self, sources: Iterable[str]) -> None:
+        """Be ready once one of ``sources`` has listed GPUs (set by the daemon before any
+        source runs: the sources that declare ``starts_first``)."""
+        self._ready_sources = frozenset(sources)
+        reason = Snapshot.ready_reason if self._ready_sources else ""
+        self._current = replace(self._current, ready_reason=reason)
+
     @property
     def current(self) -> Snapshot:
         return self._current
@@ -304,6 +316,6 @@ def _pod_jobs(pods: PodAssignments | None) -> tuple[JobAssignments, ...]:
 
 def _has_gpus(reading: object) -> bool:
     """Whether a GPU source's reading lists at least one GPU (what readiness waits for)."""
-    return isinstance(reading, (NvmlReading, ProfilingReading)) and bool(
+    return isinstance(reading, (GpuReading, ProfilingReading)) and bool(
         getattr(reading, "inventory", None) or reading.gpus
     )

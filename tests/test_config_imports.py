@@ -1,32 +1,100 @@
-"""config.py validates against names in the leaf exporter/names.py instead of importing
-the collectors and sources (which import config): no import loop, and each name list still
-matches the code that defines the thing."""
+"""Settings are composed from the collector registry: importing the config loads every
+collector's declaration (its section class lives there) but none of their sources, and the
+exporter's modules import each other without a circle."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 from exporter import collectors, names
-from exporter.sources.profiling import modes
+from exporter.config import Settings, compose
 from exporter.sources.serving import engines
 from tests.conftest import REPO
 
+# What importing the settings may load: the registry, the declarations, the readings they
+# name, the section base and the profiling mode list (a leaf).
+ALLOWED = {
+    "exporter", "exporter.config", "exporter.config_messages", "exporter.names",
+    "exporter.section", "exporter.readings",
+    "exporter.collectors", "exporter.collectors.base", "exporter.sources",
+    "exporter.sources.profiling", "exporter.sources.profiling.modes",
+    *(f"exporter.collectors.{name}" for name in names.COLLECTOR_NAMES),
+}
 
-def test_importing_config_imports_no_collector_or_source() -> None:
+
+def test_importing_config_loads_declarations_but_no_source() -> None:
     probe = (
         "import sys, exporter.config; "
-        "print('\\n'.join(m for m in sys.modules if m.startswith('exporter')))"
+        "print('\\n'.join(m for m in sys.modules if m.startswith(('exporter', 'grpc', "
+        "'aiohttp', 'prometheus_client', 'pynvml'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     assert "exporter.config" in out
-    assert not [m for m in out if m == "exporter.collectors" or m.startswith("exporter.sources")]
-    assert set(out) <= {"exporter", "exporter.config", "exporter.names"}
+    assert set(out) <= ALLOWED, sorted(set(out) - ALLOWED)
 
 
-def test_the_leaf_names_match_their_definitions() -> None:
-    assert names.COLLECTOR_NAMES == collectors.NAMES
-    assert frozenset(t.engine for t in engines.TABLES) == names.ENGINE_NAMES
-    assert modes.MODES == names.MODES
+def test_settings_have_one_section_per_collector_that_declares_one() -> None:
+    sections = {c.section: c.config for c in collectors.REGISTRY if c.section}
+    assert {k: Settings.model_fields[k].annotation for k in sections} == sections
+    assert Settings.model_fields.keys() == compose(collectors.REGISTRY).model_fields.keys()
+
+
+def test_the_type_checkers_settings_spell_out_the_composed_sections() -> None:
+    """exporter/config.py spells the sections out under ``if TYPE_CHECKING`` for mypy; the
+    running code never sees that class, so read it from the source."""
+    tree = ast.parse((REPO / "exporter" / "config.py").read_text())
+    (stub,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Settings"]
+    spelled = {
+        n.target.id: ast.unparse(n.annotation)
+        for n in stub.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    wanted = {c.section: c.config.__name__ for c in collectors.REGISTRY if c.section and c.config}
+    assert spelled == wanted
+
+
+def test_engine_names_come_from_the_engine_tables() -> None:
+    assert frozenset(t.engine for t in engines.TABLES) == engines.ENGINE_NAMES
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """Modules of ``known`` that ``path`` imports when it is imported (not inside functions
+    or ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in tree.body:
+        names_: list[str] = []
+        if isinstance(node, ast.Import):
+            names_ = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names_ = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found.update(n for n in names_ if n in known)
+    return found
+
+
+def test_no_import_circles() -> None:
+    files = {_module(p): p for p in (REPO / "exporter").rglob("*.py")}
+    graph = {m: _top_level_imports(p, set(files)) for m, p in files.items()}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import circle: " + " -> ".join([*path, module]))
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

@@ -347,9 +347,9 @@ def test_regime_seconds_count_every_windows_undebounced_class() -> None:
 def test_an_implausible_mfu_is_counted_by_the_model_step() -> None:
     from prometheus_client import CollectorRegistry
 
-    from exporter.daemon import ModelStep
     from exporter.metrics.self_metrics import SelfMetrics
     from exporter.readings import NodeVerdicts
+    from exporter.scheduler import ModelStep
     from exporter.snapshot import SnapshotStore, SourceResult
 
     class Model:

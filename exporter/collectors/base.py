@@ -1,17 +1,27 @@
-"""What a collector declares: its name, default, settings section, sources, readings and
-families. One module per collector (this package) holds one :class:`Collector`; the
-registry (``exporter/collectors/__init__.py``) is the only list of them."""
+"""What a collector declares: its name, default, settings section and flags, sources,
+readings, families, and what the daemon may ask of it (a step after GPU polls, a live
+reload). One module per collector (this package) holds one :class:`Collector`; the registry
+(``exporter/collectors/__init__.py``) is the only list of them.
+
+Imports nothing of the exporter at run time but the section base: ``exporter/config.py``
+composes ``Settings`` from the registry, so the registry must load before it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from exporter.config import Section, Settings
-from exporter.metrics.families import Group
-from exporter.snapshot import SnapshotStore
-from exporter.sources.base import Source
-from exporter.sources.nvml_session import NvmlSession
+from exporter.section import Section
+
+if TYPE_CHECKING:
+    from exporter.config import Settings
+    from exporter.metrics.families import Group
+    from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.snapshot import SnapshotStore, SourceResult
+    from exporter.sources.base import Source
+    from exporter.sources.nvml_session import NvmlSession
 
 
 @dataclass(frozen=True)
@@ -20,8 +30,39 @@ class Context:
     ``current`` they may only pass on as a view to the sources that declared a need)."""
 
     settings: Settings
-    session: NvmlSession
+    nvml: Callable[[], NvmlSession]
+    """Opens the NVML session on first call (raises ``NvmlUnavailable``), so only the
+    collectors that read NVML need a driver."""
     store: SnapshotStore
+
+    @property
+    def session(self) -> NvmlSession:
+        return self.nvml()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line spelling of one settings key. Help, default, type and choices come
+    from the key's field in the schema, so they cannot drift."""
+
+    flag: str
+    key: str
+    """The key in the collector's section (in ``Settings`` for the CLI's own flags)."""
+    metavar: str | None = None
+    negate: bool = False
+    """A ``--no-...`` flag that sets a default-on boolean to false."""
+
+
+Reconfigure = Callable[["Sequence[Source]", Context], "list[Source]"]
+"""Hand a reloaded section to a collector's running sources (``Context.settings`` is the new
+one); returns the sources to add (e.g. the first target of a collector that had none)."""
+
+
+AfterGpuPoll = Callable[
+    [Context, "SelfMetrics", frozenset[str]], "Callable[[SourceResult], None]"
+]
+"""(context, the exporter's own metrics, names of the sources whose publish is a GPU poll)
+-> a callback the scheduler runs after every publish; it acts only on those sources'."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +81,20 @@ class Collector:
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
-    """That section's schema (``exporter/config.py``), from which its flags are made."""
+    """That section's schema, declared in the collector's module; ``Settings`` gets a field
+    ``section`` of this type (``exporter/config.py`` composes it from the registry)."""
+    flags: tuple[Flag, ...] = ()
+    """Command-line spellings of keys of its section; the CLI adds them in a group titled
+    ``flag_group`` (help, default, type and environment variable from the field)."""
+    flag_group: str = ""
+    live: frozenset[str] = frozenset()
+    """Keys of its section a reload hands to the running collector (``reconfigure``); a
+    change to any other key waits for a restart."""
+    reconfigure: Reconfigure | None = None
+    after_gpu_poll: AfterGpuPoll | None = None
+    """Builds what runs after each publish of a GPU poll (the model's step); which sources
+    poll GPUs (``Source.gpu_poll``) and list them (``Source.starts_first``, what readiness
+    waits for) their classes declare."""
 
 
 def always(_: Settings) -> bool:

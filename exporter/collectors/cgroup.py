@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from exporter.collectors.base import Collector, Context
-from exporter.config import Settings
-from exporter.metrics.families import Group, erase
 from exporter.readings import PodUsageReading
-from exporter.sources.base import Source
+
+if TYPE_CHECKING:
+    from exporter.config import Settings
+    from exporter.metrics.families import Group
+    from exporter.sources.base import Source
 
 
 def _on(settings: Settings) -> bool:
@@ -30,6 +34,8 @@ def _families(settings: Settings) -> tuple[Group, ...]:
     from exporter.sources.kubernetes.families import usage_families
 
     k8s = settings.kubernetes
+    from exporter.metrics.families import erase
+
     return (erase(usage_families(k8s.namespace_label, k8s.pod_label, k8s.container_label)),)
 
 

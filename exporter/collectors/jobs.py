@@ -6,13 +6,38 @@ pods, and the model, the encoder and the mixin read only that merged view."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from exporter.collectors.base import Collector, Context, always
-from exporter.config import JobsConfig, Settings
-from exporter.metrics.families import Family, GpuFamilies, Group, Row, erase
-from exporter.model.families import JOB_LABELS
+from pydantic import Field
+
+from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import JobAssignments, JobIdentity
-from exporter.sources.base import Source
+from exporter.section import MAX_INTERVAL, Section
+
+if TYPE_CHECKING:
+    from exporter.config import Settings
+    from exporter.metrics.families import Group, Row
+    from exporter.sources.base import Source
+
+
+class JobsConfig(Section):
+    """Which job each GPU works for outside Kubernetes (Slurm, MPI, torchrun, dcgm-exporter's
+    HPC job mapping, else the process session); see docs/jobs.md."""
+
+    processes: bool = True
+    """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
+    few environ variables (needs the host's PID namespace)."""
+    environ: bool = True
+    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
+    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
+    come from Slurm cgroup paths and process sessions)."""
+    proc_root: str = ""
+    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
+    interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
+    """Seconds between job-identity reads (each process is read once and cached)."""
+    hpc_job_mapping_dir: str = ""
+    """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
+    GPU index, one job id per line."""
 
 
 def _sources(ctx: Context) -> list[Source]:
@@ -57,26 +82,27 @@ def _info(identity: JobIdentity) -> Iterable[Row]:
     return ((identity.key, 1.0),)
 
 
-JOB_INFO = GpuFamilies[JobIdentity](
-    "jobs",
-    lambda snap: snap.jobs,
-    (
-        Family(
-            "goodput_gpu_job_info",
-            "gauge",
-            "Constant 1 per GPU and the job it works for: job_source is where the identity "
-            "came from (kubernetes, slurm, hpc, mpi, torchrun, process), (job_source, "
-            "namespace, job_id) the job key every job series and rule uses; namespace is "
-            "set for Kubernetes only. Join on node and gpu.",
-            _info,
-            labels=JOB_LABELS,
-        ),
-    ),
-)
-
-
 def _families(settings: Settings) -> tuple[Group, ...]:
-    return (erase(JOB_INFO),)
+    from exporter.metrics.families import Family, GpuFamilies, erase
+    from exporter.model.families import JOB_LABELS
+
+    info = GpuFamilies[JobIdentity](
+        "jobs",
+        lambda snap: snap.jobs,
+        (
+            Family(
+                "goodput_gpu_job_info",
+                "gauge",
+                "Constant 1 per GPU and the job it works for: job_source is where the "
+                "identity came from (kubernetes, slurm, hpc, mpi, torchrun, process), "
+                "(job_source, namespace, job_id) the job key every job series and rule uses; "
+                "namespace is set for Kubernetes only. Join on node and gpu.",
+                _info,
+                labels=JOB_LABELS,
+            ),
+        ),
+    )
+    return (erase(info),)
 
 
 COLLECTOR = Collector(
@@ -89,4 +115,11 @@ COLLECTOR = Collector(
     readings=(JobAssignments,),
     section="jobs",
     config=JobsConfig,
+    flags=(
+        Flag("--no-job-processes", "processes", negate=True),
+        Flag("--no-job-environ", "environ", negate=True),
+        Flag("--jobs-interval", "interval", "SECONDS"),
+        Flag("--hpc-job-mapping-dir", "hpc_job_mapping_dir", "DIR"),
+    ),
+    flag_group="job identity outside Kubernetes (docs/jobs.md)",
 )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
-from exporter.metrics.families import Group, erase
 from exporter.readings import NvmlReading
-from exporter.sources.base import Source
+
+if TYPE_CHECKING:
+    from exporter.config import Settings
+    from exporter.metrics.families import Group
+    from exporter.sources.base import Source
 
 
 def _sources(ctx: Context) -> list[Source]:
@@ -16,6 +20,7 @@ def _sources(ctx: Context) -> list[Source]:
 
 
 def _families(_: Settings) -> tuple[Group, ...]:
+    from exporter.metrics.families import erase
     from exporter.sources.nvml import FAMILIES, IDENTITY
 
     return (erase(IDENTITY), erase(FAMILIES))

@@ -1,7 +1,7 @@
 """The workloads of the simulated node, one per GPU (GPU i runs ``NODE[i % len(NODE)]``).
 
 Each is a pattern an operator meets in practice, with the counter values such a workload
-shows on a Hopper GPU (see docs/simulation.md). Together they cover every regime the model
+shows on a Hopper GPU (README.md "Try it" lists them). Together they cover every regime the model
 knows, so the demo, the tests and the local stack all see each failure mode.
 """
 

@@ -18,9 +18,13 @@ class Source(abc.ABC):
 
     name: str = "source"
     interval: float = 1.0
-    #: Lists the GPUs others match against (NVML): started first, so the rest see an inventory
-    #: at their first poll.
+    #: Lists the GPUs others match against (publishes a ``GpuReading``): started first, so
+    #: the rest see an inventory at their first poll, and the daemon is ready once one has
+    #: listed GPUs.
     starts_first: bool = False
+    #: Each publish is a GPU poll (NVML, a profiling backend): the efficiency model steps
+    #: after it, at most once per model interval.
+    gpu_poll: bool = False
 
     async def start(self) -> None:
         """Acquire resources (open libraries, register events). Errors here are reported

@@ -58,6 +58,7 @@ class NvmlSource(SessionSource):
 
     name = SOURCE
     starts_first = True
+    gpu_poll = True
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.config import JobsConfig
+from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.jobs import identity as ident

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from exporter.config import JobsConfig
+from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
@@ -116,7 +116,7 @@ class ProcJobSource(BlockingSource):
         if gone:
             errors["pid_gone"] = gone
         gpus = self._assign(per_gpu, errors)
-        self._log("state", "ok", None, event="job_identity", processes=len(live), jobs=len(
+        self._log("state", "ok", "ok", event="job_identity", processes=len(live), jobs=len(
             set(gpus.values())))
         return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(SOURCE, gpus))
 

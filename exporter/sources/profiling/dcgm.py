@@ -136,6 +136,7 @@ class _Value:
 
 class DcgmSource(BlockingSource):
     name = SOURCE
+    gpu_poll = True
 
     def __init__(
         self,
@@ -346,25 +347,8 @@ class DcgmSource(BlockingSource):
 
     def _watch(self, device: Device, state: _GpuState, now: float) -> None:
         b = self._bindings()
-        if device.is_mig:
-            self._set(
-                device.gpu,
-                state,
-                "unsupported",
-                "MIG instances are not read through DCGM "
-                "by this exporter (use dcgm-exporter or GPM)",
-            )
-            state.retry_at = now + MAX_BACKOFF
-            return
-        dcgm_id = self._ids.get(normalise_uuid(device.uuid))
+        dcgm_id = self._dcgm_id(device, state, now)
         if dcgm_id is None:
-            self._set(
-                device.gpu,
-                state,
-                "unsupported",
-                f"GPU {device.uuid} is not among DCGM's supported devices",
-            )
-            state.retry_at = now + MAX_BACKOFF
             return
         state.dcgm_id = dcgm_id
         group = self._call(
@@ -387,22 +371,7 @@ class DcgmSource(BlockingSource):
             raise
         if not watched:
             self._destroy_group(group)
-            last = refused[-1][1]
-            code = error_code(last)
-            reason = reason_for(b.structs, code) if code is not None else "error"
-            if (
-                reason == "unsupported"
-                and len(refused) == len(FIELD_SETS)
-                and any(error_code(e) != code for _, e in refused)
-            ):
-                reason = "incompatible"
-            self._set(
-                device.gpu,
-                state,
-                reason,
-                f"watching profiling fields on DCGM GPU {dcgm_id}: {last} ({_name(b, code)})",
-            )
-            state.retry_at = now + self._next_backoff(state)
+            self._refused(device, state, dcgm_id, refused, now)
             return
         if refused:
             log.info(
@@ -418,6 +387,48 @@ class DcgmSource(BlockingSource):
             state.cumulative = CUMULATIVE_FIELDS
         except b.structs.DCGMError as exc:  # older DCGM or pre-Hopper: gauges only
             self._raise_if_connection(exc)
+
+    def _dcgm_id(self, device: Device, state: _GpuState, now: float) -> int | None:
+        """DCGM's id of ``device``, or None (its state says why, retried after the longest
+        backoff) for a MIG instance or a GPU DCGM does not list."""
+        if device.is_mig:
+            why = ("MIG instances are not read through DCGM by this exporter "
+                   "(use dcgm-exporter or GPM)")
+        elif (dcgm_id := self._ids.get(normalise_uuid(device.uuid))) is not None:
+            return dcgm_id
+        else:
+            why = f"GPU {device.uuid} is not among DCGM's supported devices"
+        self._set(device.gpu, state, "unsupported", why)
+        state.retry_at = now + MAX_BACKOFF
+        return None
+
+    def _refused(
+        self,
+        device: Device,
+        state: _GpuState,
+        dcgm_id: int,
+        refused: list[tuple[tuple[int, ...], BaseException]],
+        now: float,
+    ) -> None:
+        """Every field set was refused: say why (``incompatible`` when the sets failed in
+        different ways) and back off."""
+        b = self._bindings()
+        last = refused[-1][1]
+        code = error_code(last)
+        reason = reason_for(b.structs, code) if code is not None else "error"
+        if (
+            reason == "unsupported"
+            and len(refused) == len(FIELD_SETS)
+            and any(error_code(e) != code for _, e in refused)
+        ):
+            reason = "incompatible"
+        self._set(
+            device.gpu,
+            state,
+            reason,
+            f"watching profiling fields on DCGM GPU {dcgm_id}: {last} ({_name(b, code)})",
+        )
+        state.retry_at = now + self._next_backoff(state)
 
     def _watch_first_accepted(
         self, group: Any

@@ -136,6 +136,7 @@ def _dev_value(name: str, value: float) -> tuple[str, float] | None:
 
 class DcgmExporterSource(Source):
     name = SOURCE
+    gpu_poll = True
 
     def __init__(
         self,

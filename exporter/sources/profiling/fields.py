@@ -9,7 +9,7 @@ only the dcgm-exporter source, which sees names, needs both spellings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from exporter.readings import ProfilingWindow
 
@@ -86,6 +86,18 @@ NAMES: dict[str, int] = {
 
 def build_window(seconds: float, values: Mapping[int, float]) -> ProfilingWindow:
     """A window from DCP values keyed by field id (ratios 0-1, rates in bytes per second)."""
+    named = (
+        (*(RATIO_FIELDS.get(field_id) or RATE_FIELDS[field_id]), value)
+        for field_id, value in values.items()
+        if field_id in RATIO_FIELDS or field_id in RATE_FIELDS
+    )
+    return window_of(seconds, named)
+
+
+def window_of(seconds: float, named: Iterable[tuple[str, str, float]]) -> ProfilingWindow:
+    """A window from (attribute, label, value) triples: a label puts the value in that
+    attribute's per-pipe or per-direction tuple, no label sets the attribute itself. The one
+    assembly of a window, whichever backend's ids the values came under."""
     scalars: dict[str, float] = {}
     groups: dict[str, list[tuple[str, float]]] = {
         "tensor_pipes": [],
@@ -93,10 +105,7 @@ def build_window(seconds: float, values: Mapping[int, float]) -> ProfilingWindow
         "pcie_bytes_per_second": [],
         "nvlink_bytes_per_second": [],
     }
-    for field_id, value in values.items():
-        attr, label = RATIO_FIELDS.get(field_id) or RATE_FIELDS.get(field_id) or ("", "")
-        if not attr:
-            continue
+    for attr, label, value in named:
         if label:
             groups[attr].append((label, value))
         else:
@@ -150,3 +159,19 @@ BANDWIDTH_IDS: dict[int, tuple[str, str]] = {
 }
 """GPM ids reported in MiB/s."""
 WANTED_IDS = (*PERCENT_IDS, *BANDWIDTH_IDS)
+
+
+def gpm_window(seconds: float, values: Mapping[int, float]) -> ProfilingWindow:
+    """A window from GPM metric values keyed by metric id (percentages, MiB per second); a
+    NaN (nothing moved in the window) reads as 0."""
+
+    def scaled(metric_id: int, value: float) -> tuple[str, str, float]:
+        if metric_id in PERCENT_IDS:
+            attr, label = PERCENT_IDS[metric_id]
+            ratio = value / 100.0
+        else:
+            attr, label = BANDWIDTH_IDS[metric_id]
+            ratio = value * MIB
+        return attr, label, 0.0 if ratio != ratio else ratio
+
+    return window_of(seconds, (scaled(i, v) for i, v in values.items()))

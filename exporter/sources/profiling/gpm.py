@@ -17,10 +17,10 @@ from typing import Any
 
 import structlog
 
-from exporter.readings import ProfilingReading, ProfilingStatus, ProfilingWindow
+from exporter.readings import ProfilingReading, ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
-from exporter.sources.profiling.fields import BANDWIDTH_IDS, MIB, PERCENT_IDS, WANTED_IDS
+from exporter.sources.profiling.fields import WANTED_IDS, gpm_window
 from exporter.sources.profiling.integrator import ProfilingIntegrator
 from exporter.sources.profiling.select import ProfilingSelector
 
@@ -41,6 +41,7 @@ class _DeviceState:
 
 class GpmSource(SessionSource):
     name = SOURCE
+    gpu_poll = True
 
     def __init__(
         self,
@@ -141,7 +142,7 @@ class GpmSource(SessionSource):
         if state.failed:
             log.info("gpm_sampling_ok", gpu=gpu)
             state.failed = ""
-        status = self._integrator.window(gpu, SOURCE, _window(window, values))
+        status = self._integrator.window(gpu, SOURCE, gpm_window(window, values))
         self._last[gpu] = status
         return status, ""
 
@@ -218,32 +219,6 @@ class GpmSource(SessionSource):
             with contextlib.suppress(Exception):
                 self.session.nvml.nvmlGpmSampleFree(state.sample)
         state.sample = None
-
-
-def _window(seconds: float, values: dict[int, float]) -> ProfilingWindow:
-    scalars: dict[str, float] = {}
-    groups: dict[str, list[tuple[str, float]]] = {
-        "tensor_pipes": [],
-        "pipes": [],
-        "pcie_bytes_per_second": [],
-        "nvlink_bytes_per_second": [],
-    }
-    for metric_id, value in values.items():
-        if metric_id in PERCENT_IDS:
-            attr, label = PERCENT_IDS[metric_id]
-            ratio = value / 100.0
-        else:
-            attr, label = BANDWIDTH_IDS[metric_id]
-            ratio = value * MIB
-        if ratio != ratio:  # NaN: nothing moved in this window
-            ratio = 0.0
-        if label:
-            groups[attr].append((label, ratio))
-        else:
-            scalars[attr] = ratio
-    kwargs: dict[str, Any] = {k: tuple(sorted(v)) for k, v in groups.items()}
-    kwargs.update(scalars)
-    return ProfilingWindow(seconds=seconds, **kwargs)
 
 
 def _profiling_reason(nvml_reason: str) -> str:

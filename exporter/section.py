@@ -1,0 +1,23 @@
+"""The base of every settings section, and the limits all sections share.
+
+A leaf module: each collector declares its section class in its own module
+(``exporter/collectors/<name>.py``) on this base, and ``exporter/config.py`` composes
+``Settings`` from the registry, so neither needs the other's module to define a field.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+MAX_INTERVAL = 3600.0
+"""No interval may exceed an hour: a longer one reads as a source that stopped."""
+LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+"""A Prometheus label name, for settings that name one."""
+
+
+class Section(BaseModel):
+    # No setting has a use for inf or NaN; an infinite interval would poll once, then never.
+    # Field docstrings are the descriptions: the CLI's help text comes from them.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )

@@ -1,0 +1,97 @@
+"""A GPU source is one module plus one registry line (issue #32).
+
+``tests/support/second_vendor.py`` is a whole second GPU vendor: its settings section and
+flag, a ``GpuReading``, a source and a family. Registered (the one line), the real daemon
+runs it with every NVML collector off on this machine, which has no NVIDIA driver: it gets
+ready on the vendor's first poll, the model judges the vendor's two GPUs from their windows,
+and their families are served. Its flag, environment variable and config key come from its
+section.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.readings import Device, GpuState, NvmlReading
+from exporter.snapshot import SnapshotStore, SourceResult
+from testkit.harness import REPO, child_env, free_port, http_get, stop_process, wait_http
+from tests.support import second_vendor
+
+NVML_OFF = ("--no-collector.nvml", "--no-collector.xid", "--no-collector.profiling")
+LAUNCH = [sys.executable, "-m", "tests.support.second_vendor"]
+
+
+@pytest.fixture
+def vendor_daemon() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [*LAUNCH, *NVML_OFF, "--listen", f"127.0.0.1:{port}", "--interval", "0.2",
+         "--vendor-interval", "0.2"],
+        cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/readyz", timeout=30)
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def _samples(url: str) -> dict[tuple[str, str, str], float]:
+    """(name, gpu, regime) -> value of every sample of the vendor's GPUs."""
+    status, body = http_get(url + "/metrics", timeout=5)
+    assert status == 200
+    return {
+        (s.name, s.labels.get("gpu", ""), s.labels.get("regime", "")): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.labels.get("gpu", "").startswith("v")
+    }
+
+
+def test_the_model_judges_a_second_vendors_gpus_without_nvml(vendor_daemon: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:  # the regime is debounced: enter_windows polls of 0.2 s
+        samples = _samples(vendor_daemon)
+        if samples.get(("goodput_gpu_regime", "v1", "idle")) == 1:
+            break
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.2)
+    # the busy GPU has no profiling counters: the model says so rather than guess
+    assert samples[("goodput_gpu_regime", "v0", "unknown")] == 1
+    assert samples[("goodput_vendor_power_watts", "v0", "")] == 450.0
+    assert samples[("goodput_vendor_power_watts", "v1", "")] == 60.0
+    assert not [k for k in samples if k[0].startswith("goodput_gpu_utilization")]  # nvml's
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAUNCH, *args], cwd=REPO, env=child_env(env), text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+def test_its_flag_env_name_and_help_come_from_its_section() -> None:
+    out = _run("--help").stdout
+    assert "--vendor-interval SECONDS" in out and "[GOODPUT_VENDOR__INTERVAL]" in out
+    assert "Seconds between polls of the test vendor's GPUs" in out
+    bad = _run(*NVML_OFF, "--vendor-interval", "0")
+    assert bad.returncode == 2 and "'vendor.interval'" in bad.stderr, bad.stderr
+    env = _run(*NVML_OFF, env={"GOODPUT_VENDOR__INTERVAL": "-1"})
+    assert env.returncode == 2 and "'vendor.interval'" in env.stderr, env.stderr
+
+
+def test_the_snapshot_lists_every_gpu_sources_devices() -> None:
+    store = SnapshotStore("n")
+    store.wait_for(["nvml", "vendor"])
+    nvml = NvmlReading((Device("0", "GPU-0"),), {"0": GpuState(utilization=0.5)})
+    store.publish(SourceResult(source="nvml", reading=nvml))
+    reading = second_vendor.VendorReading(second_vendor.DEVICES, second_vendor.STATES)
+    snap = store.publish(SourceResult(source="vendor", reading=reading))
+    assert [d.gpu for d in snap.inventory] == ["0", "v0", "v1"]
+    assert set(snap.gpu_states) == {"0", "v0", "v1"}
+    assert snap.ready_reason == ""
