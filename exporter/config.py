@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from exporter import names
+from exporter import names, yamlfile
 from exporter.names import ENGINE_NAMES, Mode
 
 ENV_PREFIX = "GOODPUT_"
@@ -32,6 +32,13 @@ CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
+MAX_LABEL_CHARS = 4096
+"""No string setting that reaches a label value may be longer (serving.max_label_length's
+ceiling too)."""
+MAX_NODE_NAME_CHARS = 253
+"""A Kubernetes node name is a DNS subdomain: at most 253 characters. It is on every series."""
+MAX_FILE_BYTES = yamlfile.MAX_BYTES
+"""A config or web-config file longer than this is refused before it is parsed."""
 MAX_INTERVAL = 3600.0
 """No interval may exceed an hour: a longer one reads as a source that stopped."""
 
@@ -100,10 +107,12 @@ class TlsConfig(Section):
 class ServingTarget(Section):
     """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
 
-    url: str
-    gpus: list[str] = Field(default_factory=list)
+    url: str = Field(max_length=2048)
+    gpus: list[Annotated[str, Field(max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
     engine: str = ""
-    model: str = ""
+    model: str = Field("", max_length=MAX_LABEL_CHARS)
     pid: int | None = Field(None, gt=0)
     authorization: Authorization | None = None
     basic_auth: BasicAuth | None = None
@@ -135,7 +144,7 @@ class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
-    extra_targets: list[str] = Field(default_factory=list)
+    extra_targets: list[Annotated[str, Field(max_length=2048)]] = Field(default_factory=list)
     """Scrape this serving engine's /metrics (repeatable), in addition to targets."""
     interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
     """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
@@ -180,6 +189,27 @@ class ServingConfig(Section):
         return value
 
     @model_validator(mode="after")
+    def _one_label_per_target(self) -> ServingConfig:
+        """Two targets that would publish one ``target`` label (they differ only in
+        credentials or query values) would mix their series and count tokens twice:
+        refused. Spellings of one URL (case, default port, fragment) are merged later."""
+        from exporter.urls import label, normalise
+
+        seen: dict[str, tuple[str, object]] = {}
+        entries = [(t.url, (t.authorization, t.basic_auth, t.tls_config)) for t in self.targets]
+        entries += [(url, (None, None, None)) for url in self.extra_targets]
+        for url, access in entries:
+            key = normalise(url)
+            name = label(key)
+            first = seen.setdefault(name, (key, access))
+            if first != (key, access):
+                raise ValueError(
+                    f"two serving targets publish the same target label {name!r} (they differ "
+                    "only in credentials, TLS settings or query values); list one"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _under_cap(self) -> ServingConfig:
         count = len(self.targets) + len(self.extra_targets)
         if count > self.max_targets:
@@ -213,11 +243,11 @@ class KubernetesConfig(Section):
     # Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
     # PodResources dynamic_resources are GPUs.
     dra_drivers: list[str] = Field(default_factory=list)
-    namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME)
+    namespace_label: str = Field(default="namespace", pattern=_LABEL_NAME, max_length=128)
     """Label name for the namespace."""
-    pod_label: str = Field(default="pod", pattern=_LABEL_NAME)
+    pod_label: str = Field(default="pod", pattern=_LABEL_NAME, max_length=128)
     """Label name for the pod."""
-    container_label: str = Field(default="container", pattern=_LABEL_NAME)
+    container_label: str = Field(default="container", pattern=_LABEL_NAME, max_length=128)
     """Label name for the container."""
     labels_on_every_series: bool = False
     """Copy namespace/pod/container onto every per-GPU series (one copy per pod holding the
@@ -402,7 +432,10 @@ class Settings(Section):
     """Log format."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest log level written."""
-    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
+    node_name: str = Field(
+        default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname(),
+        max_length=MAX_NODE_NAME_CHARS,
+    )
     """Value of the node label (default $NODE_NAME or the hostname)."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
@@ -453,9 +486,12 @@ def parse_listen(value: str) -> tuple[str, int]:
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{what} {path}: larger than {MAX_FILE_BYTES} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -466,10 +502,7 @@ def read_text(path: str | Path, what: str) -> str:
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:
     """PyYAML's multi-line report as one line: the problem and where it is."""
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"not valid YAML: {problem}{where}"
+    return yamlfile.describe(exc)
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -478,9 +511,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: {describe_yaml_error(exc)}") from exc
+        data = yamlfile.parse(text)
+    except yamlfile.YamlError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -502,8 +535,8 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if path is None:
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
+            value = yamlfile.parse(raw) if raw.strip() else raw
+        except yamlfile.YamlError:
             value = raw
         if isinstance(value, (int, float, bool, list, dict)) or value is None:
             parsed: Any = value

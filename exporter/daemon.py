@@ -62,6 +62,7 @@ class Daemon:
     sources: list[Source] = field(default_factory=list)
     reload: Callable[[], bool] | None = None
     """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
+    _reloads: set[asyncio.Future[bool]] = field(default_factory=set)
 
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
@@ -75,7 +76,7 @@ class Daemon:
         async def start(_: web.Application) -> None:
             loop = asyncio.get_running_loop()
             if self.reload is not None:
-                loop.add_signal_handler(signal.SIGHUP, self.reload)
+                loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
             self.exposition.start()
             await self.scheduler.start()
             loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
@@ -89,6 +90,17 @@ class Daemon:
         app.on_cleanup.append(stop)
         return app
 
+
+    def _on_sighup(self) -> None:
+        """Start a reload; its parsing runs on a worker thread, never on the event loop."""
+        run = getattr(self.reload, "run", None)
+        if run is None:
+            if self.reload is not None:
+                self.reload()
+            return
+        task = asyncio.ensure_future(run())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     def apply(self, settings: Settings) -> None:
         """Apply a reloaded configuration's serving section: it takes effect at the next poll

@@ -44,7 +44,7 @@ clock: Callable[[], float] = time.monotonic
 
 
 class _Bucket:
-    __slots__ = ("tokens", "at", "suppressed")
+    __slots__ = ("at", "suppressed", "tokens")
 
     def __init__(self, burst: int, now: float) -> None:
         self.tokens = float(burst)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -20,7 +20,7 @@ BRIDGED = ("aiohttp.server", "aiohttp.web", "asyncio")
 MAX_ERROR_CHARS = 200
 
 
-def configure(log_format: str = "json", level: str = "info", stream: IO[str] | None = None) -> None:
+def configure(log_format: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
     renderer: structlog.typing.Processor
     out = stream if stream is not None else sys.stderr
     if log_format == "console":

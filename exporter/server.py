@@ -1,13 +1,16 @@
 """The HTTP face of the daemon (aiohttp).
 
 Handlers read the snapshot store only; none of them calls NVML or the network, so a wedged
-GPU or a hung serving engine can never stall a scrape.
+GPU or a hung serving engine can never stall a scrape. /debug/state names every pod and
+target of the node, so it is served to loopback clients only unless the web config's basic
+auth admitted the request (docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import ipaddress
 import json
 import socket
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter import __version__, runbooks
+from exporter.login_guard import AUTHENTICATED
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
 
@@ -75,7 +79,13 @@ def build_app(
         )
         return web.Response(text=page, content_type="text/html")
 
-    async def state(_: web.Request) -> web.Response:
+    async def state(request: web.Request) -> web.Response:
+        if not (request.get(AUTHENTICATED) or is_loopback(request.remote)):
+            return web.Response(
+                status=403,
+                text="/debug/state is sensitive: served to loopback clients, or to any client"
+                " once the web config has basic_auth_users (docs/security.md)\n",
+            )
         return web.Response(
             text=json.dumps(store.current.to_json(), indent=1, default=str),
             content_type="application/json",
@@ -89,6 +99,16 @@ def build_app(
         app.router.add_get("/debug/state", state)
     runbooks.add_routes(app)
     return app
+
+
+def is_loopback(remote: str | None) -> bool:
+    """Whether a request came from this host (127.0.0.0/8, ::1, IPv4-mapped loopback)."""
+    try:
+        address = ipaddress.ip_address((remote or "").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def bind_ephemeral(host: str) -> socket.socket:

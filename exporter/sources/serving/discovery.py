@@ -200,7 +200,7 @@ class PodWatcher:
         self.rejected.pop(key, None)
         try:
             target = None if kind == "DELETED" else pod_target(pod, self._node, self._prefix)
-        except Exception as exc:  # noqa: BLE001 - one odd pod must not stop discovery
+        except Exception as exc:
             self._pods.pop(key, None)
             self.rejected[key] = f"{type(exc).__name__}: {exc}"[:200]
             log.warning("serving_pod_unreadable", pod=key, error=self.rejected[key],

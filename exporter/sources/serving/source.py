@@ -242,7 +242,8 @@ class ServingSource(Source):
         session, gate = self._session, self._gate
         assert session is not None and gate is not None
         async with gate:
-            outcome = await scrape(session, target, self._config.timeout, self._config.max_body_bytes)
+            config = self._config
+            outcome = await scrape(session, target, config.timeout, config.max_body_bytes)
             if outcome.reading is not None and target.key in self._states:
                 await self._lookup_model(session, outcome)
             return outcome
