@@ -21,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 FAILURE_REASONS = ("missing", "malformed", "wrong_credentials", "throttled")
-AUTHENTICATED = "goodput.authenticated"
-"""Request key set to True once basic auth accepted the request (/debug/state reads it)."""
 """Why a request failed basic auth: the only label values the failure counter takes."""
 
 QUIET_SECONDS = 60.0

@@ -18,9 +18,9 @@ from typing import Any
 from aiohttp import web
 
 from exporter import __version__, runbooks
-from exporter.login_guard import AUTHENTICATED
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
+from exporter.webconfig import AUTHENTICATED
 
 LANDING = """<!doctype html>
 <html><head><title>gpu-goodput-exporter</title></head>

@@ -47,10 +47,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from exporter import yamlfile
 from exporter.config import describe_validation_error, read_text
-from exporter.login_guard import AUTHENTICATED, CheckPool, FailureLog
 from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
+from exporter.login_guard import CheckPool, FailureLog
 
 log = structlog.get_logger("exporter.webconfig")
+
+AUTHENTICATED = web.RequestKey("goodput_authenticated", bool)
+"""Set on a request basic auth accepted (/debug/state then answers any client)."""
 
 
 # Endpoints the kubelet probes without credentials; they reveal nothing but liveness.
