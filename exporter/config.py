@@ -193,6 +193,8 @@ class ServingConfig(Section):
         """Two targets that would publish one ``target`` label (they differ only in
         credentials or query values) would mix their series and count tokens twice:
         refused. Spellings of one URL (case, default port, fragment) are merged later."""
+        if not self.targets and not self.extra_targets:
+            return self
         from exporter.urls import label, normalise
 
         seen: dict[str, tuple[str, object]] = {}

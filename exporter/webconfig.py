@@ -52,7 +52,7 @@ from exporter.login_guard import CheckPool, FailureLog
 
 log = structlog.get_logger("exporter.webconfig")
 
-AUTHENTICATED = web.RequestKey("goodput_authenticated", bool)
+AUTHENTICATED = web.RequestKey("basic_auth_accepted", bool)
 """Set on a request basic auth accepted (/debug/state then answers any client)."""
 
 
