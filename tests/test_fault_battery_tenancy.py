@@ -620,3 +620,35 @@ async def test_https_to_a_plain_http_engine_is_a_tls_error_with_a_message() -> N
         await closer
         server.close()
     assert caught.value.reason == "tls_error" and str(caught.value)
+
+
+async def test_a_bad_web_config_on_sighup_is_one_line_even_with_logins(tmp_path: Path) -> None:
+    """The refused reload logs once; the running basic auth does not report the same bad
+    file again when the next login notices it changed (before: two lines)."""
+    import base64
+
+    import aiohttp
+    import bcrypt
+    from structlog.testing import capture_logs
+
+    from exporter import webconfig
+    from exporter.daemon import build
+    from exporter.reload import Reloader, WebLayer
+    from tests.test_fault_battery import node
+    from tests.test_reload import serving
+
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()
+    web_file = tmp_path / "web.yml"
+    web_file.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
+    daemon = build(config.build({"node_name": "w"}, environ={}), node(None))
+    layer = WebLayer(webconfig.load(web_file))
+    reloader = Reloader(daemon, {"node_name": "w"}, None, str(web_file), layer)
+    login = {"Authorization": "Basic " + base64.b64encode(b"prom:right").decode()}
+    async with serving(daemon, layer) as url, aiohttp.ClientSession() as http:
+        web_file.write_text("basic_auth_users: [oops\n")
+        with capture_logs() as logs:
+            assert reloader() is False
+            async with http.get(url + "/metrics", headers=login) as resp:
+                assert resp.status == 200  # the running users stay
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert [e["event"] for e in errors] == ["config_reload_failed"], errors
