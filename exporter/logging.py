@@ -56,7 +56,7 @@ def _fields(record: logging.LogRecord) -> tuple[str, dict[str, Any]]:
         fields["client"] = str(args[0])
     elif record.name.startswith("aiohttp"):
         event = "http_server_error"
-        fields["message"] = record.getMessage()[:MAX_ERROR_CHARS]
+        fields["message"] = " ".join(record.getMessage().split())[:MAX_ERROR_CHARS]
     else:
         event = "asyncio_error"
         fields["message"] = " ".join(record.getMessage().split())[:MAX_ERROR_CHARS]
