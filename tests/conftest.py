@@ -56,8 +56,12 @@ def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:
 
 @pytest.fixture(autouse=True)
 def _reset_structlog():
-    """Tests that run the CLI configure structlog against a captured stream; undo it."""
+    """Tests that run the CLI configure structlog against a captured stream; undo it, and
+    start every test with an empty log damper (it is process-wide)."""
     import structlog
 
+    from exporter.logdamp import DAMPER
+
+    DAMPER.reset()
     yield
     structlog.reset_defaults()
