@@ -65,3 +65,21 @@ def _reset_structlog():
     DAMPER.reset()
     yield
     structlog.reset_defaults()
+    _unbridge()
+
+
+def _unbridge() -> None:
+    """Give aiohttp's and asyncio's loggers back their default handling after a test that
+    ran ``exporter.logging.configure`` (it bridges them into structlog)."""
+    import logging
+
+    from exporter.logging import BRIDGED, Bridge
+
+    for name in BRIDGED:
+        logger = logging.getLogger(name)
+        bridged = [h for h in logger.handlers if isinstance(h, Bridge)]
+        for handler in bridged:
+            logger.removeHandler(handler)
+        if bridged:
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import signal
 import socket
@@ -31,7 +30,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from exporter import config, logdamp, urls
-from exporter.logging import BRIDGED, Bridge, configure
+from exporter.logging import configure
 from exporter.metrics.cache import negotiate
 from exporter.readings import ContainerGpus, PodAssignments
 from exporter.server import is_loopback
@@ -321,13 +320,7 @@ def log_bytes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], io.
 
     yield setup
     logdamp.DAMPER.reset()
-    structlog.reset_defaults()
-    for name in BRIDGED:  # leave the standard-library loggers as the other tests know them
-        logger = logging.getLogger(name)
-        for handler in [h for h in logger.handlers if isinstance(h, Bridge)]:
-            logger.removeHandler(handler)
-        logger.propagate = True
-        logger.setLevel(logging.NOTSET)
+    structlog.reset_defaults()  # tests/conftest.py gives the bridged loggers back
 
 
 @pytest.mark.parametrize(
