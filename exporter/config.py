@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from exporter import names
+from exporter import names, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -35,6 +35,7 @@ from exporter.collectors.serving import ServingTarget as ServingTarget
 from exporter.collectors.serving import TlsConfig as TlsConfig
 from exporter.config_messages import message
 from exporter.section import MAX_INTERVAL as MAX_INTERVAL
+from exporter.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
 from exporter.section import Section as Section
 
 ENV_PREFIX = "GOODPUT_"
@@ -43,6 +44,10 @@ CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
 DEFAULT_PORT = 9433
 """Default port: clear of node_exporter (9100), dcgm-exporter (9400) and
 nvidia_gpu_exporter (9835)."""
+MAX_NODE_NAME_CHARS = 253
+"""A Kubernetes node name is a DNS subdomain: at most 253 characters. It is on every series."""
+MAX_FILE_BYTES = yamlfile.MAX_BYTES
+"""A config or web-config file longer than this is refused before it is parsed."""
 
 S = TypeVar("S", bound=Section)
 
@@ -64,7 +69,10 @@ class CoreSettings(Section):
     """Log format."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Lowest log level written."""
-    node_name: str = Field(default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname())
+    node_name: str = Field(
+        default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname(),
+        max_length=MAX_NODE_NAME_CHARS,
+    )
     """Value of the node label (default $NODE_NAME or the hostname)."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
@@ -148,9 +156,12 @@ def parse_listen(value: str) -> tuple[str, int]:
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{what} {path}: larger than {MAX_FILE_BYTES} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,10 +172,7 @@ def read_text(path: str | Path, what: str) -> str:
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:
     """PyYAML's multi-line report as one line: the problem and where it is."""
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"not valid YAML: {problem}{where}"
+    return yamlfile.describe(exc)
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -173,9 +181,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: {describe_yaml_error(exc)}") from exc
+        data = yamlfile.parse(text)
+    except yamlfile.YamlError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -197,8 +205,8 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if path is None:
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
+            value = yamlfile.parse(raw) if raw.strip() else raw
+        except yamlfile.YamlError:
             value = raw
         if isinstance(value, (int, float, bool, list, dict)) or value is None:
             parsed: Any = value

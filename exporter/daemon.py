@@ -93,6 +93,7 @@ class Daemon:
     section)."""
     reload: Callable[[], bool] | None = None
     """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
+    _reloads: set[asyncio.Future[bool]] = field(default_factory=set)
 
     @property
     def session(self) -> NvmlSession:
@@ -111,7 +112,7 @@ class Daemon:
         async def start(_: web.Application) -> None:
             loop = asyncio.get_running_loop()
             if self.reload is not None:
-                loop.add_signal_handler(signal.SIGHUP, self.reload)
+                loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
             self.exposition.start()
             await self.scheduler.start()
             loop.call_later(FREEZE_AFTER_S, freeze_startup_heap)
@@ -125,6 +126,17 @@ class Daemon:
         app.on_cleanup.append(stop)
         return app
 
+
+    def _on_sighup(self) -> None:
+        """Start a reload; its parsing runs on a worker thread, never on the event loop."""
+        run = getattr(self.reload, "run", None)
+        if run is None:
+            if self.reload is not None:
+                self.reload()
+            return
+        task = asyncio.ensure_future(run())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     def apply(self, settings: Settings) -> None:
         """Apply a reloaded configuration: each collector that can take its section live

@@ -6,6 +6,7 @@ running one stays; the outcome is published as
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +61,10 @@ def _bind(layer: Any, nxt: Handler) -> Handler:
 
 
 class Reloader:
-    """Called on SIGHUP (on the event loop); returns whether the reload took."""
+    """Runs on SIGHUP: :meth:`run` reads and validates the files on a worker thread (a
+    large or hostile file never blocks /metrics), then applies them on the event loop.
+    Calling the object does both at once (tests). Every failure, whatever the file holds,
+    is one ``config_reload_failed`` line and the reload gauge at 0."""
 
     def __init__(
         self,
@@ -75,20 +79,40 @@ class Reloader:
         self.config_file = config_file
         self.web_config_file = web_config_file
         self.web = web
+        self._lock: asyncio.Lock | None = None
+
+    def read(self) -> tuple[Settings, webconfig.WebConfig] | str:
+        """The new settings and web config, or the one-line reason they are refused."""
+        try:
+            return (
+                build(self.flags, os.environ, self.config_file),
+                webconfig.load(self.web_config_file),
+            )
+        except (ConfigError, webconfig.WebConfigError) as exc:
+            return str(exc)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+    async def run(self) -> bool:
+        """Read off the event loop, apply on it; one reload at a time."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            return self.apply(await asyncio.to_thread(self.read))
 
     def __call__(self) -> bool:
+        return self.apply(self.read())
+
+    def apply(self, read: tuple[Settings, webconfig.WebConfig] | str) -> bool:
         metrics = self.daemon.scheduler.metrics
-        try:
-            settings = build(self.flags, os.environ, self.config_file)
-            web_config = webconfig.load(self.web_config_file)
-        except (ConfigError, webconfig.WebConfigError) as exc:
-            log.error(
-                "config_reload_failed",
-                error=str(exc),
-                effect="the running configuration stays",
-            )
+        if isinstance(read, str):
+            log.error("config_reload_failed", error=read, effect="the running configuration stays")
+            running_auth = self.web.config.basic_auth
+            if running_auth is not None:  # the same bad file is not reported again
+                running_auth.acknowledge_file()
             metrics.reloaded(False)
             return False
+        settings, web_config = read
         if web_config.basic_auth is not None:  # failed logins keep being counted
             web_config.basic_auth.on_failure = metrics.count_auth_failures(
                 webconfig.FAILURE_REASONS

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict
 MAX_INTERVAL = 3600.0
 """No interval may exceed an hour: a longer one reads as a source that stopped."""
 LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+MAX_LABEL_CHARS = 4096
+"""No string setting that reaches a label value may be longer (serving.max_label_length's
+ceiling too)."""
 """A Prometheus label name, for settings that name one."""
 
 

@@ -1,12 +1,15 @@
 """The HTTP face of the daemon (aiohttp).
 
 Handlers read the snapshot store only; none of them calls NVML or the network, so a wedged
-GPU or a hung serving engine can never stall a scrape.
+GPU or a hung serving engine can never stall a scrape. /debug/state names every pod and
+target of the node, so it is served to loopback clients only unless the web config's basic
+auth admitted the request (docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import socket
 from typing import Any
@@ -17,6 +20,7 @@ from exporter import runbooks
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
 from exporter.view.page import handler as landing_page
+from exporter.webconfig import AUTHENTICATED
 
 
 def build_app(
@@ -51,7 +55,13 @@ def build_app(
             return web.Response(status=503, text=f"not ready: {reason}\n")
         return web.Response(text="ready\n")
 
-    async def state(_: web.Request) -> web.Response:
+    async def state(request: web.Request) -> web.Response:
+        if not (request.get(AUTHENTICATED) or is_loopback(request.remote)):
+            return web.Response(
+                status=403,
+                text="/debug/state is sensitive: served to loopback clients, or to any client"
+                " once the web config has basic_auth_users (docs/security.md)\n",
+            )
         return web.Response(
             text=json.dumps(store.current.to_json(), indent=1, default=str),
             content_type="application/json",
@@ -65,6 +75,16 @@ def build_app(
         app.router.add_get("/debug/state", state)
     runbooks.add_routes(app)
     return app
+
+
+def is_loopback(remote: str | None) -> bool:
+    """Whether a request came from this host (127.0.0.0/8, ::1, IPv4-mapped loopback)."""
+    try:
+        address = ipaddress.ip_address((remote or "").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def bind(host: str, port: int) -> list[socket.socket]:

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
+MAX_URL_CHARS = 2048
+"""Longest URL taken: it becomes a ``target`` label, so it is capped like any label."""
+MAX_HOST_CHARS = 253
+MAX_HOST_LABEL_CHARS = 63
+"""DNS limits: a longer host name can never resolve (and cannot be IDNA-encoded)."""
+
 SECRET = "<secret>"
 """What a redacted secret reads as (Prometheus's spelling)."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -24,6 +30,8 @@ def normalise(url: str, what: str = "serving target") -> str:
     """The URL every spelling of one endpoint shares: scheme and host lower case, default
     port and fragment dropped, empty path ``/``. Raises :class:`BadUrl` naming ``what``.
     The one check of every scrape URL the settings take."""
+    if len(url) > MAX_URL_CHARS:
+        raise BadUrl(f"{what} {redact(url)[:64]!r}... is longer than {MAX_URL_CHARS} characters")
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -35,6 +43,11 @@ def normalise(url: str, what: str = "serving target") -> str:
         raise BadUrl(f"{what} {redact(url)!r} is not an http(s) URL")
     if not host:
         raise BadUrl(f"{what} {redact(url)!r} names no host")
+    if len(host) > MAX_HOST_CHARS or any(len(p) > MAX_HOST_LABEL_CHARS for p in host.split(".")):
+        raise BadUrl(
+            f"{what} {redact(url)[:100]!r}: host name longer than DNS allows "
+            f"({MAX_HOST_CHARS} characters, {MAX_HOST_LABEL_CHARS} per label)"
+        )
     if any(c.isspace() for c in url.strip()):
         raise BadUrl(f"{what} {redact(url)!r} contains white space")
     netloc = f"[{host}]" if ":" in host else host

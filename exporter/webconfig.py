@@ -41,16 +41,19 @@ from typing import Literal
 
 import bcrypt
 import structlog
-import yaml
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from exporter.config import describe_validation_error, describe_yaml_error, read_text
+from exporter import yamlfile
+from exporter.config import describe_validation_error, read_text
 from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
 from exporter.login_guard import CheckPool, FailureLog
 
 log = structlog.get_logger("exporter.webconfig")
+
+AUTHENTICATED = web.RequestKey("basic_auth_accepted", bool)
+"""Set on a request basic auth accepted (/debug/state then answers any client)."""
 
 
 # Endpoints the kubelet probes without credentials; they reveal nothing but liveness.
@@ -188,9 +191,9 @@ def parse(source: Path) -> WebConfigFile:
     except ValueError as exc:  # unreadable or not UTF-8; the message names the file
         raise WebConfigError(str(exc)) from exc
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"web config file {source}: {describe_yaml_error(exc)}") from exc
+        data = yamlfile.parse(text)
+    except yamlfile.YamlError as exc:
+        raise WebConfigError(f"web config file {source}: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -369,6 +372,11 @@ class BasicAuth:
     def _mac(self, user: str, password: bytes) -> bytes:
         return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
 
+    def acknowledge_file(self) -> None:
+        """The file as it is now was already reported (a refused SIGHUP reload): do not
+        log it a second time when the next request notices it changed."""
+        self._stamp = _stamp(self._source)
+
     def _reload_if_changed(self) -> None:
         """Pick up users and passwords rewritten in the web-config file (a rotated Secret)
         without a restart; a file that no longer parses keeps the old users."""
@@ -454,6 +462,7 @@ class BasicAuth:
         client = request.remote or "unknown"
         reason = await self.verdict(request.headers.get("Authorization"), client)
         if reason is None:
+            request[AUTHENTICATED] = True
             return await handler(request)
         self._failed(request, client, reason)
         # Answering a failure late slows each flooding connection to one guess per delay,

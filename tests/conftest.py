@@ -56,8 +56,30 @@ def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:
 
 @pytest.fixture(autouse=True)
 def _reset_structlog():
-    """Tests that run the CLI configure structlog against a captured stream; undo it."""
+    """Tests that run the CLI configure structlog against a captured stream; undo it, and
+    start every test with an empty log damper (it is process-wide)."""
     import structlog
 
+    from exporter.logdamp import DAMPER
+
+    DAMPER.reset()
     yield
     structlog.reset_defaults()
+    _unbridge()
+
+
+def _unbridge() -> None:
+    """Give aiohttp's and asyncio's loggers back their default handling after a test that
+    ran ``exporter.logging.configure`` (it bridges them into structlog)."""
+    import logging
+
+    from exporter.logging import BRIDGED, Bridge
+
+    for name in BRIDGED:
+        logger = logging.getLogger(name)
+        bridged = [h for h in logger.handlers if isinstance(h, Bridge)]
+        for handler in bridged:
+            logger.removeHandler(handler)
+        if bridged:
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)

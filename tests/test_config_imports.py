@@ -18,6 +18,7 @@ from tests.conftest import REPO
 # name, the section base and the profiling mode list (a leaf).
 ALLOWED = {
     "exporter", "exporter.config", "exporter.config_messages", "exporter.names",
+    "exporter.yamlfile",
     "exporter.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",

@@ -37,11 +37,11 @@ class KubernetesConfig(Section):
     dra_drivers: list[str] = Field(default_factory=list)
     """Extra DRA driver names (fnmatch patterns) on top of gpu.nvidia.com whose devices in
     PodResources dynamic_resources are GPUs."""
-    namespace_label: str = Field(default="namespace", pattern=LABEL_NAME)
+    namespace_label: str = Field(default="namespace", pattern=LABEL_NAME, max_length=128)
     """Label name for the namespace."""
-    pod_label: str = Field(default="pod", pattern=LABEL_NAME)
+    pod_label: str = Field(default="pod", pattern=LABEL_NAME, max_length=128)
     """Label name for the pod."""
-    container_label: str = Field(default="container", pattern=LABEL_NAME)
+    container_label: str = Field(default="container", pattern=LABEL_NAME, max_length=128)
     """Label name for the container."""
     labels_on_every_series: bool = False
     """Copy namespace/pod/container onto every per-GPU series (one copy per pod holding the

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ServingState
-from exporter.section import MAX_INTERVAL, Section
+from exporter.section import MAX_INTERVAL, MAX_LABEL_CHARS, Section
 
 if TYPE_CHECKING:
     from exporter.config import Settings
@@ -69,10 +69,12 @@ class TlsConfig(Section):
 class ServingTarget(Section):
     """One engine endpoint; see docs/serving.md for how GPUs are attributed."""
 
-    url: str
-    gpus: list[str] = Field(default_factory=list)
+    url: str = Field(max_length=2048)
+    gpus: list[Annotated[str, Field(max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
     engine: str = ""
-    model: str = ""
+    model: str = Field("", max_length=MAX_LABEL_CHARS)
     pid: int | None = Field(None, gt=0)
     authorization: Authorization | None = None
     basic_auth: BasicAuth | None = None
@@ -108,7 +110,7 @@ class ServingConfig(Section):
     """Scraping serving engines (vLLM, SGLang, TGI, Triton, ...)."""
 
     targets: list[ServingTarget] = Field(default_factory=list)
-    extra_targets: list[str] = Field(default_factory=list)
+    extra_targets: list[Annotated[str, Field(max_length=2048)]] = Field(default_factory=list)
     """Scrape this serving engine's /metrics (repeatable), in addition to targets."""
     interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
     """Seconds between scrape rounds: 1 s keeps token rates as fresh as the GPU's."""
@@ -151,6 +153,29 @@ class ServingConfig(Section):
         for url in value:
             normalise(url)
         return value
+
+    @model_validator(mode="after")
+    def _one_label_per_target(self) -> ServingConfig:
+        """Two targets that would publish one ``target`` label (they differ only in
+        credentials or query values) would mix their series and count tokens twice:
+        refused. Spellings of one URL (case, default port, fragment) are merged later."""
+        if not self.targets and not self.extra_targets:
+            return self
+        from exporter.urls import label, normalise
+
+        seen: dict[str, tuple[str, object]] = {}
+        entries = [(t.url, (t.authorization, t.basic_auth, t.tls_config)) for t in self.targets]
+        entries += [(url, (None, None, None)) for url in self.extra_targets]
+        for url, access in entries:
+            key = normalise(url)
+            name = label(key)
+            first = seen.setdefault(name, (key, access))
+            if first != (key, access):
+                raise ValueError(
+                    f"two serving targets publish the same target label {name!r} (they differ "
+                    "only in credentials, TLS settings or query values); list one"
+                )
+        return self
 
     @model_validator(mode="after")
     def _under_cap(self) -> ServingConfig:

@@ -46,11 +46,27 @@ class Variant:
 def negotiate(accept: str | None, accept_encoding: str | None) -> Variant:
     """The variant a request asks for (OpenMetrics only when the Accept header names it)."""
     openmetrics = "application/openmetrics-text" in (accept or "")
-    gzipped = any(
-        part.split(";")[0].strip() == "gzip" and not part.strip().endswith("q=0")
-        for part in (accept_encoding or "").split(",")
-    )
-    return Variant(openmetrics, gzipped)
+    return Variant(openmetrics, _accepts_gzip(accept_encoding or ""))
+
+
+def _accepts_gzip(header: str) -> bool:
+    """Whether ``Accept-Encoding`` names gzip with a q-value above 0 (RFC 9110 12.5.3:
+    ``gzip;q=0``, ``gzip; Q=0.000`` refuse it; a q-value that is not a number refuses the
+    entry). ``*`` alone keeps the plain body, as before."""
+    weights: dict[str, float] = {}
+    for part in header.split(","):
+        coding, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, raw = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(raw.strip())
+                except ValueError:
+                    q = 0.0
+        if coding:
+            weights[coding.lower()] = q
+    return weights.get("gzip", 0.0) > 0
 
 
 class ExpositionCache:

@@ -6,7 +6,7 @@ in a small registry the encoder appends after the snapshot's families.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import (
@@ -16,6 +16,9 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily
+
+from exporter.logdamp import DAMPER
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,16 @@ AUTH_FAILURES = SelfFamily(
     "the web config has basic_auth_users.",
     ("node", "reason"),
 )
+LOG_SUPPRESSED = SelfFamily(
+    "goodput_exporter_log_lines_suppressed_total",
+    "counter",
+    "Log lines left out by the damper (a repeating event or a flooding client past its "
+    "budget, docs/security.md), by event name.",
+    ("node", "event"),
+)
 SELF_FAMILIES = (
     BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES, RELOAD_OK,
-    RELOAD_TIME,
+    RELOAD_TIME, LOG_SUPPRESSED,
 )
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -119,6 +129,7 @@ class SelfMetrics:
         f = RELOAD_TIME
         self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
+        registry.register(_Suppressed(node))
         self.reloaded(True)
 
     def count_auth_failures(self, reasons: tuple[str, ...]) -> Callable[[str], None]:
@@ -132,3 +143,17 @@ class SelfMetrics:
         self.reload_ok.labels(self.node).set(1 if ok else 0)
         if ok:
             self.reload_time.labels(self.node).set_to_current_time()
+
+
+class _Suppressed:
+    """``goodput_exporter_log_lines_suppressed_total`` from the process's damper."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        f = LOG_SUPPRESSED
+        family = CounterMetricFamily(f.name.removesuffix("_total"), f.help, labels=f.labels)
+        for event, count in sorted(DAMPER.suppressed.items()):
+            family.add_metric([self._node, event], float(count))
+        yield family

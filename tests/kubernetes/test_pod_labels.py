@@ -5,6 +5,7 @@ goodput_gpu_pod_info and two pods of one job judged together by the model."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,3 +190,57 @@ def test_debug_state_names_pods_plainly() -> None:
         },
     )
     assert snap.to_json()["sources"]["pod_labels"]["jobs"] == {"ml/a": "j"}
+
+
+def real_size_pod(namespace: str, name: str, job: str) -> dict[str, Any]:
+    """A pod as the API server lists it: managed fields, a spec and a status make each one
+    several KB (a list of 40 passed the ~128 KB a single buffered read returns)."""
+    return {
+        "metadata": {
+            "namespace": namespace, "name": name, "uid": f"uid-{name}",
+            "labels": {"batch.kubernetes.io/job-name": job, "app": "trainer"},
+            "annotations": {f"note-{i}": "x" * 80 for i in range(10)},
+            "managedFields": [
+                {"manager": "kubelet", "fieldsV1": {f"f:{i}": {} for i in range(60)}}
+            ],
+        },
+        "spec": {"nodeName": "node-a", "containers": [
+            {"name": "c", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
+             "env": [{"name": f"E{i}", "value": "v" * 40} for i in range(30)]}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}] * 5},
+    }
+
+
+async def test_a_real_size_list_of_500_pods_is_read_whole(
+    tmp_path: Path, api: tuple[ApiServer, str]
+) -> None:
+    """[tenancy] ``resp.content.read(n)`` returned only what was buffered: a pod list over
+    ~128 KB read as ``invalid`` and job names never loaded on busy nodes."""
+    server, url = api
+    server.items = [real_size_pod("ml", f"train-{i}", f"job-{i % 7}") for i in range(500)]
+    size = len(json.dumps({"kind": "PodList", "items": server.items}))
+    assert size > 2 * 1024 * 1024  # far past one buffered read
+    src = PodLabelSource(config(tmp_path, url), node_name="node-a")
+    try:
+        result = await src.poll()
+    finally:
+        await src.close()
+    assert result.ok and reason(result) == "", result.error
+    assert result.reading is not None and len(result.reading.jobs) == 500
+    assert result.reading.jobs[("ml", "train-499")] == "job-2"
+
+
+async def test_a_pod_list_past_the_cap_is_refused(
+    tmp_path: Path, api: tuple[ApiServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.sources.kubernetes import podlabels
+
+    server, url = api
+    server.items = [real_size_pod("ml", f"p{i}", "j") for i in range(50)]
+    monkeypatch.setattr(podlabels, "MAX_BYTES", 64 * 1024)
+    src = PodLabelSource(config(tmp_path, url), node_name="node-a")
+    try:
+        result = await src.poll()
+    finally:
+        await src.close()
+    assert not result.ok and reason(result) == "invalid" and "65536 bytes" in result.error

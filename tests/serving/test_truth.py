@@ -243,7 +243,12 @@ async def test_llamacpp_model_name_from_v1_models_once_per_process(
         result = await source.poll()
         await source.poll()
         assert script.model_calls == 2
-        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 10.0
+        # A name first seen after the target's first reading starts from its value: a
+        # counter's history is counted once, never again under a new name ([tenancy]).
+        assert not metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b")
+        script.body = llamacpp("15", "1")
+        result = await source.poll()
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 5.0
     finally:
         await source.close()
 

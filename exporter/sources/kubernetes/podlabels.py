@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from exporter import urls
 from exporter.config import KubernetesConfig
 from exporter.readings import Availability, PodJobs
 from exporter.snapshot import SourceResult
@@ -66,6 +67,20 @@ def _first_label(labels: Mapping[str, object], names: Sequence[str]) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The whole body, up to ``cap`` bytes (``read(n)`` returns only what is buffered, so
+    a list over ~128 KB would arrive cut); a longer body is a PodLabelError."""
+    declared = resp.content_length
+    if declared is not None and declared > cap:
+        raise PodLabelError("invalid", f"pod list of {declared} bytes is over {cap} bytes")
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > cap:
+            raise PodLabelError("invalid", f"pod list larger than {cap} bytes")
+    return bytes(body)
 
 
 class PodLabelSource(Source):
@@ -123,17 +138,17 @@ class PodLabelSource(Source):
                         "forbidden", f"HTTP {resp.status}: the service account needs list pods"
                     )
                 if resp.status != 200:
-                    raise PodLabelError("unavailable", f"HTTP {resp.status} from {base}")
-                body = await resp.content.read(MAX_BYTES + 1)
-                if len(body) > MAX_BYTES:
-                    raise PodLabelError("invalid", f"pod list larger than {MAX_BYTES} bytes")
-                return body
+                    raise PodLabelError(
+                        "unavailable", f"HTTP {resp.status} from {urls.redact(base)}"
+                    )
+                return await read_capped(resp, MAX_BYTES)
         except TimeoutError as exc:
             raise PodLabelError(
                 "timeout", f"no pod list in {self._config.pod_labels_timeout} s"
             ) from exc
         except aiohttp.ClientError as exc:
-            raise PodLabelError("unavailable", f"{type(exc).__name__}: {exc}") from exc
+            message = urls.scrub(f"{type(exc).__name__}: {exc}", base)
+            raise PodLabelError("unavailable", message) from exc
 
     async def poll(self) -> SourceResult:
         try:

@@ -27,6 +27,7 @@ import aiohttp
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import urls
 from exporter.readings import Device, ProfilingReading, ProfilingStatus
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
@@ -153,6 +154,9 @@ class DcgmExporterSource(Source):
     ) -> None:
         self.inventory = inventory
         self.url = url
+        self.shown = urls.redact(url)
+        """The URL as logs, errors and /debug/state show it (userinfo and query values
+        replaced by <secret>)."""
         self.interval = interval
         self.timeout = timeout
         self.max_body_bytes = max_body_bytes
@@ -190,7 +194,7 @@ class DcgmExporterSource(Source):
         self._scrape_state("", "")
         if scrape.vocabulary:
             self._log("vocabulary", scrape.vocabulary, "", event="dcgm_exporter_vocabulary",
-                      url=self.url)
+                      url=self.shown)
         gap = now - self._last_scrape_at if self._last_scrape_at else self.interval
         self._last_scrape_at = now
         seconds = min(gap, MAX_WINDOW)
@@ -224,20 +228,19 @@ class DcgmExporterSource(Source):
         try:
             async with self._session.get(self.url) as resp:
                 if resp.status != 200:
-                    raise _ScrapeError("bad_response", f"{self.url}: HTTP {resp.status}")
+                    raise _ScrapeError("bad_response", f"{self.shown}: HTTP {resp.status}")
                 body = bytearray()
                 async for chunk in resp.content.iter_chunked(65536):
                     body.extend(chunk)
                     if len(body) > self.max_body_bytes:
                         raise _ScrapeError(
                             "bad_response",
-                            f"{self.url}: body larger than {self.max_body_bytes} bytes",
+                            f"{self.shown}: body larger than {self.max_body_bytes} bytes",
                         )
                 return bytes(body)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _ScrapeError(
-                "unreachable", f"{self.url}: {type(exc).__name__}: {exc}".rstrip(": ")
-            ) from exc
+            message = f"{self.shown}: {type(exc).__name__}: {exc}".rstrip(": ")
+            raise _ScrapeError("unreachable", urls.scrub(message, self.url)) from exc
 
     def _failed(self, devices: Iterable[Device], exc: _ScrapeError) -> SourceResult:
         self._scrape_state(exc.reason, str(exc))
@@ -268,9 +271,9 @@ class DcgmExporterSource(Source):
         if reason == previous or self.required:  # required: the scheduler logs it
             return
         if reason:
-            log.warning("dcgm_exporter_unavailable", url=self.url, reason=reason, error=message)
+            log.warning("dcgm_exporter_unavailable", url=self.shown, reason=reason, error=message)
         elif previous != "pending":
-            log.info("dcgm_exporter_recovered", url=self.url, after=previous)
+            log.info("dcgm_exporter_recovered", url=self.shown, after=previous)
 
     def _gpu_state(self, device: Device, reason: str) -> None:
         if self.selector is not None:

@@ -45,7 +45,11 @@ def build_sources(
         api = kube_api if kube_api is not None else _kube_api()
         if api is not None:
             watcher = PodWatcher(
-                api, settings.node_name, config.annotation_prefix, targets.set_discovered
+                api,
+                settings.node_name,
+                config.annotation_prefix,
+                targets.set_discovered,
+                on_rejected=targets.set_rejected,
             )
     if not targets() and watcher is None:
         return []

@@ -11,6 +11,12 @@ The per-target :class:`Ledger` also bounds what a target may add: at most
 ``max_models`` model label values (cut to ``max_label_length``), at most
 :data:`SERIES_PER_MODEL` tracked engine series per admitted model, and models no reading
 mentioned for ``stale_after`` seconds are forgotten (freeing their place).
+
+Only a target's first reading (or a restart) counts an engine counter whole. A series that
+appears later (a model admitted under the cap, a name that came back after
+``stale_after``) starts from its first value, which is counted as ``new_series`` and not
+added: an engine that churns model names cannot make the exporter count its whole counter
+again and again.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ DROP_REASONS = (
     "max_models",
     "max_series",
     "label_too_long",
+    "new_series",
+    "gpus_refused",
 )
 """Why an engine value was refused or altered; every target shows each (from 0)."""
 
@@ -245,9 +253,11 @@ class Ledger:
             else max(now - self._last_reading, 0.0)
         )
         cap = SERIES_PER_MODEL * self.limits.max_models
+        whole = self._last_reading is None or restarted
         deltas: dict[SignalKey, float] = {}
         for key in keys:
-            if key not in self._tracker and len(self._tracker) >= cap:
+            new = key not in self._tracker
+            if new and len(self._tracker) >= cap:
                 self.dropped["max_series"] += 1
                 continue
             value = values[key]
@@ -256,6 +266,10 @@ class Ledger:
                 raw = self._tracker.rise(key, value)
             else:
                 raw = self._tracker.delta(key, value, jitter.get(signal, 0.0))
+            if new and not whole:
+                if raw:  # its history is not this scrape's work: the baseline only
+                    self.dropped["new_series"] += 1
+                continue
             allowed = self.limits.ceiling(signal) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
             if not math.isfinite(raw) or raw < 0 or raw > allowed:
                 self.dropped["implausible"] += 1

@@ -8,6 +8,12 @@ Rules, first that yields a GPU wins:
 4. ``process``: GPUs whose NVML compute-process list holds the engine's process or one of
    its descendants (the pid from config, or the process listening on a local target's port).
 
+A discovered pod is a tenant, and its annotations and its engine's labels are written by
+that tenant: for such a target the kubelet's assignment is authoritative. Rules 1 and 2 may
+only pick among the GPUs the kubelet assigned to the pod; a claim naming any other GPU is
+refused (``refused`` set, counted as ``gpus_refused``) and the pod's own assignment is used
+instead. Targets from the config file are the operator's word and are taken as written.
+
 An engine on several GPUs (tensor or pipeline parallel) has its counters of engine-wide
 work (tokens, requests finished, preemptions) divided evenly among them; gauges every rank
 shares (running, waiting, KV usage) and per-GPU or wall-time counters (estimated FLOPs per
@@ -32,6 +38,11 @@ PodGpus = Mapping[tuple[str, str], tuple[str, ...]]
 class Attribution:
     gpus: tuple[str, ...]
     via: str  # explicit | engine_label | pod | process | none
+    allowed: frozenset[str] | None = None
+    """For a discovered pod: the GPUs the kubelet assigned it (engine labels may name
+    only these); None for a config target."""
+    refused: tuple[str, ...] = ()
+    """GPUs the pod claimed (annotation or engine label) that the kubelet did not assign."""
 
 
 NONE = Attribution((), "none")
@@ -62,19 +73,21 @@ def resolve(
     descends_from: Callable[[int, int], bool],
 ) -> Attribution:
     """GPUs of ``target`` by the rules above; ``descends_from(pid, ancestor)`` is procfs's."""
-    if target.gpus:
-        gpus = to_gpu_labels(target.gpus, inventory)
+    allowed = (
+        frozenset(pod_gpus.get((target.namespace, target.pod), ())) if target.pod else None
+    )
+    refused: list[str] = []
+    for refs, via in ((target.gpus, "explicit"), (sorted(engine_uuids), "engine_label")):
+        gpus = to_gpu_labels(refs, inventory)
+        if gpus and allowed is not None and not set(gpus) <= allowed:
+            refused += [g for g in gpus if g not in allowed and g not in refused]
+            continue  # a tenant may narrow its assignment, never add to it
         if gpus:
-            return Attribution(gpus, "explicit")
-    gpus = to_gpu_labels(sorted(engine_uuids), inventory)
-    if gpus:
-        return Attribution(gpus, "engine_label")
-    if target.pod:
-        found = pod_gpus.get((target.namespace, target.pod))
-        if found:
-            return Attribution(tuple(sorted(found)), "pod")
+            return Attribution(gpus, via, allowed, tuple(refused))
+    if allowed:
+        return Attribution(tuple(sorted(allowed)), "pod", allowed, tuple(refused))
     if pid is not None:
         matched = sorted({p.gpu for p in processes if descends_from(p.pid, pid)})
         if matched:
-            return Attribution(tuple(matched), "process")
-    return NONE
+            return Attribution(tuple(matched), "process", allowed, tuple(refused))
+    return Attribution((), "none", allowed, tuple(refused)) if refused else NONE

@@ -10,8 +10,15 @@ A pod is scraped when it carries ``<prefix>scrape: "true"`` (prefix
 
 One list, then one long watch (field selector ``spec.nodeName=<node>``), on a thread of its
 own because the official client blocks; the watch is re-established with a fresh list when
-it ends or fails. A pod whose annotations are bad becomes a target that is never fetched
-and reports ``bad_annotation``.
+it ends or fails. Each pod is judged on its own: a pod whose annotations are bad becomes a
+target that is never fetched and reports ``bad_annotation``; a pod that cannot be read at
+all is left out and counted (``goodput_serving_targets_dropped{reason="bad_pod"}``), and
+never stops the list or the watch for the other pods. A pod being deleted (deletion
+timestamp set) or no longer running is dropped at once.
+
+Annotations are written by whoever may edit the pod, so they only ever narrow what the
+kubelet says: ``gpus`` can pick among the GPUs the kubelet assigned to the pod, never add
+others (``attribution.resolve``; docs/security.md).
 """
 
 from __future__ import annotations
@@ -23,13 +30,17 @@ from typing import Any
 import structlog
 
 from exporter import urls
-from exporter.sources.serving.engines import default_path
+from exporter.sources.serving.engines import ENGINE_NAMES, default_path
 from exporter.sources.serving.targets import Target
 
 log = structlog.get_logger("serving.discovery")
 
 TRUE = frozenset({"true", "1", "yes"})
 WATCH_SECONDS = 300
+MAX_ANNOTATION_CHARS = 1024
+"""Longest annotation value read; a longer one is a bad annotation."""
+MAX_GPUS = 64
+"""Most entries of a ``gpus`` annotation."""
 
 
 def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
@@ -42,6 +53,14 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         return None
     if status is None or status.phase != "Running" or not status.pod_ip:
         return None
+    if getattr(meta, "deletion_timestamp", None) is not None:
+        return None  # terminating: its engine is going away
+    too_long = sorted(
+        k for k, v in notes.items()
+        if k.startswith(prefix) and len(str(v)) > MAX_ANNOTATION_CHARS
+    )
+    if too_long:
+        return _refused(meta, status, f"{too_long[0]} is longer than {MAX_ANNOTATION_CHARS}")
     scheme = notes.get(prefix + "scheme", "http")
     engine = notes.get(prefix + "engine", "")
     path = notes.get(prefix + "path") or default_path(engine)
@@ -51,10 +70,12 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
     problem = ""
     if not port_text:
         problem = f"no {prefix}port annotation and no container port"
-    elif not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    elif not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         problem = f"{prefix}port {port_text!r} is not a port number"
     elif scheme not in ("http", "https"):
         problem = f"{prefix}scheme {scheme!r} is not http or https"
+    elif engine and engine not in ENGINE_NAMES:
+        problem = f"{prefix}engine {engine[:64]!r} is not a known engine"
     reason = "bad_annotation"
     if not problem:
         try:
@@ -62,6 +83,8 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         except urls.BadUrl as exc:
             problem, reason = str(exc), "bad_url"
     gpus = tuple(g.strip() for g in notes.get(prefix + "gpus", "").split(",") if g.strip())
+    if len(gpus) > MAX_GPUS and not problem:
+        problem = f"{prefix}gpus lists more than {MAX_GPUS} GPUs"
     return Target(
         url=url,
         gpus=gpus,
@@ -72,6 +95,18 @@ def pod_target(pod: Any, node_name: str, prefix: str) -> Target | None:
         origin="kubernetes",
         invalid=problem,
         invalid_reason=reason,
+    )
+
+
+def _refused(meta: Any, status: Any, problem: str) -> Target:
+    """An unscrapable target for a pod whose annotations cannot be used."""
+    host = f"[{status.pod_ip}]" if ":" in status.pod_ip else status.pod_ip
+    return Target(
+        url=f"http://{host}/",
+        namespace=meta.namespace or "",
+        pod=meta.name or "",
+        origin="kubernetes",
+        invalid=problem,
     )
 
 
@@ -94,8 +129,10 @@ class PodWatcher:
         prefix: str,
         publish: Callable[[list[Target]], None],
         retry_seconds: float = 5.0,
+        on_rejected: Callable[[int], None] | None = None,
     ) -> None:
         self._api = api
+        self._on_rejected = on_rejected
         self._node = node_name
         self._prefix = prefix
         self._publish = publish
@@ -104,6 +141,8 @@ class PodWatcher:
         self._watch: Any = None
         self._thread: threading.Thread | None = None
         self._pods: dict[str, Target] = {}
+        self.rejected: dict[str, str] = {}
+        """Pods left out because they could not be read (pod key -> error)."""
         self.state: tuple[str, str] = ("down", "starting")
 
     @property
@@ -127,6 +166,7 @@ class PodWatcher:
             try:
                 listed = self._api.list_pod_for_all_namespaces(field_selector=selector)
                 self._pods = {}
+                self.rejected = {}
                 for pod in listed.items:
                     self._apply("ADDED", pod)
                 self._changed()
@@ -151,8 +191,20 @@ class PodWatcher:
                 self._stop.wait(self._retry)
 
     def _apply(self, kind: str, pod: Any) -> None:
-        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        target = None if kind == "DELETED" else pod_target(pod, self._node, self._prefix)
+        """One pod's event; whatever is wrong with this pod costs this pod only."""
+        try:
+            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        except AttributeError:
+            return  # not a pod at all: nothing to key it by
+        self.rejected.pop(key, None)
+        try:
+            target = None if kind == "DELETED" else pod_target(pod, self._node, self._prefix)
+        except Exception as exc:
+            self._pods.pop(key, None)
+            self.rejected[key] = f"{type(exc).__name__}: {exc}"[:200]
+            log.warning("serving_pod_unreadable", pod=key, error=self.rejected[key],
+                        effect="this pod is not scraped; other pods are")
+            return
         if target is None:
             self._pods.pop(key, None)
         else:
@@ -162,6 +214,8 @@ class PodWatcher:
 
     def _changed(self) -> None:
         self._publish(sorted(self._pods.values(), key=lambda t: t.url))
+        if self._on_rejected is not None:
+            self._on_rejected(len(self.rejected))
 
     def _set_state(self, state: tuple[str, str], error: str = "") -> None:
         if state != self.state:

@@ -172,7 +172,10 @@ NODE = NodeFamilies[ServingState](
             "implausible (growth above serving.max_tokens_per_second_per_gpu or another "
             "physical ceiling), max_models (a model name past "
             "serving.max_models_per_target), max_series (engine series past the per-target "
-            "bound), label_too_long (a model name cut to serving.max_label_length).",
+            "bound), label_too_long (a model name cut to serving.max_label_length), "
+            "new_series (a series first seen after the target's first reading: its value is "
+            "the baseline, not counted), gpus_refused (a scrape whose GPU claim named a GPU "
+            "the kubelet did not assign to the pod).",
             _dropped,
             labels=("target", "reason"),
         ),
@@ -188,8 +191,8 @@ NODE = NodeFamilies[ServingState](
             "goodput_serving_targets_dropped",
             "gauge",
             "Discovered serving targets not scraped now, by reason: duplicate (the same "
-            "endpoint as another target after normalisation) or max_targets (past "
-            "serving.max_targets).",
+            "target label as another target), max_targets (past serving.max_targets) or "
+            "bad_pod (a pod that could not be read at all).",
             _targets_dropped,
             labels=("reason",),
         ),

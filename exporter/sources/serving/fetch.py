@@ -76,9 +76,23 @@ async def fetch(
     except (aiohttp.ClientSSLError, aiohttp.ServerFingerprintMismatch) as exc:
         raise ScrapeError("tls_error", redact(f"TLS: {exc}", url)) from exc
     except aiohttp.ClientConnectorError as exc:
-        raise ScrapeError("connection_refused", f"cannot connect: {exc.os_error}") from exc
+        raise _connect_error(exc, url) from exc
+    except (ValueError, UnicodeError) as exc:  # e.g. a host name IDNA cannot encode
+        raise ScrapeError("bad_url", f"invalid URL {redact(url)!r}: {exc}") from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise ScrapeError("http_error", redact(f"{type(exc).__name__}: {exc}", url)) from exc
+
+
+def _connect_error(exc: aiohttp.ClientConnectorError, url: str) -> ScrapeError:
+    """Why a connection failed, never an empty message: over https a peer that closes
+    or answers without TLS (a plain-HTTP engine) is a TLS problem, not a refusal."""
+    os_error = exc.os_error
+    why = str(os_error) or type(os_error).__name__
+    if urlsplit(url).scheme == "https" and not isinstance(os_error, ConnectionRefusedError):
+        return ScrapeError(
+            "tls_error", f"TLS handshake failed ({why}): is the engine serving plain HTTP?"
+        )
+    return ScrapeError("connection_refused", f"cannot connect: {why}")
 
 
 def redact(text: str, url: str = "") -> str:

@@ -1,7 +1,10 @@
 """The serving source: scrapes every target concurrently and publishes per-GPU signals.
 
-Each cycle reads the current targets, scrapes them with bounded concurrency (one slow or
-broken target costs only its own timeout), attributes every reading to GPUs from the views
+Each cycle reads the current targets and starts a scrape task for every target that has
+none in flight (bounded concurrency). It waits for them at most ``timeout`` (and at most
+the interval), and never for a target whose last scrape outlasted a round: a hung or slow
+target's task runs on and is collected by a later cycle, so it never delays another
+target's publish. It then attributes every reading to GPUs from the views
 it was given (inventory, pod devices, NVML processes) and turns engine counters into
 reset-proof per-GPU totals. Target health is published per target at node scope.
 
@@ -55,6 +58,10 @@ from exporter.util import OnChange
 log = structlog.get_logger("serving")
 
 PID_REFRESH_SECONDS = 60.0
+WAIT_FLOOR = 1.0
+TIMEOUT_MARGIN = 0.1
+"""A scrape's own timeout fires this much before a round stops waiting for it."""
+"""A round waits at least this long (capped by the timeout) for targets not known slow."""
 DERIVED_JITTER = 1e-3
 """A derived counter (a product or difference of printed counters) may dip this share of
 its value from rounding (llama.cpp prints 6 significant digits) without being a restart."""
@@ -100,6 +107,12 @@ class TargetState:
     """Its log-once states (model cap hit, implausible values, start-time flapping)."""
     settler: Settler = field(default_factory=Settler)
     """Live estimates settling on the engine's exact count (llama.cpp generation)."""
+    task: asyncio.Task[Outcome] | None = None
+    """Its scrape in flight (one at a time; it may outlast a round)."""
+    slow: bool = False
+    """Its last scrape outlasted a round: later rounds do not wait for it."""
+    status: TargetStatus | None = None
+    """Its last published health, repeated while a scrape is in flight."""
 
 
 class ServingSource(Source):
@@ -128,6 +141,7 @@ class ServingSource(Source):
         self._discovery = discovery
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
+        self._gate: asyncio.Semaphore | None = None
         self._states: dict[str, TargetState] = {}
         """Target key (normalised URL) -> all that is kept about it."""
         self._published = Published()
@@ -146,6 +160,8 @@ class ServingSource(Source):
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
             self._discovery.start()
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self._config.max_concurrency)
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._config.max_concurrency),
@@ -155,34 +171,38 @@ class ServingSource(Source):
     async def close(self) -> None:
         if self._discovery is not None:
             self._discovery.stop()
+        tasks = [s.task for s in self._states.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     async def poll(self) -> SourceResult:
         await self.start()
-        session = self._session
-        assert session is not None
         targets = self._sync(self._targets())
-        gate = asyncio.Semaphore(self._config.max_concurrency)
-
-        async def one(target: Target) -> Outcome:
-            async with gate:
-                outcome = await scrape(
-                    session, target, self._config.timeout, self._config.max_body_bytes
-                )
-                if outcome.reading is not None:
-                    await self._lookup_model(session, outcome)
-                return outcome
-
-        outcomes = await asyncio.gather(*(one(t) for t in targets))
+        states = [self._states[t.key] for t in targets]
+        for state in states:
+            if state.task is None:
+                state.task = asyncio.create_task(self._scrape(state.target))
+        # Wait for this round's scrapes, never for a target already known to be slow: a
+        # hung engine holds its own slot, not the others' publish (docs/serving.md "Trust").
+        waited = {s.task for s in states if s.task is not None and not s.slow}
+        if waited:
+            await asyncio.wait(waited, timeout=self._wait_budget())
         now = self._clock()
         inventory = tuple(self._inventory())
         gauges: dict[ModelKey, dict[str, list[float]]] = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
-        for outcome in outcomes:
-            state = self._states[outcome.target.key]
+        for state in states:
+            outcome = self._finished(state)
+            if outcome is None:
+                if state.status is not None:
+                    statuses.append(state.status)
+                continue
             attribution = NONE
             if outcome.reading is not None:
                 attribution = await self._attribution(state, outcome.reading, inventory)
@@ -190,7 +210,8 @@ class ServingSource(Source):
             else:
                 state.ledger.failed()
                 errors[outcome.reason] += 1
-            statuses.append(self._status(state, outcome, attribution))
+            state.status = self._status(state, outcome, attribution)
+            statuses.append(state.status)
             self._log_state(state, outcome, attribution)
         for state in self._states.values():
             state.ledger.expire(now)
@@ -211,6 +232,42 @@ class ServingSource(Source):
             ),
         )
 
+    def _wait_budget(self) -> float:
+        """How long a round waits for its scrapes: at most the timeout, and no longer than
+        the interval (at least 1 s, for a loaded machine), so the next round is on time."""
+        return min(self._config.timeout + TIMEOUT_MARGIN, max(self.interval, WAIT_FLOOR))
+
+    async def _scrape(self, target: Target) -> Outcome:
+        """One target's scrape (and its /v1/models look-up), in a task of its own."""
+        session, gate = self._session, self._gate
+        assert session is not None and gate is not None
+        async with gate:
+            config = self._config
+            outcome = await scrape(session, target, config.timeout, config.max_body_bytes)
+            if outcome.reading is not None and target.key in self._states:
+                await self._lookup_model(session, outcome)
+            return outcome
+
+    def _finished(self, state: TargetState) -> Outcome | None:
+        """The outcome of ``state``'s scrape when it is done (the task is then cleared);
+        None while it runs. A scrape that outlasts a round marks its target slow."""
+        task = state.task
+        if task is None:
+            return None
+        if not task.done():
+            state.slow = True
+            return None
+        state.task = None
+        if task.cancelled():
+            return None
+        exc = task.exception()
+        if exc is not None:  # scrape() never raises; a bug must cost this target only
+            outcome = Outcome(state.target, 0.0, None, "internal_error", f"{type(exc).__name__}")
+        else:
+            outcome = task.result()
+        state.slow = outcome.duration > self._wait_budget() / 2
+        return outcome
+
     def _sync(self, targets: Sequence[Target]) -> list[Target]:
         """Bring the per-target states in line with ``targets``: one new state per new
         key, the same state for a target re-listed (reload), and a removed target's state
@@ -230,7 +287,9 @@ class ServingSource(Source):
 
     def _forget(self, key: str) -> None:
         """A target gone (discovery, reload): its state and every series only it fed."""
-        self._states.pop(key, None)
+        state = self._states.pop(key, None)
+        if state is not None and state.task is not None:
+            state.task.cancel()
         self._published.release(key)
 
     # model names ----------------------------------------------------------------------------
@@ -281,10 +340,22 @@ class ServingSource(Source):
         processes = tuple(self._processes())
         found = resolve(target, uuids, inventory, pod_gpus, processes, None, self._descends)
         pid = None
-        if found is NONE and processes:
+        if not found.gpus and processes:
             pid = await self._pid(state)
             if pid is not None:
                 found = resolve(target, uuids, inventory, pod_gpus, processes, pid, self._descends)
+        if found.refused:
+            state.ledger.dropped["gpus_refused"] += 1
+        state.once(
+            "gpus_refused",
+            found.refused,
+            (),
+            event="serving_gpu_claim_refused",
+            level="warning",
+            target=target.name,
+            assigned=sorted(found.allowed or ()),
+            effect="a pod may only narrow the GPUs the kubelet assigned it; its own are used",
+        )
         self._log_unattributed(state, "" if found.gpus else _why_none(target, pid, processes))
         return found
 
@@ -504,13 +575,17 @@ def _gpus_for(
     attribution: Attribution,
     inventory: Sequence[Device],
 ) -> tuple[str, ...]:
-    """The series' own GPU label (Triton) or its model's, unless config pinned GPUs."""
+    """The series' own GPU label (Triton) or its model's, unless config pinned GPUs; for a
+    discovered pod only among the GPUs the kubelet assigned it."""
     if attribution.via != "explicit":
         _, model, uuid, _ = key
+        found: tuple[str, ...] | None = None
         if uuid:
-            return to_gpu_labels([uuid], inventory)
-        if model in model_gpus:
-            return to_gpu_labels(sorted(model_gpus[model]), inventory)
+            found = to_gpu_labels([uuid], inventory)
+        elif model in model_gpus:
+            found = to_gpu_labels(sorted(model_gpus[model]), inventory)
+        if found is not None and (attribution.allowed is None or set(found) <= attribution.allowed):
+            return found
     return attribution.gpus
 
 

@@ -18,6 +18,9 @@ from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
 
+DROPPED_REASONS = ("bad_pod", "duplicate", "max_targets")
+"""Why discovered targets are not scraped (``goodput_serving_targets_dropped``)."""
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 
@@ -66,10 +69,12 @@ class Target:
 
     @cached_property
     def key(self) -> str:
-        """The identity of the endpoint: the normalised URL (the URL itself when it is
-        malformed), so two spellings of one engine are one target."""
+        """The identity of the endpoint: its redacted ``target`` label form (the normalised
+        URL without userinfo, query values as ``<secret>``; the URL itself when it is
+        malformed). Two targets that would publish one label are one target, so no label
+        is fed twice (docs/security.md)."""
         try:
-            return urls.normalise(self.url)
+            return urls.label(urls.normalise(self.url))
         except urls.BadUrl:
             return self.url
 
@@ -134,12 +139,17 @@ class TargetSet:
         self._lock = threading.Lock()
         self._max = max_targets
         self._log = OnChange(log)
-        self.dropped: Counter[str] = Counter({"duplicate": 0, "max_targets": 0})
+        self._rejected = 0
+        self.dropped: Counter[str] = Counter(dict.fromkeys(DROPPED_REASONS, 0))
         """Targets left out of the last read, by reason (a gauge, not a total)."""
 
     def set_discovered(self, targets: Iterable[Target]) -> None:
         with self._lock:
             self._discovered = tuple(targets)
+
+    def set_rejected(self, pods: int) -> None:
+        """How many pods discovery left out because they could not be read."""
+        self._rejected = pods
 
     def replace_static(self, static: Iterable[Target], max_targets: int) -> None:
         """A reloaded config's targets and cap (SIGHUP)."""
@@ -152,7 +162,8 @@ class TargetSet:
             static, discovered, cap = self._static, self._discovered, self._max
         keys = {t.key for t in static}
         out = list(static)
-        dropped: Counter[str] = Counter({"duplicate": 0, "max_targets": 0})
+        dropped: Counter[str] = Counter(dict.fromkeys(DROPPED_REASONS, 0))
+        dropped["bad_pod"] = self._rejected
         for target in discovered:
             if target.key in keys:
                 dropped["duplicate"] += 1
