@@ -639,9 +639,11 @@ async def test_a_bad_web_config_on_sighup_is_one_line_even_with_logins(tmp_path:
     hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()
     web_file = tmp_path / "web.yml"
     web_file.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n")
-    daemon = build(config.build({"node_name": "w"}, environ={}), node(None))
+    # no job source: the fake node's processes have no /proc (its error is not this test's)
+    flags = {"node_name": "w", "collectors": {"jobs": False}}
+    daemon = build(config.build(flags, environ={}), node(None))
     layer = WebLayer(webconfig.load(web_file))
-    reloader = Reloader(daemon, {"node_name": "w"}, None, str(web_file), layer)
+    reloader = Reloader(daemon, flags, None, str(web_file), layer)
     login = {"Authorization": "Basic " + base64.b64encode(b"prom:right").decode()}
     async with serving(daemon, layer) as url, aiohttp.ClientSession() as http:
         web_file.write_text("basic_auth_users: [oops\n")
