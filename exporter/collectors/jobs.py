@@ -5,18 +5,17 @@ pods, and the model, the encoder and the mixin read only that merged view."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from exporter.collectors.base import Collector, Context, Flag, always
-from exporter.readings import JobAssignments, JobIdentity
+from exporter.readings import JobAssignments
 from exporter.section import MAX_INTERVAL, Section
 
 if TYPE_CHECKING:
     from exporter.config import Settings
-    from exporter.metrics.families import Group, Row
+    from exporter.metrics.families import Group
     from exporter.sources.base import Source
 
 
@@ -78,31 +77,9 @@ def _proc_root(settings: Settings) -> tuple[str, object]:
     return settings.kubernetes.proc_root, None
 
 
-def _info(identity: JobIdentity) -> Iterable[Row]:
-    return ((identity.key, 1.0),)
-
-
-def _families(settings: Settings) -> tuple[Group, ...]:
-    from exporter.metrics.families import Family, GpuFamilies, erase
-    from exporter.model.families import JOB_LABELS
-
-    info = GpuFamilies[JobIdentity](
-        "jobs",
-        lambda snap: snap.jobs,
-        (
-            Family(
-                "goodput_gpu_job_info",
-                "gauge",
-                "Constant 1 per GPU and the job it works for: job_source is where the "
-                "identity came from (kubernetes, slurm, hpc, mpi, torchrun, process), "
-                "(job_source, namespace, job_id) the job key every job series and rule uses; "
-                "namespace is set for Kubernetes only. Join on node and gpu.",
-                _info,
-                labels=JOB_LABELS,
-            ),
-        ),
-    )
-    return (erase(info),)
+def _families(_: Settings) -> tuple[Group, ...]:
+    """None of its own: ``goodput_gpu_job_info`` is the model's (every source's jobs)."""
+    return ()
 
 
 COLLECTOR = Collector(

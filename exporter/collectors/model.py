@@ -129,9 +129,9 @@ class ModelConfig(Section):
 
 def _families(_: Settings) -> tuple[Group, ...]:
     from exporter.metrics.families import erase
-    from exporter.model.families import GPU, NODE
+    from exporter.model.families import GPU, JOB_INFO, NODE
 
-    return (erase(GPU), erase(NODE))
+    return (erase(GPU), erase(JOB_INFO), erase(NODE))
 
 
 def _step(

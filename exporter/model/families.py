@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row, counter, gauge
 from exporter.model.core import REGIMES, UNPRODUCTIVE_REASONS
-from exporter.readings import GpuVerdict, NodeVerdicts
+from exporter.readings import GpuVerdict, JobIdentity, NodeVerdicts
 
 COLLECTOR = "model"
 
@@ -133,6 +133,30 @@ def _jobs(v: NodeVerdicts) -> Iterable[Row]:
 
 def _waited(v: NodeVerdicts) -> Iterable[Row]:
     return (((*j.identity.key, gpu), seconds) for j in v.jobs for gpu, seconds in j.wait_seconds)
+
+
+def _identity(identity: JobIdentity) -> Iterable[Row]:
+    return ((identity.key, 1.0),)
+
+
+JOB_INFO = GpuFamilies[JobIdentity](
+    COLLECTOR,
+    lambda snap: snap.jobs,
+    (
+        Family(
+            "goodput_gpu_job_info",
+            "gauge",
+            "Constant 1 per GPU and the job it works for, whichever source said so: "
+            "job_source is where the identity came from (kubernetes, slurm, hpc, mpi, "
+            "torchrun, process), (job_source, namespace, job_id) the job key every job "
+            "series and rule uses; namespace is set for Kubernetes only. Join on node and gpu.",
+            _identity,
+            labels=JOB_LABELS,
+        ),
+    ),
+)
+"""Published by the model, which judges jobs from the same merged view (``Snapshot.jobs``),
+so any identity source's jobs appear whichever identity collectors are on."""
 
 
 NODE = NodeFamilies[NodeVerdicts](
