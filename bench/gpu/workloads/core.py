@@ -138,3 +138,44 @@ def host_work(seconds: float) -> None:
 
 def per_second(amount: float, seconds: float) -> float:
     return amount / seconds if seconds > 0 else 0.0
+
+
+# --- NCCL ranks, one process per GPU ------------------------------------------------------------
+
+def join_ranks(rank: int, world: int, port: int) -> tuple[Any, Any, Any, threading.Event]:
+    """In a spawned rank: NVLink multicast off, this rank's GPU selected, NCCL joined.
+    Returns (torch, torch.distributed, the device, an event SIGTERM/SIGINT set)."""
+    import os
+    import signal
+
+    os.environ.update(NO_MULTICAST)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+
+    local_stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
+    signal.signal(signal.SIGINT, lambda *_: local_stop.set())
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    return torch, dist, dev, local_stop
+
+
+def spawn_ranks(stop: Stop, target: Callable[..., None], world: int, *args: Any) -> None:
+    """Run ``target(rank, world, port, *args, stop_event, seconds)`` in ``world`` spawned
+    processes, one per GPU, until each returns; ``stop`` reaches them as ``stop_event``."""
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+
+    if torch.cuda.device_count() < world:
+        raise RuntimeError(f"needs {world} GPUs, torch sees {torch.cuda.device_count()}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stop_event = mp.get_context("spawn").Event()
+    threading.Thread(target=lambda: (stop.event.wait(), stop_event.set()), daemon=True).start()
+    seconds = max(1.0, stop.deadline - time.monotonic())
+    mp.spawn(target, args=(world, port, *args, stop_event, seconds), nprocs=world, join=True)

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,7 +21,6 @@ import urllib.request
 from typing import Any
 
 from bench.gpu.workloads.core import (
-    NO_MULTICAST,
     Family,
     Stop,
     bf16_square,
@@ -31,8 +29,10 @@ from bench.gpu.workloads.core import (
     emit,
     host_work,
     idle_dry_run,
+    join_ranks,
     load_torch,
     per_second,
+    spawn_ranks,
 )
 
 # name -> (GPUs it needs, what an expert calls it, description)
@@ -270,17 +270,7 @@ def standin_pair(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
 
 def _allreduce_rank(rank: int, world: int, port: int, args: argparse.Namespace,
                     compute_units: list[int], stop_event: Any, seconds: float) -> None:
-    os.environ.update(NO_MULTICAST)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import torch
-    import torch.distributed as dist
-
-    local_stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
-    signal.signal(signal.SIGINT, lambda *_: local_stop.set())
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    torch, dist, dev, local_stop = join_ranks(rank, world, port)
     n = args.gemm_n
     a = bf16_square(torch, n, dev)
     b = bf16_square(torch, n, dev)
@@ -321,21 +311,7 @@ def _allreduce_rank(rank: int, world: int, port: int, args: argparse.Namespace,
 
 
 def _allreduce(stop: Stop, args: argparse.Namespace, units: list[int]) -> dict[str, Any]:
-    import torch
-    import torch.multiprocessing as mp
-
-    if torch.cuda.device_count() < 2:
-        raise RuntimeError(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    stop_event = ctx.Event()
-    watcher = threading.Thread(target=lambda: (stop.event.wait(), stop_event.set()), daemon=True)
-    watcher.start()
-    seconds = max(1.0, stop.deadline - time.monotonic())
-    mp.spawn(_allreduce_rank, args=(2, port, args, units, stop_event, seconds), nprocs=2,
-             join=True)
+    spawn_ranks(stop, _allreduce_rank, 2, args, units)
     return {"compute_units": units}
 
 

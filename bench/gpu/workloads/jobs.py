@@ -17,22 +17,19 @@ stays off (the entry point sets ``core.NO_MULTICAST``; each rank again).
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from bench.gpu.workloads.core import (
-    NO_MULTICAST,
     Family,
     Stop,
     bf16_square,
     device_info,
     emit,
     idle_dry_run,
+    join_ranks,
+    spawn_ranks,
 )
 
 # name -> (GPUs, what an expert calls it, description)
@@ -93,17 +90,7 @@ class Timer:
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
                stop_event: Any, seconds: float) -> None:
-    os.environ.update(NO_MULTICAST)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import torch
-    import torch.distributed as dist
-
-    local_stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
-    signal.signal(signal.SIGINT, lambda *_: local_stop.set())
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    torch, dist, dev, local_stop = join_ranks(rank, world, port)
     a, b = bf16_square(torch, args.gemm_n, dev), bf16_square(torch, args.gemm_n, dev)
     flag = torch.zeros(1, device=dev, dtype=torch.float32)
     timer = Timer(torch, rank, args.truth_every)
@@ -296,21 +283,9 @@ STEPS: dict[str, Callable[..., Step]] = {
 def _spawn(kind: str) -> Callable[[Stop, argparse.Namespace], dict[str, Any]]:
     def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
         import torch
-        import torch.multiprocessing as mp
 
         world = min(torch.cuda.device_count(), args.world or torch.cuda.device_count())
-        if world < 2:
-            raise RuntimeError(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        ctx = mp.get_context("spawn")
-        stop_event = ctx.Event()
-        threading.Thread(target=lambda: (stop.event.wait(), stop_event.set()),
-                         daemon=True).start()
-        seconds = max(1.0, stop.deadline - time.monotonic())
-        mp.spawn(_rank_main, args=(world, port, args, kind, stop_event, seconds),
-                 nprocs=world, join=True)
+        spawn_ranks(stop, _rank_main, max(world, 2), args, kind)
         return {"kind": kind, "world": world}
 
     return run
