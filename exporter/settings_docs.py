@@ -9,9 +9,7 @@ from the code.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -97,19 +95,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if the file is stale")
-    parser.add_argument("--path", type=Path, default=DEFAULT_PATH)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.path.read_text() if args.path.exists() else ""
-        if current != text:
-            print(f"{args.path} is stale: run python -m exporter.settings_docs", file=sys.stderr)
-            return 1
-        return 0
-    args.path.write_text(text)
-    return 0
+    from exporter.metrics.docs import generated_doc_main
+
+    return generated_doc_main(render, DEFAULT_PATH, "exporter.settings_docs", argv)
 
 
 if __name__ == "__main__":

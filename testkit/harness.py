@@ -285,3 +285,20 @@ def daemon(*args: str, log: Path | None = None, env: dict[str, str] | None = Non
         yield proc.url
     finally:
         proc.stop()
+
+
+@contextmanager
+def module_daemon(module: str, *args: str, timeout: float = 30.0) -> Iterator[str]:
+    """``python -m <module> --listen 127.0.0.1:<free port> ARGS`` (a daemon with a test-only
+    collector registered); yields its base URL once ``/readyz`` answers 200."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}", *args],
+        cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/readyz", timeout=timeout)
+        yield url
+    finally:
+        stop_process(proc)

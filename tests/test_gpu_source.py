@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.readings import Device, GpuState, NvmlReading
 from exporter.snapshot import SnapshotStore, SourceResult
-from testkit.harness import REPO, child_env, free_port, http_get, stop_process, wait_http
+from testkit.harness import REPO, child_env, http_get, module_daemon
 from tests.support import second_vendor
 
 NVML_OFF = ("--no-collector.nvml", "--no-collector.xid", "--no-collector.profiling")
@@ -29,18 +29,9 @@ LAUNCH = [sys.executable, "-m", "tests.support.second_vendor"]
 
 @pytest.fixture
 def vendor_daemon() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [*LAUNCH, *NVML_OFF, "--listen", f"127.0.0.1:{port}", "--interval", "0.2",
-         "--vendor-interval", "0.2"],
-        cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/readyz", timeout=30)
+    with module_daemon("tests.support.second_vendor", *NVML_OFF, "--interval", "0.2",
+                       "--vendor-interval", "0.2") as url:
         yield url
-    finally:
-        stop_process(proc)
 
 
 def _samples(url: str) -> dict[tuple[str, str, str], float]:

@@ -8,33 +8,20 @@ job: GPU 9 (its host stalls it) is the straggler, GPU 10's waited seconds grow.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.harness import REPO, child_env, free_port, http_get, stop_process, wait_http
-
-LAUNCH = [sys.executable, "-m", "tests.support.lease_jobs"]
+from testkit.harness import http_get, module_daemon
 
 
 @pytest.fixture
 def lease_daemon() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [*LAUNCH, "--simulate", "--no-collector.jobs", "--listen", f"127.0.0.1:{port}",
-         "--interval", "0.2", "--lease-gpu", "9", "--lease-gpu", "10"],
-        cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/readyz", timeout=30)
+    with module_daemon("tests.support.lease_jobs", "--simulate", "--no-collector.jobs",
+                       "--interval", "0.2", "--lease-gpu", "9", "--lease-gpu", "10") as url:
         yield url
-    finally:
-        stop_process(proc)
 
 
 def _jobs(url: str) -> list[tuple[str, dict[str, str], float]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from exporter.collectors import REGISTRY
@@ -105,21 +106,29 @@ def render() -> str:
     return header + "\n".join(rows) + "\n" + PROCESS
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def generated_doc_main(
+    render_doc: Callable[[], str], default: Path, module: str, argv: list[str] | None
+) -> int:
+    """The command line of a generated doc: write it, or with --check fail when the
+    committed file differs (CI's way of keeping docs generated from the code)."""
+    parser = argparse.ArgumentParser(description=f"Regenerate {default.name} ({module}).")
     parser.add_argument("--check", action="store_true", help="fail if the file is stale")
-    parser.add_argument("--path", type=Path, default=DEFAULT_PATH)
+    parser.add_argument("--path", type=Path, default=default)
     args = parser.parse_args(argv)
-    text = render()
+    text = render_doc()
     if args.check:
         current = args.path.read_text() if args.path.exists() else ""
         if current != text:
-            print(f"{args.path} is stale: run python -m exporter.metrics.docs", file=sys.stderr)
+            print(f"{args.path} is stale: run python -m {module}", file=sys.stderr)
             return 1
         return 0
     args.path.parent.mkdir(parents=True, exist_ok=True)
     args.path.write_text(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return generated_doc_main(render, DEFAULT_PATH, "exporter.metrics.docs", argv)
 
 
 if __name__ == "__main__":

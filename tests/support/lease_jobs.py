@@ -5,7 +5,8 @@ flag), a source that publishes :class:`~exporter.readings.JobAssignments` with i
 ``job_source``, and the collector entry. Nothing else in the exporter changes: the snapshot
 merges its identities with every other source's, the model judges the GPUs it names as one
 job (straggler, waited seconds), the encoder puts them on ``goodput_gpu_job_info`` and the
-job series. The one registry line is :func:`register`.
+job series. The one registry line is ``tests.support.second_vendor.register`` (what one
+more name in ``exporter/names.py`` does).
 
 ``python -m tests.support.lease_jobs ARGS`` runs the real daemon with it registered:
 ``tests/test_job_source.py`` starts it on the simulated node.
@@ -14,7 +15,6 @@ job series. The one registry line is :func:`register`.
 from __future__ import annotations
 
 import sys
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -74,19 +74,7 @@ COLLECTOR = Collector(
 )
 
 
-def register(module: ModuleType) -> None:
-    """The one registry line, made before the settings are composed."""
-    from exporter import collectors, names
-
-    sys.modules[f"exporter.collectors.{NAME}"] = module
-    names.COLLECTOR_NAMES = (*names.COLLECTOR_NAMES, NAME)
-    collectors.REGISTRY = collectors.load(names.COLLECTOR_NAMES)
-    collectors.NAMES = tuple(c.name for c in collectors.REGISTRY)
-
-
 if __name__ == "__main__":
-    assert "exporter.config" not in sys.modules, "register before the settings are composed"
-    register(sys.modules[__name__])
-    from exporter.cli import main
+    from tests.support.second_vendor import run_daemon
 
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_daemon(sys.modules[__name__], NAME))

@@ -100,20 +100,26 @@ COLLECTOR = Collector(
 )
 
 
-def register(module: ModuleType) -> None:
-    """The one registry line, made before the settings are composed: ``module`` (this one)
-    becomes ``exporter.collectors.vendor`` and its name joins the registry."""
+def register(module: ModuleType, name: str = NAME) -> None:
+    """The one registry line, made before the settings are composed: ``module`` becomes
+    ``exporter.collectors.<name>`` and its name joins the registry (what one more name in
+    ``exporter/names.py`` does)."""
     from exporter import collectors, names
 
-    sys.modules[f"exporter.collectors.{NAME}"] = module
-    names.COLLECTOR_NAMES = (*names.COLLECTOR_NAMES, NAME)
+    sys.modules[f"exporter.collectors.{name}"] = module
+    names.COLLECTOR_NAMES = (*names.COLLECTOR_NAMES, name)
     collectors.REGISTRY = collectors.load(names.COLLECTOR_NAMES)
     collectors.NAMES = tuple(c.name for c in collectors.REGISTRY)
 
 
-if __name__ == "__main__":
+def run_daemon(module: ModuleType, name: str) -> int:
+    """``python -m <module> ARGS``: the real daemon with ``module`` registered."""
     assert "exporter.config" not in sys.modules, "register before the settings are composed"
-    register(sys.modules[__name__])
+    register(module, name)
     from exporter.cli import main
 
-    sys.exit(main(sys.argv[1:]))
+    return main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(run_daemon(sys.modules[__name__], NAME))
