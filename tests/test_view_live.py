@@ -47,7 +47,7 @@ def _settled(text: str) -> bool:
     """Every simulated GPU's row is there with the regime it settles on."""
     rows = {}
     for line in text.splitlines():
-        parts = line.lstrip("> ").split()
+        parts = [p for p in line.lstrip("> ").split() if p != "*"]  # the straggler mark
         if len(parts) >= 2 and parts[0].rstrip("*").isdigit():
             rows[parts[0].rstrip("*")] = parts[1]
     return rows == {str(i): r for i, r in enumerate(REGIMES)}

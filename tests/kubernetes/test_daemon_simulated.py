@@ -117,9 +117,12 @@ def test_every_assigned_gpu_of_the_simulated_node_has_its_pods(
     assert {lbl["job_name"] for lbl in infos} == {""}  # pod-resources carries no pod labels
     # the time-sliced GPU 4 has one series per pod
     assert sorted(lbl["pod"] for lbl in infos if lbl["gpu"] == "4") == ["embed-a", "embed-b"]
-    # every other per-GPU series carries only its own labels, no pod labels
+    # every other per-GPU series carries only its own labels, no pod labels (the job series
+    # carry the job key, whose namespace is the pod's for a Kubernetes job)
     for name, lbl, _ in samples:
-        if "gpu" in lbl and not name.startswith("goodput_gpu_pod_"):
+        if "gpu" in lbl and not name.startswith(
+            ("goodput_gpu_pod_", "goodput_gpu_job_", "goodput_job_")
+        ):
             assert not {"namespace", "pod", "container"} & set(lbl), (name, lbl)
 
 
