@@ -20,8 +20,9 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import structlog
@@ -39,7 +40,7 @@ from exporter.readings import (
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
-from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published
+from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published, Step
 from exporter.sources.serving.adapter import Reading, Settler, SignalKey
 from exporter.sources.serving.attribution import (
     NONE,
@@ -49,9 +50,9 @@ from exporter.sources.serving.attribution import (
     to_gpu_labels,
 )
 from exporter.sources.serving.discovery import PodWatcher
-from exporter.sources.serving.engines import SIGNALS
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
+from exporter.sources.serving.signals import FIELDS, SIGNALS, TOKENS, Signal
 from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
 from exporter.util import OnChange
 
@@ -66,20 +67,13 @@ DERIVED_JITTER = 1e-3
 """A derived counter (a product or difference of printed counters) may dip this share of
 its value from rounding (llama.cpp prints 6 significant digits) without being a restart."""
 
-COUNTERS: dict[str, str] = {
-    "prompt_tokens": "tokens/prompt",
-    "prompt_cached_tokens": "tokens/prompt_cached",
-    "generation_tokens": "tokens/generation",
-    "flops_per_gpu": "flops",
-    "preemptions": "preemptions",
-    "busy_seconds": "busy_seconds",
-}
-"""Normalised counter signal -> the ServedModel field its per-GPU total feeds."""
-
-GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
-
 NODE_LEVEL = ("",)
 """The gpu key of signals no rule attributes: rendered without a gpu label."""
+
+Gauges = dict[ModelKey, dict[str, list[float]]]
+"""Per published row, each gauge signal's values this round (one per target feeding it)."""
+GpusOf = dict[SignalKey, tuple[str, ...]]
+"""The GPU labels (or :data:`NODE_LEVEL`) each series of a reading is attributed to."""
 
 
 @dataclass
@@ -194,7 +188,7 @@ class ServingSource(Source):
             await asyncio.wait(waited, timeout=self._wait_budget())
         now = self._clock()
         inventory = tuple(self._inventory())
-        gauges: dict[ModelKey, dict[str, list[float]]] = {}
+        gauges: Gauges = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
         for state in states:
@@ -400,29 +394,61 @@ class ServingSource(Source):
         reading: Reading,
         attribution: Attribution,
         inventory: Sequence[Device],
-        gauges: dict[ModelKey, dict[str, list[float]]],
+        gauges: Gauges,
         now: float,
     ) -> None:
         """Feed one reading's accepted counter deltas into the published totals and its
         gauges into ``gauges``; everything passes the target's ledger first."""
         reading = state.settler.apply(reading)
-        ledger, target = state.ledger, state.target
-        ledger.count(reading.dropped)
-        default = self._default_model(state)
-        values = ledger.relabel(reading.values, default, now)
+        state.ledger.count(reading.dropped)
+        values = state.ledger.relabel(reading.values, self._default_model(state), now)
+        gpus_of = self._place(state, reading, values, attribution, inventory)
+        step = self._step(state, reading, values, gpus_of, now)
+        for key, value in values.items():
+            spec = SIGNALS[key[0]]
+            rows = [(gpu, key[1], reading.engine) for gpu in gpus_of[key]]
+            if spec.kind == "counter":
+                delta = _net(key, step.deltas, reading.minus)
+                share = delta / len(rows) if spec.split == "split" else delta
+                for row in rows:
+                    self._published.add(row, spec.name, share, state.target.key, now)
+            else:
+                for row in rows:
+                    self._published.touch(row, state.target.key, now)
+                    gauges.setdefault(row, {}).setdefault(spec.name, []).append(value)
+        self._log_caps(state)
+
+    def _place(
+        self,
+        state: TargetState,
+        reading: Reading,
+        values: Mapping[SignalKey, float],
+        attribution: Attribution,
+        inventory: Sequence[Device],
+    ) -> GpusOf:
+        """The GPUs each relabelled series goes to; records the target's admitted models."""
         model_gpus = {
             name: uuids
             for model, uuids in reading.model_gpus.items()
-            if (name := model[: self._limits.max_label_length]) in ledger.models
+            if (name := model[: self._limits.max_label_length]) in state.ledger.models
         }
         state.models = tuple(sorted({key[1] for key in values} | set(model_gpus)))
-        gpus_of: dict[SignalKey, tuple[str, ...]] = {
+        return {
             key: _gpus_for(key, model_gpus, attribution, inventory) or NODE_LEVEL
             for key in values
         }
-        # Track every counter, attributed or not, so attribution arriving later does not
-        # dump the engine's whole history onto a GPU in one step.
-        step = ledger.step(
+
+    @staticmethod
+    def _step(
+        state: TargetState,
+        reading: Reading,
+        values: Mapping[SignalKey, float],
+        gpus_of: GpusOf,
+        now: float,
+    ) -> Step:
+        """The ledger's accepted deltas of every counter, attributed or not (so attribution
+        arriving later does not dump the engine's whole history onto a GPU in one step)."""
+        step = state.ledger.step(
             values,
             counters=(s for s in {k[0] for k in values} if SIGNALS[s].kind == "counter"),
             now=now,
@@ -431,6 +457,7 @@ class ServingSource(Source):
             jitter=dict.fromkeys(reading.derived, DERIVED_JITTER),
             started=reading.started,
         )
+        target = state.target
         if step.restarted and reading.started:
             log.info("serving_target_restarted", target=target.name, engine=reading.engine)
         state.flapped = state.flapped or step.flapped
@@ -443,76 +470,40 @@ class ServingSource(Source):
             target=target.name,
             effect="counters did not go down: nothing was counted again",
         )
-        deltas = step.deltas
-        for key, value in values.items():
-            signal, model, _uuid, _reason = key
-            spec = SIGNALS[signal]
-            counter = COUNTERS.get(signal)
-            gpus = gpus_of[key]
-            if counter is not None:
-                delta = deltas.get(key, 0.0)
-                other = reading.minus.get(signal)
-                if other is not None:
-                    delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
-                share = delta / len(gpus) if spec.split == "split" else delta
-                for gpu in gpus:
-                    self._published.add(
-                        (gpu, model, reading.engine), counter, share, target.key, now
-                    )
-            elif signal in GAUGES:
-                for gpu in gpus:
-                    self._published.touch((gpu, model, reading.engine), target.key, now)
-                    row = gauges.setdefault((gpu, model, reading.engine), {})
-                    row.setdefault(signal, []).append(value)
+        return step
+
+    def _log_caps(self, state: TargetState) -> None:
+        """One line when a target first hits the model cap or an implausible value."""
+        dropped = state.ledger.dropped
         state.once(
             "models",
-            ledger.dropped["max_models"] > 0,
+            dropped["max_models"] > 0,
             False,
             event="serving_target_over_model_cap",
             level="warning",
-            target=target.name,
+            target=state.target.name,
             max_models_per_target=self._limits.max_models,
             effect="values of further model names are dropped (max_models)",
         )
         state.once(
             "implausible",
-            ledger.dropped["implausible"] > 0,
+            dropped["implausible"] > 0,
             False,
             event="serving_counter_implausible",
             level="warning",
-            target=target.name,
+            target=state.target.name,
             max_tokens_per_second_per_gpu=self._limits.tokens_per_second,
             effect="growth above the ceiling is dropped (implausible)",
         )
 
-    def _served(
-        self, gauges: dict[ModelKey, dict[str, list[float]]]
-    ) -> dict[str, tuple[ServedModel, ...]]:
+    def _served(self, gauges: Gauges) -> dict[str, tuple[ServedModel, ...]]:
         """One ServedModel per (gpu, model, engine) with totals or live gauges."""
         out: dict[str, list[ServedModel]] = {}
         rows = self._published.rows()
         for key in sorted(set(rows) | set(gauges)):
             gpu, model, engine = key
-            totals = rows.get(key, {})
-            row = gauges.get(key, {})
-            tokens = tuple(
-                (name.removeprefix("tokens/"), value)
-                for name, value in sorted(totals.items())
-                if name.startswith("tokens/")
-            )
             out.setdefault(gpu, []).append(
-                ServedModel(
-                    model=model,
-                    engine=engine,
-                    tokens=tokens,
-                    # Several engines on one GPU: requests add up, KV takes the fullest.
-                    requests_running=_sum(row.get("requests_running")),
-                    requests_waiting=_sum(row.get("requests_waiting")),
-                    kv_cache_usage=_max(row.get("kv_cache_usage")),
-                    flops=totals.get("flops"),
-                    preemptions=totals.get("preemptions"),
-                    busy_seconds=totals.get("busy_seconds"),
-                )
+                _served_model(model, engine, rows.get(key, {}), gauges.get(key, {}))
             )
         return {gpu: tuple(models) for gpu, models in out.items()}
 
@@ -610,9 +601,36 @@ def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo])
     return "; ".join(parts)
 
 
-def _sum(values: list[float] | None) -> float | None:
-    return None if not values else sum(values)
+def _net(
+    key: SignalKey, deltas: Mapping[SignalKey, float], minus: Mapping[str, str]
+) -> float:
+    """A counter series' accepted growth, less the growth of the signal its rule names in
+    ``minus`` (same model, GPU and reason), never below 0."""
+    delta = deltas.get(key, 0.0)
+    other = minus.get(key[0])
+    if other is not None:
+        delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
+    return delta
 
 
-def _max(values: list[float] | None) -> float | None:
-    return None if not values else max(values)
+def _served_model(
+    model: str, engine: str, totals: Mapping[str, float], gauges: Mapping[str, list[float]]
+) -> ServedModel:
+    """One row's counter totals and gauges as the typed reading, field by field as
+    exporter/sources/serving/signals.py declares them."""
+    tokens = tuple(sorted((s.token_kind, totals[s.name]) for s in TOKENS if s.name in totals))
+    fields: dict[str, Any] = {s.served_as: _value(s, totals, gauges) for s in FIELDS}
+    return replace(ServedModel(model=model, engine=engine, tokens=tokens), **fields)
+
+
+def _value(
+    spec: Signal, totals: Mapping[str, float], gauges: Mapping[str, list[float]]
+) -> float | None:
+    """A counter's total, or the gauge of every engine on the GPU merged (several engines
+    on one GPU: requests add up, KV takes the fullest)."""
+    if spec.kind == "counter":
+        return totals.get(spec.name)
+    values = gauges.get(spec.name)
+    if not values:
+        return None
+    return max(values) if spec.merge == "max" else sum(values)
