@@ -207,9 +207,10 @@ def _read_rule(
     for sample in family.samples:
         if sample.name != wanted or not _matches(sample.labels, rule):
             continue
+        labels = frozenset(sample.labels.items())
         factor = 1.0
         if factors is not None:
-            found = factors.get(frozenset(sample.labels.items()))
+            found = factors.get(labels)
             if found is None:
                 continue
             factor = found
@@ -219,31 +220,40 @@ def _read_rule(
             sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
             sample.labels.get(rule.reason, "") if rule.reason else "",
         )
-        value = sample.value * rule.scale * factor
-        reason = "non_finite" if not math.isfinite(value) else "negative" if value < 0 else ""
+        raw = sample.value * rule.scale * factor
+        value, reason = _product(raw, labels, extra) if factors is not None else (raw, _bad(raw))
         if reason:
             if dropped is not None:
                 dropped[reason] += 1
             if bad is not None:
                 bad.add(key)
             continue
-        if factors is not None:
-            # A count times an average per count is a whole count: rounding undoes the
-            # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
-            value = float(round(value))
-            added = extra.get(frozenset(sample.labels.items()), 0.0) if extra else 0.0
-            if not math.isfinite(added) or added < 0:
-                if dropped is not None:
-                    dropped["non_finite" if not math.isfinite(added) else "negative"] += 1
-                if bad is not None:
-                    bad.add(key)
-                continue
-            value += added
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:
             values[key] = values.get(key, 0.0) + value
         counts[key] = counts.get(key, 0) + 1
+
+
+def _bad(value: float) -> str:
+    """Why ``value`` cannot be an engine signal ("" when it can)."""
+    return "non_finite" if not math.isfinite(value) else "negative" if value < 0 else ""
+
+
+def _product(
+    value: float,
+    labels: frozenset[tuple[str, str]],
+    extra: Mapping[frozenset[tuple[str, str]], float] | None,
+) -> tuple[float, str]:
+    """A ``times`` product as a whole count plus the ``plus`` family's same-labelled
+    value, and why it is refused ("" when it is not)."""
+    reason = _bad(value)
+    if reason:
+        return value, reason
+    # A count times an average per count is a whole count: rounding undoes the
+    # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
+    added = extra.get(labels, 0.0) if extra else 0.0
+    return float(round(value)) + added, _bad(added)
 
 
 def _suffix(family: Family, rule: Rule) -> str:
