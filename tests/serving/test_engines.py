@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from exporter.sources.serving.adapter import UnknownEngine, detect
-from exporter.sources.serving.engines import SIGNALS, TABLES
+from exporter.sources.serving.engines import TABLES
 from exporter.sources.serving.exposition import ExpositionError, parse
 from exporter.sources.serving.scrape import interpret
+from exporter.sources.serving.signals import SIGNALS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -52,7 +52,7 @@ SLACK_SECONDS = 1.0
 """Added to the time between readings: an engine publishes counters in bursts."""
 SERIES_PER_MODEL = 128
 """Engine series (signal x GPU UUID x reason label) tracked per admitted model, on average:
-a target tracks at most this times max_models (Triton: ~10 signals x 8 GPUs per model)."""
+a target tracks at most this times max_models (Triton: 6 signals x 8 GPUs per model)."""
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from exporter.sources.serving.engines import SIGNALS, TABLES, EngineTable, Rule
+from exporter.sources.serving.engines import TABLES, EngineTable, Rule
 from exporter.sources.serving.exposition import Family, scan
+from exporter.sources.serving.signals import SIGNALS
 
 SignalKey = tuple[str, str, str, str]
 """(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""

@@ -17,9 +17,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, replace
 
-from exporter.sources.serving.signals import SIGNALS, Signal
-
-__all__ = ["SIGNALS", "Signal"]  # read here by the adapter and older callers
+from exporter.sources.serving.signals import SIGNALS
 
 START_FAMILY = "process_start_time_seconds"
 """Read next to any table: its change is an engine restart."""
