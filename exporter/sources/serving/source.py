@@ -5,11 +5,13 @@ none in flight (bounded concurrency). It waits for them at most ``timeout`` (and
 the interval), and never for a target whose last scrape outlasted a round: a hung or slow
 target's task runs on and is collected by a later cycle, so it never delays another
 target's publish. It then attributes every reading to GPUs from the views
-it was given (inventory, pod devices, NVML processes) and turns engine counters into
-reset-proof per-GPU totals. Target health is published per target at node scope.
+it was given (inventory, pod devices, NVML processes) and hands it to
+exporter/sources/serving/account.py, which turns engine counters into reset-proof per-GPU
+totals. Target health is published per target at node scope.
 
-Everything kept about a target lives in one :class:`TargetState` (keyed by its normalised
-URL), so adding, reloading and forgetting a target is one operation; its
+Everything kept about a target lives in one
+:class:`~exporter.sources.serving.state.TargetState` (keyed by its normalised URL), so
+adding, reloading and forgetting a target is one operation; its
 :class:`~exporter.sources.serving.accumulate.Ledger` bounds what the engine can add (model
 cap, label length, physical ceiling) before anything becomes a series or a count.
 """
@@ -19,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import structlog
@@ -33,80 +33,29 @@ from exporter.readings import (
     Device,
     PodAssignments,
     ProcessInfo,
-    ServedModel,
     ServingState,
     TargetStatus,
 )
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
-from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published, Step
-from exporter.sources.serving.adapter import Reading, Settler, SignalKey
-from exporter.sources.serving.attribution import (
-    NONE,
-    Attribution,
-    PodGpus,
-    resolve,
-    to_gpu_labels,
-)
+from exporter.sources.serving.account import Accounts, Gauges
+from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.adapter import Reading
+from exporter.sources.serving.attribution import NONE, Attribution, PodGpus, resolve
 from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
-from exporter.sources.serving.signals import FIELDS, SIGNALS, TOKENS, Signal
+from exporter.sources.serving.state import TargetState
 from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
-from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
 
 PID_REFRESH_SECONDS = 60.0
 WAIT_FLOOR = 1.0
+"""A round waits at least this long (capped by the timeout) for targets not known slow."""
 TIMEOUT_MARGIN = 0.1
 """A scrape's own timeout fires this much before a round stops waiting for it."""
-"""A round waits at least this long (capped by the timeout) for targets not known slow."""
-DERIVED_JITTER = 1e-3
-"""A derived counter (a product or difference of printed counters) may dip this share of
-its value from rounding (llama.cpp prints 6 significant digits) without being a restart."""
-
-NODE_LEVEL = ("",)
-"""The gpu key of signals no rule attributes: rendered without a gpu label."""
-
-Gauges = dict[ModelKey, dict[str, list[float]]]
-"""Per published row, each gauge signal's values this round (one per target feeding it)."""
-GpusOf = dict[SignalKey, tuple[str, ...]]
-"""The GPU labels (or :data:`NODE_LEVEL`) each series of a reading is attributed to."""
-
-
-@dataclass
-class TargetState:
-    """Everything the source keeps about one target, so adding, reloading and forgetting
-    a target is one operation on one object (keyed by the target's normalised URL)."""
-
-    target: Target
-    ledger: Ledger
-    identity: tuple[str, str] | None = None
-    """(engine, models) of the last reading."""
-    logged: tuple[str, str] | None = None
-    """("up", "") or ("down", reason) as last logged."""
-    attribution: Attribution = NONE
-    pid: tuple[int | None, float] | None = None
-    """(pid listening on the target's port, when looked up)."""
-    unattributed: str = ""
-    models: tuple[str, ...] = ()
-    """Admitted model labels of the last reading."""
-    flapped: bool = False
-    """Its start time once changed with no sign of a restart (logged once)."""
-    v1_model: tuple[str, str, float] | None = None
-    """(process start token, model id from /v1/models, when asked)."""
-    once: OnChange = field(default_factory=lambda: OnChange(log))
-    """Its log-once states (model cap hit, implausible values, start-time flapping)."""
-    settler: Settler = field(default_factory=Settler)
-    """Live estimates settling on the engine's exact count (llama.cpp generation)."""
-    task: asyncio.Task[Outcome] | None = None
-    """Its scrape in flight (one at a time; it may outlast a round)."""
-    slow: bool = False
-    """Its last scrape outlasted a round: later rounds do not wait for it."""
-    status: TargetStatus | None = None
-    """Its last published health, repeated while a scrape is in flight."""
 
 
 class ServingSource(Source):
@@ -138,7 +87,7 @@ class ServingSource(Source):
         self._gate: asyncio.Semaphore | None = None
         self._states: dict[str, TargetState] = {}
         """Target key (normalised URL) -> all that is kept about it."""
-        self._published = Published()
+        self._accounts = Accounts()
 
     def reconfigure(self, config: ServingConfig) -> None:
         """A reloaded serving section: its static targets, bounds and timings apply from
@@ -200,7 +149,10 @@ class ServingSource(Source):
             attribution = NONE
             if outcome.reading is not None:
                 attribution = await self._attribution(state, outcome.reading, inventory)
-                self._account(state, outcome.reading, attribution, inventory, gauges, now)
+                self._accounts.account(
+                    state, outcome.reading, self._default_model(state), attribution,
+                    inventory, gauges, now,
+                )
             else:
                 state.ledger.failed()
                 errors[outcome.reason] += 1
@@ -209,7 +161,7 @@ class ServingSource(Source):
             self._log_state(state, outcome, attribution)
         for state in self._states.values():
             state.ledger.expire(now)
-        self._published.expire(now, self._limits.stale_after)
+        self._accounts.published.expire(now, self._limits.stale_after)
         discovery = None
         if self._discovery is not None:
             found, reason = self._discovery.state
@@ -219,7 +171,7 @@ class ServingSource(Source):
             source=self.name,
             errors=dict(errors),
             reading=ServingState(
-                gpus=self._served(gauges),
+                gpus=self._accounts.served(gauges),
                 targets=tuple(statuses),
                 discovery=discovery,
                 targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
@@ -284,7 +236,7 @@ class ServingSource(Source):
         state = self._states.pop(key, None)
         if state is not None and state.task is not None:
             state.task.cancel()
-        self._published.release(key)
+        self._accounts.published.release(key)
 
     # model names ----------------------------------------------------------------------------
 
@@ -388,125 +340,6 @@ class ServingSource(Source):
 
     # accounting -----------------------------------------------------------------------------
 
-    def _account(
-        self,
-        state: TargetState,
-        reading: Reading,
-        attribution: Attribution,
-        inventory: Sequence[Device],
-        gauges: Gauges,
-        now: float,
-    ) -> None:
-        """Feed one reading's accepted counter deltas into the published totals and its
-        gauges into ``gauges``; everything passes the target's ledger first."""
-        reading = state.settler.apply(reading)
-        state.ledger.count(reading.dropped)
-        values = state.ledger.relabel(reading.values, self._default_model(state), now)
-        gpus_of = self._place(state, reading, values, attribution, inventory)
-        step = self._step(state, reading, values, gpus_of, now)
-        for key, value in values.items():
-            spec = SIGNALS[key[0]]
-            rows = [(gpu, key[1], reading.engine) for gpu in gpus_of[key]]
-            if spec.kind == "counter":
-                delta = _net(key, step.deltas, reading.minus)
-                share = delta / len(rows) if spec.split == "split" else delta
-                for row in rows:
-                    self._published.add(row, spec.name, share, state.target.key, now)
-            else:
-                for row in rows:
-                    self._published.touch(row, state.target.key, now)
-                    gauges.setdefault(row, {}).setdefault(spec.name, []).append(value)
-        self._log_caps(state)
-
-    def _place(
-        self,
-        state: TargetState,
-        reading: Reading,
-        values: Mapping[SignalKey, float],
-        attribution: Attribution,
-        inventory: Sequence[Device],
-    ) -> GpusOf:
-        """The GPUs each relabelled series goes to; records the target's admitted models."""
-        model_gpus = {
-            name: uuids
-            for model, uuids in reading.model_gpus.items()
-            if (name := model[: self._limits.max_label_length]) in state.ledger.models
-        }
-        state.models = tuple(sorted({key[1] for key in values} | set(model_gpus)))
-        return {
-            key: _gpus_for(key, model_gpus, attribution, inventory) or NODE_LEVEL
-            for key in values
-        }
-
-    @staticmethod
-    def _step(
-        state: TargetState,
-        reading: Reading,
-        values: Mapping[SignalKey, float],
-        gpus_of: GpusOf,
-        now: float,
-    ) -> Step:
-        """The ledger's accepted deltas of every counter, attributed or not (so attribution
-        arriving later does not dump the engine's whole history onto a GPU in one step)."""
-        step = state.ledger.step(
-            values,
-            counters=(s for s in {k[0] for k in values} if SIGNALS[s].kind == "counter"),
-            now=now,
-            gpus=lambda key: len(gpus_of[key]),
-            rises=reading.rises,
-            jitter=dict.fromkeys(reading.derived, DERIVED_JITTER),
-            started=reading.started,
-        )
-        target = state.target
-        if step.restarted and reading.started:
-            log.info("serving_target_restarted", target=target.name, engine=reading.engine)
-        state.flapped = state.flapped or step.flapped
-        state.once(  # once per target: a flapping engine would otherwise log every scrape
-            "flapping",
-            state.flapped,
-            False,
-            event="serving_start_time_changed_without_restart",
-            level="warning",
-            target=target.name,
-            effect="counters did not go down: nothing was counted again",
-        )
-        return step
-
-    def _log_caps(self, state: TargetState) -> None:
-        """One line when a target first hits the model cap or an implausible value."""
-        dropped = state.ledger.dropped
-        state.once(
-            "models",
-            dropped["max_models"] > 0,
-            False,
-            event="serving_target_over_model_cap",
-            level="warning",
-            target=state.target.name,
-            max_models_per_target=self._limits.max_models,
-            effect="values of further model names are dropped (max_models)",
-        )
-        state.once(
-            "implausible",
-            dropped["implausible"] > 0,
-            False,
-            event="serving_counter_implausible",
-            level="warning",
-            target=state.target.name,
-            max_tokens_per_second_per_gpu=self._limits.tokens_per_second,
-            effect="growth above the ceiling is dropped (implausible)",
-        )
-
-    def _served(self, gauges: Gauges) -> dict[str, tuple[ServedModel, ...]]:
-        """One ServedModel per (gpu, model, engine) with totals or live gauges."""
-        out: dict[str, list[ServedModel]] = {}
-        rows = self._published.rows()
-        for key in sorted(set(rows) | set(gauges)):
-            gpu, model, engine = key
-            out.setdefault(gpu, []).append(
-                _served_model(model, engine, rows.get(key, {}), gauges.get(key, {}))
-            )
-        return {gpu: tuple(models) for gpu, models in out.items()}
-
     # health ---------------------------------------------------------------------------------
 
     def _status(
@@ -560,26 +393,6 @@ class ServingSource(Source):
             )
 
 
-def _gpus_for(
-    key: SignalKey,
-    model_gpus: Mapping[str, frozenset[str]],
-    attribution: Attribution,
-    inventory: Sequence[Device],
-) -> tuple[str, ...]:
-    """The series' own GPU label (Triton) or its model's, unless config pinned GPUs; for a
-    discovered pod only among the GPUs the kubelet assigned it."""
-    if attribution.via != "explicit":
-        _, model, uuid, _ = key
-        found: tuple[str, ...] | None = None
-        if uuid:
-            found = to_gpu_labels([uuid], inventory)
-        elif model in model_gpus:
-            found = to_gpu_labels(sorted(model_gpus[model]), inventory)
-        if found is not None and (attribution.allowed is None or set(found) <= attribution.allowed):
-            return found
-    return attribution.gpus
-
-
 def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo]) -> str:
     """Why no rule found a GPU for ``target``, for the log line."""
     parts = []
@@ -599,38 +412,3 @@ def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo])
     else:
         parts.append("the engine is not on loopback and no pid is configured")
     return "; ".join(parts)
-
-
-def _net(
-    key: SignalKey, deltas: Mapping[SignalKey, float], minus: Mapping[str, str]
-) -> float:
-    """A counter series' accepted growth, less the growth of the signal its rule names in
-    ``minus`` (same model, GPU and reason), never below 0."""
-    delta = deltas.get(key, 0.0)
-    other = minus.get(key[0])
-    if other is not None:
-        delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
-    return delta
-
-
-def _served_model(
-    model: str, engine: str, totals: Mapping[str, float], gauges: Mapping[str, list[float]]
-) -> ServedModel:
-    """One row's counter totals and gauges as the typed reading, field by field as
-    exporter/sources/serving/signals.py declares them."""
-    tokens = tuple(sorted((s.token_kind, totals[s.name]) for s in TOKENS if s.name in totals))
-    fields: dict[str, Any] = {s.served_as: _value(s, totals, gauges) for s in FIELDS}
-    return replace(ServedModel(model=model, engine=engine, tokens=tokens), **fields)
-
-
-def _value(
-    spec: Signal, totals: Mapping[str, float], gauges: Mapping[str, list[float]]
-) -> float | None:
-    """A counter's total, or the gauge of every engine on the GPU merged (several engines
-    on one GPU: requests add up, KV takes the fullest)."""
-    if spec.kind == "counter":
-        return totals.get(spec.name)
-    values = gauges.get(spec.name)
-    if not values:
-        return None
-    return max(values) if spec.merge == "max" else sum(values)
