@@ -136,46 +136,60 @@ class ServingSource(Source):
         if waited:
             await asyncio.wait(waited, timeout=self._wait_budget())
         now = self._clock()
-        inventory = tuple(self._inventory())
         gauges: Gauges = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
+        inventory = tuple(self._inventory())
         for state in states:
             outcome = self._finished(state)
-            if outcome is None:
-                if state.status is not None:
-                    statuses.append(state.status)
-                continue
-            attribution = NONE
-            if outcome.reading is not None:
-                attribution = await self._attribution(state, outcome.reading, inventory)
-                self._accounts.account(
-                    state, outcome.reading, self._default_model(state), attribution,
-                    inventory, gauges, now,
-                )
-            else:
-                state.ledger.failed()
-                errors[outcome.reason] += 1
-            state.status = self._status(state, outcome, attribution)
-            statuses.append(state.status)
-            self._log_state(state, outcome, attribution)
+            if outcome is not None:
+                state.status = await self._take(state, outcome, inventory, gauges, now)
+                if not outcome.ok:
+                    errors[outcome.reason] += 1
+            if state.status is not None:
+                statuses.append(state.status)
         for state in self._states.values():
             state.ledger.expire(now)
         self._accounts.published.expire(now, self._limits.stale_after)
+        return SourceResult(
+            source=self.name, errors=dict(errors), reading=self._reading(gauges, statuses)
+        )
+
+    async def _take(
+        self,
+        state: TargetState,
+        outcome: Outcome,
+        inventory: Sequence[Device],
+        gauges: Gauges,
+        now: float,
+    ) -> TargetStatus:
+        """One finished scrape: its reading attributed and accounted (or the failure noted
+        in the ledger), its health logged; returns the target's status."""
+        attribution = NONE
+        if outcome.reading is not None:
+            attribution = await self._attribution(state, outcome.reading, inventory)
+            self._accounts.account(
+                state, outcome.reading, self._default_model(state), attribution,
+                inventory, gauges, now,
+            )  # fmt: skip
+        else:
+            state.ledger.failed()
+        status = self._status(state, outcome, attribution)
+        self._log_state(state, outcome, attribution)
+        return status
+
+    def _reading(self, gauges: Gauges, statuses: list[TargetStatus]) -> ServingState:
+        """This round's published state: per-GPU rows, target health, discovery."""
         discovery = None
         if self._discovery is not None:
             found, reason = self._discovery.state
             discovery = (found == "ok", reason)
         dropped = getattr(self._targets, "dropped", None)
-        return SourceResult(
-            source=self.name,
-            errors=dict(errors),
-            reading=ServingState(
-                gpus=self._accounts.served(gauges),
-                targets=tuple(statuses),
-                discovery=discovery,
-                targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
-            ),
+        return ServingState(
+            gpus=self._accounts.served(gauges),
+            targets=tuple(statuses),
+            discovery=discovery,
+            targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
         )
 
     def _wait_budget(self) -> float:
