@@ -178,7 +178,7 @@ def _gpus_for(
     """The series' own GPU label (Triton) or its model's, unless config pinned GPUs; for a
     discovered pod only among the GPUs the kubelet assigned it."""
     if attribution.via != "explicit":
-        _, model, uuid, _ = key
+        _, model, uuid = key
         found: tuple[str, ...] | None = None
         if uuid:
             found = to_gpu_labels([uuid], inventory)
@@ -193,7 +193,7 @@ def _net(
     key: SignalKey, deltas: Mapping[SignalKey, float], minus: Mapping[str, str]
 ) -> float:
     """A counter series' accepted growth, less the growth of the signal its rule names in
-    ``minus`` (same model, GPU and reason), never below 0."""
+    ``minus`` (same model and GPU), never below 0."""
     delta = deltas.get(key, 0.0)
     other = minus.get(key[0])
     if other is not None:

@@ -30,8 +30,8 @@ from typing import Any
 from exporter.config import ServingConfig
 from exporter.sources.serving.signals import SIGNALS
 
-SignalKey = tuple[str, str, str, str]
-"""(signal, model, gpu_uuid, reason), as the adapter keys engine values."""
+SignalKey = tuple[str, str, str]
+"""(signal, model, gpu_uuid), as the adapter keys engine values."""
 
 DROP_REASONS = (
     "non_finite",
@@ -51,7 +51,7 @@ year of work at the ceiling, no more (a counter at 1e308 is no engine's history)
 SLACK_SECONDS = 1.0
 """Added to the time between readings: an engine publishes counters in bursts."""
 SERIES_PER_MODEL = 128
-"""Engine series (signal x GPU UUID x reason label) tracked per admitted model, on average:
+"""Engine series (signal x GPU UUID) tracked per admitted model, on average:
 a target tracks at most this times max_models (Triton: 6 signals x 8 GPUs per model)."""
 
 
@@ -191,7 +191,7 @@ class Ledger:
         out: dict[SignalKey, float] = {}
         names: dict[str, str | None] = {}
         for key, value in values.items():
-            signal, model, uuid, reason = key
+            signal, model, uuid = key
             raw = model or default_model
             if raw not in names:
                 names[raw] = self.admit(raw, now)
@@ -200,7 +200,7 @@ class Ledger:
             name = names[raw]
             if name is None:
                 continue
-            new = (signal, name, uuid, reason)
+            new = (signal, name, uuid)
             out[new] = out.get(new, 0.0) + value
         return out
 

@@ -17,8 +17,8 @@ from exporter.sources.serving.engines import TABLES, EngineTable, Rule
 from exporter.sources.serving.exposition import Family, scan
 from exporter.sources.serving.signals import SIGNALS
 
-SignalKey = tuple[str, str, str, str]
-"""(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""
+SignalKey = tuple[str, str, str]
+"""(signal, model, gpu_uuid): gpu_uuid is "" when the engine labels none."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def _settle(
     ``rule.idle`` gauge reads 0 everywhere; never idle when that gauge is missing)."""
     exact: dict[SignalKey, float] = {}
     bad: set[SignalKey] = set()
-    plain = Rule((rule.settle,), match=rule.match, reason=rule.reason)
+    plain = Rule((rule.settle,), match=rule.match)
     _read_rule(table, plain, signal, families[rule.settle], default_model, exact, {}, bad=bad)
     gauge = families.get(rule.idle) if rule.idle else None
     idle = gauge is not None and all(s.value == 0 for s in gauge.samples)
@@ -219,7 +219,6 @@ def _read_rule(
             signal,
             _model(table, sample.labels, default_model),
             sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
-            sample.labels.get(rule.reason, "") if rule.reason else "",
         )
         raw = sample.value * rule.scale * factor
         value, reason = _product(raw, labels, extra) if factors is not None else (raw, _bad(raw))

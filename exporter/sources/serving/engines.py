@@ -27,15 +27,14 @@ START_FAMILY = "process_start_time_seconds"
 class Rule:
     """Where one signal lives: the sum of ``families`` (all present ones), read from
     samples named family + ``suffix`` whose labels include ``match`` (a label may allow
-    several values), times ``scale``. ``reason`` names a label carried as the signal's
-    sub-key (a finish reason). ``live`` is false for counters that move only when a
+    several values), times ``scale``. ``live`` is false for counters that move only when a
     request ends, so a rate lags by a request's duration. ``times`` names a family whose
     same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
     per call); the rule applies only when that family is present too, and the product is
     ``derived``: rounding in the text lets it dip a little, which is not a restart. The
     product counts whole things, so it is rounded to an integer (exact while the printed
     average's error times the count stays under a half).
-    ``minus`` names another signal whose growth (same model, GPU and reason) is taken off
+    ``minus`` names another signal whose growth (same model and GPU) is taken off
     this one's: an engine whose prompt count includes cache hits, less its hits, gives the
     prompt tokens it computed. Growths are subtracted, not values, so each raw counter
     keeps its own reset detection and the difference never fakes a restart."""
@@ -44,7 +43,6 @@ class Rule:
     suffix: str = ""
     match: tuple[tuple[str, tuple[str, ...]], ...] = ()
     scale: float = 1.0
-    reason: str = ""
     live: bool = True
     times: str = ""
     minus: str = ""
@@ -71,7 +69,6 @@ def r(
     *families: str,
     suffix: str = "",
     scale: float = 1.0,
-    reason: str = "",
     live: bool = True,
     times: str = "",
     minus: str = "",
@@ -85,7 +82,7 @@ def r(
     to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
     return Rule(
-        tuple(families), suffix, pairs, scale, reason, live, times, minus, rises, plus,
+        tuple(families), suffix, pairs, scale, live, times, minus, rises, plus,
         settle, idle,
     )  # fmt: skip
 
