@@ -268,7 +268,9 @@ class JobAssignments:
 
 @dataclass(frozen=True, slots=True)
 class ServedModel:
-    """One (model, engine) pair's signals on one GPU."""
+    """One (model, engine) pair's signals on one GPU: one field per signal declared in
+    exporter/sources/serving/signals.py (its ``served_as``; tests/serving/test_signals.py
+    keeps the two in step), token counters together in ``tokens``."""
 
     model: str
     engine: str

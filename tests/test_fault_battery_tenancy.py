@@ -243,7 +243,7 @@ def test_churning_model_names_never_recount_the_engine_counter() -> None:
     ledger = Ledger(Limits(max_models=8, stale_after=30.0))
     counted, now = 0.0, 0.0
     for i in range(200):
-        values = ledger.relabel({("generation_tokens", f"m{i}", "", ""): 1e6}, "", now)
+        values = ledger.relabel({("generation_tokens", f"m{i}", ""): 1e6}, "", now)
         step = ledger.step(values, counters=["generation_tokens"], now=now, gpus=lambda _k: 1)
         counted += sum(step.deltas.values())
         ledger.expire(now)

@@ -447,47 +447,15 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
     if usable and busy is not None and w.sm_active is not None:
         hollow = max(busy - w.sm_active, 0.0)
     fill = sm_fill(w, busy) if usable else None
-    memory = _memory_pressure(w, cfg) or 0.0
-    hollow_busy = bool(
-        regime not in (COMM_WAIT, TRANSFER_BOUND)
-        and not _on_the_bus(w, cfg)
-        and hollow is not None
-        and fill is not None
-        and hollow >= cfg.hollow_min
-        and fill < cfg.launch_sm_fill_max
-        and memory < 1.0
-    )
     tokens = None if w.serving is None else sum(m.tokens_per_second for m in w.serving)
-    no_output = bool(
-        tokens is not None
-        and busy is not None
-        and busy >= cfg.no_output_util_min
-        and tokens < cfg.no_output_tokens_per_second
-        and (usable or not cfg.no_output_needs_profiling)
-    )
-    eff_tokens = (
-        None
-        if w.serving is None
-        else sum(max(m.efficiency_tokens_per_second, 0.0) for m in w.serving)
-    )
-    per_sm = None
-    if (
-        eff_tokens is not None
-        and usable
-        and w.sm_active is not None
-        and w.sm_active >= max(cfg.min_sm_active_for_rate, 1e-9)
-    ):
-        per_sm = eff_tokens / w.sm_active
-    joules = None
-    if eff_tokens and w.power_watts is not None and eff_tokens > 0:
-        joules = max(w.power_watts, 0.0) / eff_tokens
+    per_sm, joules = _token_rates(w, cfg, usable)
     mfu_value, above = mfu(w, cfg)
     return Assessment(
         regime=regime,
         profiling_stale=stale,
         silent_zeros=zeros,
-        hollow_busy=hollow_busy,
-        busy_no_output=no_output,
+        hollow_busy=_hollow_busy(w, cfg, regime, hollow, fill),
+        busy_no_output=_busy_no_output(w, cfg, tokens, busy, usable),
         hollow_utilization=hollow,
         efficiency_score=efficiency_score(w, regime, cfg),
         tokens_per_sm_second=_finite(per_sm),
@@ -496,6 +464,51 @@ def assess(window: Window, cfg: ModelConfig) -> Assessment:
         mfu_above_peak=above,
         strong=conclusive(w, regime, cfg, tokens),
     )
+
+
+def _hollow_busy(
+    w: Window, cfg: ModelConfig, regime: str, hollow: float | None, fill: float | None
+) -> bool:
+    """Kernels resident but the SMs mostly idle (launch-bound), not explained by waiting
+    on a peer or the bus, nor by memory pressure."""
+    memory = _memory_pressure(w, cfg) or 0.0
+    return bool(
+        regime not in (COMM_WAIT, TRANSFER_BOUND)
+        and not _on_the_bus(w, cfg)
+        and hollow is not None
+        and fill is not None
+        and hollow >= cfg.hollow_min
+        and fill < cfg.launch_sm_fill_max
+        and memory < 1.0
+    )
+
+
+def _busy_no_output(
+    w: Window, cfg: ModelConfig, tokens: float | None, busy: float | None, usable: bool
+) -> bool:
+    """A serving GPU busy with kernels while its engines produce (almost) no tokens."""
+    return bool(
+        tokens is not None
+        and busy is not None
+        and busy >= cfg.no_output_util_min
+        and tokens < cfg.no_output_tokens_per_second
+        and (usable or not cfg.no_output_needs_profiling)
+    )
+
+
+def _token_rates(w: Window, cfg: ModelConfig, usable: bool) -> tuple[float | None, float | None]:
+    """(efficiency tokens per SM-second, joules per efficiency token); None where the
+    window cannot say."""
+    if w.serving is None:
+        return None, None
+    eff_tokens = sum(max(m.efficiency_tokens_per_second, 0.0) for m in w.serving)
+    per_sm = None
+    if usable and w.sm_active is not None and w.sm_active >= max(cfg.min_sm_active_for_rate, 1e-9):
+        per_sm = eff_tokens / w.sm_active
+    joules = None
+    if eff_tokens and w.power_watts is not None and eff_tokens > 0:
+        joules = max(w.power_watts, 0.0) / eff_tokens
+    return per_sm, joules
 
 
 class GpuModel:

@@ -23,11 +23,12 @@ from exporter.readings import (
     ServingState,
 )
 from exporter.snapshot import Snapshot
+from exporter.sources.serving.signals import FLOPS, NO_FORWARD_PASS, TOKENS
 from exporter.util import finite as _finite
 
 FP_PIPES = ("fp64", "fp32", "fp16")
-NO_FORWARD_PASS = frozenset({"prompt_cached"})
-"""Token kinds served from the prefix cache: no GPU work, so not output for busy_no_output."""
+TOKEN_SIGNAL = {s.token_kind: s.name for s in TOKENS}
+"""Token kind -> its serving signal's name, the key its counter history is kept under."""
 
 
 @dataclass
@@ -183,10 +184,7 @@ class WindowBuilder:
     def _forget_models(self, gpu: str, current: set[tuple[str, str]]) -> None:
         """Drop the counter history of models no longer served on ``gpu`` (the serving
         source dropped their series), so model-name churn cannot grow this table."""
-        gone = [
-            k for k in self._counters
-            if k[0] == gpu and k[3].startswith(("tokens/", "flops")) and (k[1], k[2]) not in current
-        ]
+        gone = [k for k in self._counters if k[0] == gpu and (k[1], k[2]) not in current]
         for key in gone:
             del self._counters[key]
 
@@ -195,9 +193,10 @@ class WindowBuilder:
     ) -> ModelRates | None:
         tokens = eff = 0.0
         for kind, total in m.tokens:
-            if self._check(gpu, f"tokens/{kind}", total) is None:
+            name = TOKEN_SIGNAL.get(kind, kind)
+            if self._check(gpu, name, total) is None:
                 continue
-            rate = self._rate((gpu, m.model, m.engine, f"tokens/{kind}"), total, stamp)
+            rate = self._rate((gpu, m.model, m.engine, name), total, stamp)
             if rate is None:
                 return None
             if kind not in NO_FORWARD_PASS:
@@ -205,8 +204,8 @@ class WindowBuilder:
             if kind in kinds:
                 eff += rate
         flops = None
-        if m.flops is not None and self._check(gpu, "flops", m.flops) is not None:
-            flops = self._rate((gpu, m.model, m.engine, "flops"), m.flops, stamp)
+        if m.flops is not None and self._check(gpu, FLOPS.name, m.flops) is not None:
+            flops = self._rate((gpu, m.model, m.engine, FLOPS.name), m.flops, stamp)
         return ModelRates(
             model=m.model,
             tokens_per_second=tokens,

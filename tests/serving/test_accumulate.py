@@ -163,7 +163,7 @@ def test_a_row_fed_by_two_targets_stays_until_both_are_gone() -> None:
 
 def test_engine_series_per_target_are_bounded_and_counted() -> None:
     ledger = Ledger(Limits(max_models=1))
-    values = {("generation_tokens", "m", "", f"reason-{i}"): 1.0 for i in range(200)}
+    values = {("generation_tokens", "m", f"GPU-{i}"): 1.0 for i in range(200)}
     step = ledger.step(values, counters=KINDS, now=0.0, gpus=lambda _k: 1)
     assert len(step.deltas) == 128
     assert ledger.dropped["max_series"] == 72

@@ -7,91 +7,85 @@ from pathlib import Path
 import pytest
 
 from exporter.sources.serving.adapter import UnknownEngine, detect
-from exporter.sources.serving.engines import SIGNALS, TABLES
+from exporter.sources.serving.engines import TABLES
 from exporter.sources.serving.exposition import ExpositionError, parse
 from exporter.sources.serving.scrape import interpret
+from exporter.sources.serving.signals import SIGNALS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # file -> (engine, version, {(signal, model, gpu_uuid, reason): value}, {signal: live})
 CASES = {
     "vllm_v1.txt": ("vllm", "v1", {
-        ("prompt_tokens", "m1", "", ""): 1500.0,
-        ("generation_tokens", "m1", "", ""): 600.0,
-        ("requests_running", "m1", "", ""): 5.0,
-        ("requests_waiting", "m1", "", ""): 1.0,
-        ("kv_cache_usage", "m1", "", ""): 0.4,
-        ("preemptions", "m1", "", ""): 4.0,
-        ("requests_succeeded", "m1", "", "stop"): 7.0,
-        ("flops_per_gpu", "m1", "", ""): 2e15,
-        ("ttft_seconds_sum", "m1", "", ""): 1.8,
-        ("itl_seconds_count", "m1", "", ""): 390.0,
+        ("prompt_tokens", "m1", ""): 1500.0,
+        ("generation_tokens", "m1", ""): 600.0,
+        ("requests_running", "m1", ""): 5.0,
+        ("requests_waiting", "m1", ""): 1.0,
+        ("kv_cache_usage", "m1", ""): 0.4,
+        ("preemptions", "m1", ""): 4.0,
+        ("flops_per_gpu", "m1", ""): 2e15,
     }, {"generation_tokens": True}),
     "vllm_v0.txt": ("vllm", "v0", {
-        ("generation_tokens", "old", "", ""): 120.0,
-        ("kv_cache_usage", "old", "", ""): 0.25,
-        ("itl_seconds_sum", "old", "", ""): 0.5,
+        ("generation_tokens", "old", ""): 120.0,
+        ("kv_cache_usage", "old", ""): 0.25,
     }, {"generation_tokens": True}),
     "ray_vllm_otel.txt": ("ray-vllm", "v1-otel", {
-        ("generation_tokens", "rm", "", ""): 900.0,
-        ("requests_running", "rm", "", ""): 6.0,
-        ("kv_cache_usage", "rm", "", ""): 0.7,
+        ("generation_tokens", "rm", ""): 900.0,
+        ("requests_running", "rm", ""): 6.0,
+        ("kv_cache_usage", "rm", ""): 0.7,
     }, {}),
     "sglang_new.txt": ("sglang", "0.3+", {
-        ("prompt_tokens", "qwen", "", ""): 300.0,  # prefill_compute only
-        ("prompt_cached_tokens", "qwen", "", ""): 100.0,  # prefill_cache
-        ("generation_tokens", "qwen", "", ""): 200.0,  # generation_tokens, not realtime
-        ("requests_running", "qwen", "", ""): 4.0,
-        ("requests_waiting", "qwen", "", ""): 1.0,
-        ("kv_cache_usage", "qwen", "", ""): 0.6,
-        ("busy_seconds", "qwen", "", ""): 12.5,
-        ("preemptions", "qwen", "", ""): 3.0,
+        ("prompt_tokens", "qwen", ""): 300.0,  # prefill_compute only
+        ("prompt_cached_tokens", "qwen", ""): 100.0,  # prefill_cache
+        ("generation_tokens", "qwen", ""): 200.0,  # generation_tokens, not realtime
+        ("requests_running", "qwen", ""): 4.0,
+        ("requests_waiting", "qwen", ""): 1.0,
+        ("kv_cache_usage", "qwen", ""): 0.6,
+        ("busy_seconds", "qwen", ""): 12.5,
+        ("preemptions", "qwen", ""): 3.0,
     }, {"generation_tokens": False, "prompt_tokens": True}),
     "sglang_old.txt": ("sglang", "0.3+", {
-        ("prompt_tokens", "/models/llama", "", ""): 64.0,
-        ("generation_tokens", "/models/llama", "", ""): 32.0,
-        ("requests_running", "/models/llama", "", ""): 2.0,
+        ("prompt_tokens", "/models/llama", ""): 64.0,
+        ("generation_tokens", "/models/llama", ""): 32.0,
+        ("requests_running", "/models/llama", ""): 2.0,
     }, {"generation_tokens": False}),
     "tgi.txt": ("tgi", "1+", {
-        ("generation_tokens", "", "", ""): 640.0,
-        ("prompt_tokens", "", "", ""): 1500.0,
-        ("requests_running", "", "", ""): 5.0,
-        ("requests_waiting", "", "", ""): 3.0,
-        ("requests_failed", "", "", "overloaded"): 1.0,
-        ("busy_seconds", "", "", ""): 7.5,
+        ("generation_tokens", "", ""): 640.0,
+        ("prompt_tokens", "", ""): 1500.0,
+        ("requests_running", "", ""): 5.0,
+        ("requests_waiting", "", ""): 3.0,
+        ("busy_seconds", "", ""): 7.5,
     }, {"generation_tokens": False}),
     "triton_trtllm.txt": ("triton", "23+", {
-        ("generation_tokens", "tensorrt_llm", "", ""): 2000.0,
-        ("requests_running", "tensorrt_llm", "", ""): 6.0,
-        ("requests_waiting", "tensorrt_llm", "", ""): 2.0,
-        ("kv_cache_usage", "tensorrt_llm", "", ""): 0.35,
-        ("requests_succeeded", "tensorrt_llm", "GPU-aaaa", ""): 20.0,
-        ("busy_seconds", "tensorrt_llm", "GPU-aaaa", ""): 3.0,
+        ("generation_tokens", "tensorrt_llm", ""): 2000.0,
+        ("requests_running", "tensorrt_llm", ""): 6.0,
+        ("requests_waiting", "tensorrt_llm", ""): 2.0,
+        ("kv_cache_usage", "tensorrt_llm", ""): 0.35,
+        ("busy_seconds", "tensorrt_llm", "GPU-aaaa"): 3.0,
     }, {"generation_tokens": False}),
     "trtllm_serve.txt": ("trtllm-serve", "1.0+", {
-        ("generation_tokens", "tl", "", ""): 5000.0,
-        ("requests_running", "tl", "", ""): 7.0,
-        ("kv_cache_usage", "tl", "", ""): 0.8,
+        ("generation_tokens", "tl", ""): 5000.0,
+        ("requests_running", "tl", ""): 7.0,
+        ("kv_cache_usage", "tl", ""): 0.8,
     }, {}),
     "llamacpp.txt": ("llama.cpp", "b3000+", {
-        ("prompt_tokens", "", "", ""): 420.0,
-        ("generation_tokens", "", "", ""): 840.0,  # no busy-slots family: at request end
-        ("requests_running", "", "", ""): 1.0,
+        ("prompt_tokens", "", ""): 420.0,
+        ("generation_tokens", "", ""): 840.0,  # no busy-slots family: at request end
+        ("requests_running", "", ""): 1.0,
     }, {"generation_tokens": False}),
     "llamacpp_live.txt": ("llama.cpp", "b3000+", {
-        ("prompt_tokens", "", "", ""): 4096.0,
+        ("prompt_tokens", "", ""): 4096.0,
         # n_decode_total x n_busy_slots_per_decode, not tokens_predicted_total (512)
-        ("generation_tokens", "", "", ""): float(round(1.20003e6 * 2.54167)),
-        ("requests_running", "", "", ""): 3.0,
+        ("generation_tokens", "", ""): float(round(1.20003e6 * 2.54167)),
+        ("requests_running", "", ""): 3.0,
     }, {"generation_tokens": True}),
     "lmdeploy.txt": ("lmdeploy", "0.9+", {
-        ("generation_tokens", "internlm", "", ""): 33.0,
-        ("kv_cache_usage", "internlm", "", ""): 0.1,
+        ("generation_tokens", "internlm", ""): 33.0,
+        ("kv_cache_usage", "internlm", ""): 0.1,
     }, {}),
     "nim.txt": ("nim", "1.x", {
-        ("generation_tokens", "meta/llama", "", ""): 3000.0,
-        ("requests_failed", "meta/llama", "", ""): 1.0,
-        ("kv_cache_usage", "meta/llama", "", ""): 0.05,
+        ("generation_tokens", "meta/llama", ""): 3000.0,
+        ("kv_cache_usage", "meta/llama", ""): 0.05,
     }, {}),
 }
 
@@ -131,7 +125,7 @@ def test_unknown_families_are_an_unknown_engine() -> None:
 
 def test_target_model_fills_unlabelled_engines() -> None:
     reading = interpret((FIXTURES / "tgi.txt").read_text(), model="zephyr")
-    assert reading.values[("generation_tokens", "zephyr", "", "")] == 640.0
+    assert reading.values[("generation_tokens", "zephyr", "")] == 640.0
 
 
 @pytest.mark.parametrize(
@@ -156,4 +150,4 @@ def test_triton_vllm_backend_is_recognised() -> None:
     )
     reading = interpret(text)
     assert reading.engine == "triton-vllm"
-    assert reading.values[("generation_tokens", "v", "", "")] == 9.0
+    assert reading.values[("generation_tokens", "v", "")] == 9.0

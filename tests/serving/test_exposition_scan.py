@@ -196,7 +196,7 @@ def test_bad_labels_in_a_family_nobody_reads_are_not_parsed() -> None:
     )
     with pytest.raises(ExpositionError):
         parse(text)
-    assert read_body(text).values[("generation_tokens", "m", "", "")] == 5.0
+    assert read_body(text).values[("generation_tokens", "m", "")] == 5.0
 
 
 # --- any body built from these lines reads the same both ways -----------------------------
@@ -279,7 +279,7 @@ def test_a_huge_body_of_irrelevant_families_costs_bounded_memory() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert reading.values[("generation_tokens", "m", "", "")] == 42.0
+    assert reading.values[("generation_tokens", "m", "")] == 42.0
     # Python allocations beyond the text itself: the whole-body parse of this text takes
     # about 110 MiB of RSS; the walk slices one family's lines at a time at most.
     assert peak < 4 * 1024 * 1024, peak
@@ -296,7 +296,7 @@ def test_a_body_of_distinct_untyped_names_costs_bounded_memory() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert reading.values[("generation_tokens", "m", "", "")] == 7.0
+    assert reading.values[("generation_tokens", "m", "")] == 7.0
     assert peak < len(text) + 2 * 1024 * 1024, peak  # one segment's lines, then nothing
 
 

@@ -15,7 +15,7 @@ from exporter.sources.serving.adapter import Reading, Settler
 from exporter.sources.serving.scrape import interpret
 
 FIXTURES = Path(__file__).parent / "fixtures"
-KEY = ("generation_tokens", "", "", "")
+KEY = ("generation_tokens", "", "")
 
 
 def llamacpp(

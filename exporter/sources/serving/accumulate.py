@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config import ServingConfig
+from exporter.sources.serving.signals import SIGNALS
 
-SignalKey = tuple[str, str, str, str]
-"""(signal, model, gpu_uuid, reason), as the adapter keys engine values."""
+SignalKey = tuple[str, str, str]
+"""(signal, model, gpu_uuid), as the adapter keys engine values."""
 
 DROP_REASONS = (
     "non_finite",
@@ -49,16 +50,9 @@ FIRST_READING_SECONDS = 365 * 86400.0
 year of work at the ceiling, no more (a counter at 1e308 is no engine's history)."""
 SLACK_SECONDS = 1.0
 """Added to the time between readings: an engine publishes counters in bursts."""
-FLOPS_PER_SECOND_PER_GPU = 1e17
-"""Ceiling of an engine's estimated FLOPs: about ten times the fastest dense peak in
-exporter/model/flops.py (B200 FP4, 9e15)."""
-OTHER_PER_SECOND_PER_GPU = 1e6
-"""Ceiling of any other counter (requests, preemptions, busy seconds summed over
-concurrent requests): far above what one GPU serves, far below an overflow."""
 SERIES_PER_MODEL = 128
-"""Engine series (signal x GPU UUID x reason label) tracked per admitted model, on average:
-a target tracks at most this times max_models (Triton: ~10 signals x 8 GPUs per model)."""
-TOKEN_SIGNALS = frozenset({"prompt_tokens", "prompt_cached_tokens", "generation_tokens"})
+"""Engine series (signal x GPU UUID) tracked per admitted model, on average:
+a target tracks at most this times max_models (Triton: 6 signals x 8 GPUs per model)."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +74,10 @@ class Limits:
         )
 
     def ceiling(self, signal: str) -> float:
-        """Largest plausible growth of ``signal`` per GPU per second."""
-        if signal in TOKEN_SIGNALS:
-            return self.tokens_per_second
-        if signal == "flops_per_gpu":
-            return FLOPS_PER_SECOND_PER_GPU
-        return OTHER_PER_SECOND_PER_GPU
+        """Largest plausible growth of ``signal`` per GPU per second: the configured one
+        for tokens, else the signal's own (exporter/sources/serving/signals.py)."""
+        spec = SIGNALS[signal]
+        return self.tokens_per_second if spec.is_token else spec.ceiling
 
 
 class DeltaTracker:
@@ -199,7 +191,7 @@ class Ledger:
         out: dict[SignalKey, float] = {}
         names: dict[str, str | None] = {}
         for key, value in values.items():
-            signal, model, uuid, reason = key
+            signal, model, uuid = key
             raw = model or default_model
             if raw not in names:
                 names[raw] = self.admit(raw, now)
@@ -208,7 +200,7 @@ class Ledger:
             name = names[raw]
             if name is None:
                 continue
-            new = (signal, name, uuid, reason)
+            new = (signal, name, uuid)
             out[new] = out.get(new, 0.0) + value
         return out
 
@@ -238,39 +230,19 @@ class Ledger:
         wanted = frozenset(counters)
         jitter = jitter or {}
         keys = [k for k in values if k[0] in wanted]
-        restarted = flapped = False
-        if started and self._started and started != self._started:
-            if self._went_down(keys, values, jitter) or self._gap:
-                restarted = True  # every counter starts again: count each one whole
-                self._tracker.clear()
-            else:
-                flapped = True
-        if started:
-            self._started = started
+        restarted, flapped = self._restart(keys, values, jitter, started)
         elapsed = (
             FIRST_READING_SECONDS
             if self._last_reading is None
             else max(now - self._last_reading, 0.0)
         )
-        cap = SERIES_PER_MODEL * self.limits.max_models
         whole = self._last_reading is None or restarted
         deltas: dict[SignalKey, float] = {}
         for key in keys:
-            new = key not in self._tracker
-            if new and len(self._tracker) >= cap:
-                self.dropped["max_series"] += 1
+            raw = self._growth(key, values[key], whole, rises, jitter)
+            if raw is None:
                 continue
-            value = values[key]
-            signal = key[0]
-            if signal in rises:
-                raw = self._tracker.rise(key, value)
-            else:
-                raw = self._tracker.delta(key, value, jitter.get(signal, 0.0))
-            if new and not whole:
-                if raw:  # its history is not this scrape's work: the baseline only
-                    self.dropped["new_series"] += 1
-                continue
-            allowed = self.limits.ceiling(signal) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
+            allowed = self.limits.ceiling(key[0]) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
             if not math.isfinite(raw) or raw < 0 or raw > allowed:
                 self.dropped["implausible"] += 1
                 continue
@@ -278,6 +250,45 @@ class Ledger:
         self._last_reading = now
         self._gap = False
         return Step(deltas, restarted, flapped)
+
+    def _restart(
+        self, keys: list[SignalKey], values: Mapping[SignalKey, float],
+        jitter: Mapping[str, float], started: str,
+    ) -> tuple[bool, bool]:
+        """(restarted, flapped) for a reading with start token ``started``; a restart
+        clears the history so every counter is counted whole."""
+        restarted = flapped = False
+        if started and self._started and started != self._started:
+            if self._went_down(keys, values, jitter) or self._gap:
+                restarted = True
+                self._tracker.clear()
+            else:
+                flapped = True
+        if started:
+            self._started = started
+        return restarted, flapped
+
+    def _growth(
+        self, key: SignalKey, value: float, whole: bool, rises: frozenset[str],
+        jitter: Mapping[str, float],
+    ) -> float | None:
+        """Raw growth of one series since its last reading; None when it is not counted
+        (past the series cap, or a series first seen after the target's first reading:
+        its history is not this scrape's work, only the baseline)."""
+        new = key not in self._tracker
+        if new and len(self._tracker) >= SERIES_PER_MODEL * self.limits.max_models:
+            self.dropped["max_series"] += 1
+            return None
+        signal = key[0]
+        if signal in rises:
+            raw = self._tracker.rise(key, value)
+        else:
+            raw = self._tracker.delta(key, value, jitter.get(signal, 0.0))
+        if new and not whole:
+            if raw:
+                self.dropped["new_series"] += 1
+            return None
+        return raw
 
     def _went_down(
         self, keys: Iterable[SignalKey], values: Mapping[SignalKey, float],

@@ -13,11 +13,12 @@ from collections import Counter
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from exporter.sources.serving.engines import SIGNALS, TABLES, EngineTable, Rule
+from exporter.sources.serving.engines import TABLES, EngineTable, Rule
 from exporter.sources.serving.exposition import Family, scan
+from exporter.sources.serving.signals import SIGNALS
 
-SignalKey = tuple[str, str, str, str]
-"""(signal, model, gpu_uuid, reason): gpu_uuid and reason are "" when not labelled."""
+SignalKey = tuple[str, str, str]
+"""(signal, model, gpu_uuid): gpu_uuid is "" when the engine labels none."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def _settle(
     ``rule.idle`` gauge reads 0 everywhere; never idle when that gauge is missing)."""
     exact: dict[SignalKey, float] = {}
     bad: set[SignalKey] = set()
-    plain = Rule((rule.settle,), match=rule.match, reason=rule.reason)
+    plain = Rule((rule.settle,), match=rule.match)
     _read_rule(table, plain, signal, families[rule.settle], default_model, exact, {}, bad=bad)
     gauge = families.get(rule.idle) if rule.idle else None
     idle = gauge is not None and all(s.value == 0 for s in gauge.samples)
@@ -207,9 +208,10 @@ def _read_rule(
     for sample in family.samples:
         if sample.name != wanted or not _matches(sample.labels, rule):
             continue
+        labels = frozenset(sample.labels.items())
         factor = 1.0
         if factors is not None:
-            found = factors.get(frozenset(sample.labels.items()))
+            found = factors.get(labels)
             if found is None:
                 continue
             factor = found
@@ -217,33 +219,41 @@ def _read_rule(
             signal,
             _model(table, sample.labels, default_model),
             sample.labels.get(table.gpu_label, "") if table.gpu_label else "",
-            sample.labels.get(rule.reason, "") if rule.reason else "",
         )
-        value = sample.value * rule.scale * factor
-        reason = "non_finite" if not math.isfinite(value) else "negative" if value < 0 else ""
+        raw = sample.value * rule.scale * factor
+        value, reason = _product(raw, labels, extra) if factors is not None else (raw, _bad(raw))
         if reason:
             if dropped is not None:
                 dropped[reason] += 1
             if bad is not None:
                 bad.add(key)
             continue
-        if factors is not None:
-            # A count times an average per count is a whole count: rounding undoes the
-            # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
-            value = float(round(value))
-            added = extra.get(frozenset(sample.labels.items()), 0.0) if extra else 0.0
-            if not math.isfinite(added) or added < 0:
-                if dropped is not None:
-                    dropped["non_finite" if not math.isfinite(added) else "negative"] += 1
-                if bad is not None:
-                    bad.add(key)
-                continue
-            value += added
         if agg == "max":
             values[key] = max(values.get(key, value), value)
         else:
             values[key] = values.get(key, 0.0) + value
         counts[key] = counts.get(key, 0) + 1
+
+
+def _bad(value: float) -> str:
+    """Why ``value`` cannot be an engine signal ("" when it can)."""
+    return "non_finite" if not math.isfinite(value) else "negative" if value < 0 else ""
+
+
+def _product(
+    value: float,
+    labels: frozenset[tuple[str, str]],
+    extra: Mapping[frozenset[tuple[str, str]], float] | None,
+) -> tuple[float, str]:
+    """A ``times`` product as a whole count plus the ``plus`` family's same-labelled
+    value, and why it is refused ("" when it is not)."""
+    reason = _bad(value)
+    if reason:
+        return value, reason
+    # A count times an average per count is a whole count: rounding undoes the
+    # average's 6-digit print exactly (llama.cpp, below ~10^5 tokens).
+    added = extra.get(labels, 0.0) if extra else 0.0
+    return float(round(value)) + added, _bad(added)
 
 
 def _suffix(family: Family, rule: Rule) -> str:

@@ -1,74 +1,40 @@
 """Alias tables: where each engine (and version) keeps each normalised signal.
 
 This module is data. One :class:`EngineTable` per engine and version maps a normalised
-signal (see :data:`SIGNALS`) to the exposition families that carry it, as alternatives
-tried in order (the first family present wins, so a renamed family is listed after its
-successor). Family names are the ones the text parser reports from ``# TYPE``: counters
-without their ``_total`` suffix, whatever suffix the engine wrote. Sources: the engines'
-collector code as summarised in docs/serving.md.
+signal (declared once in exporter/sources/serving/signals.py) to the exposition families
+that carry it, as alternatives tried in order (the first family present wins, so a renamed
+family is listed after its successor). Family names are the ones the text parser reports
+from ``# TYPE``: counters without their ``_total`` suffix, whatever suffix the engine
+wrote. Sources: the engines' collector code as summarised in docs/serving.md.
+
+Families of request outcomes and latency histograms (TTFT, inter-token latency) are
+``markers``: they help recognise an engine and its version, and are never parsed, since
+nothing in the exporter reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass, replace
-from typing import Literal
+
+from exporter.sources.serving.signals import SIGNALS
 
 START_FAMILY = "process_start_time_seconds"
 """Read next to any table: its change is an engine restart."""
-
-Kind = Literal["counter", "gauge"]
-Split = Literal["split", "replicate"]
-Agg = Literal["sum", "mean", "max"]
-
-
-@dataclass(frozen=True)
-class SignalSpec:
-    """How a normalised signal behaves once read.
-
-    ``split``: a counter of the engine as a whole is divided evenly across its GPUs (tokens:
-    summing GPUs gives the engine total); ``replicate``: every GPU of the engine gets the
-    whole value (a gauge every tensor-parallel rank shares, busy wall seconds, FLOPs the
-    engine already reports per GPU).
-    """
-
-    kind: Kind
-    split: Split
-    agg: Agg = "sum"
-
-
-SIGNALS: dict[str, SignalSpec] = {
-    "prompt_tokens": SignalSpec("counter", "split"),
-    "prompt_cached_tokens": SignalSpec("counter", "split"),
-    "generation_tokens": SignalSpec("counter", "split"),
-    "requests_running": SignalSpec("gauge", "replicate"),
-    "requests_waiting": SignalSpec("gauge", "replicate"),
-    "kv_cache_usage": SignalSpec("gauge", "replicate", agg="mean"),
-    "preemptions": SignalSpec("counter", "split"),
-    "requests_succeeded": SignalSpec("counter", "split"),
-    "requests_failed": SignalSpec("counter", "split"),
-    "busy_seconds": SignalSpec("counter", "replicate"),
-    "flops_per_gpu": SignalSpec("counter", "replicate"),
-    "ttft_seconds_sum": SignalSpec("counter", "split"),
-    "ttft_seconds_count": SignalSpec("counter", "split"),
-    "itl_seconds_sum": SignalSpec("counter", "split"),
-    "itl_seconds_count": SignalSpec("counter", "split"),
-}
 
 
 @dataclass(frozen=True)
 class Rule:
     """Where one signal lives: the sum of ``families`` (all present ones), read from
     samples named family + ``suffix`` whose labels include ``match`` (a label may allow
-    several values), times ``scale``. ``reason`` names a label carried as the signal's
-    sub-key (a finish reason). ``live`` is false for counters that move only when a
+    several values), times ``scale``. ``live`` is false for counters that move only when a
     request ends, so a rate lags by a request's duration. ``times`` names a family whose
     same-labelled sample multiplies each value (llama.cpp's decode calls times busy slots
     per call); the rule applies only when that family is present too, and the product is
     ``derived``: rounding in the text lets it dip a little, which is not a restart. The
     product counts whole things, so it is rounded to an integer (exact while the printed
     average's error times the count stays under a half).
-    ``minus`` names another signal whose growth (same model, GPU and reason) is taken off
+    ``minus`` names another signal whose growth (same model and GPU) is taken off
     this one's: an engine whose prompt count includes cache hits, less its hits, gives the
     prompt tokens it computed. Growths are subtracted, not values, so each raw counter
     keeps its own reset detection and the difference never fakes a restart."""
@@ -77,7 +43,6 @@ class Rule:
     suffix: str = ""
     match: tuple[tuple[str, tuple[str, ...]], ...] = ()
     scale: float = 1.0
-    reason: str = ""
     live: bool = True
     times: str = ""
     minus: str = ""
@@ -104,7 +69,6 @@ def r(
     *families: str,
     suffix: str = "",
     scale: float = 1.0,
-    reason: str = "",
     live: bool = True,
     times: str = "",
     minus: str = "",
@@ -118,17 +82,9 @@ def r(
     to be absent."""
     pairs = tuple(sorted((k, v if isinstance(v, tuple) else (v,)) for k, v in match.items()))
     return Rule(
-        tuple(families), suffix, pairs, scale, reason, live, times, minus, rises, plus,
+        tuple(families), suffix, pairs, scale, live, times, minus, rises, plus,
         settle, idle,
     )  # fmt: skip
-
-
-def hist(family: str, prefix: str, scale: float = 1.0, live: bool = True) -> dict[str, Rule]:
-    """A histogram's ``_sum`` and ``_count`` as the two signals ``prefix``_sum/_count."""
-    return {
-        f"{prefix}_sum": r(family, suffix="_sum", scale=scale, live=live),
-        f"{prefix}_count": r(family, suffix="_count", live=live),
-    }
 
 
 @dataclass(frozen=True)
@@ -185,16 +141,21 @@ class EngineTable:
         return frozenset(names)
 
 
-def _alts(**signals: Rule | tuple[Rule, ...] | dict[str, Rule]) -> dict[str, tuple[Rule, ...]]:
-    out: dict[str, tuple[Rule, ...]] = {}
-    for name, value in signals.items():
-        if isinstance(value, dict):
-            for sub, rule in value.items():
-                out[sub] = (*out.get(sub, ()), rule)
-        else:
-            out[name] = value if isinstance(value, tuple) else (value,)
-    return out
+def _alts(**signals: Rule | tuple[Rule, ...]) -> dict[str, tuple[Rule, ...]]:
+    """A table's rules by signal; a name :data:`SIGNALS` does not declare fails at import."""
+    unknown = set(signals) - set(SIGNALS)
+    if unknown:
+        raise ValueError(f"signals not declared in signals.py: {sorted(unknown)}")
+    return {k: rules if isinstance(rules, tuple) else (rules,) for k, rules in signals.items()}
 
+
+_VLLM_V1_OUTCOMES = (
+    "vllm:request_success",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+)
+"""Request outcomes and latency histograms: recognise vLLM V1, never parsed."""
 
 VLLM_V1 = EngineTable(
     engine="vllm",
@@ -217,13 +178,10 @@ VLLM_V1 = EngineTable(
         requests_waiting=r("vllm:num_requests_waiting"),
         kv_cache_usage=(r("vllm:kv_cache_usage_perc"), r("vllm:gpu_cache_usage_perc")),
         preemptions=r("vllm:num_preemptions"),
-        requests_succeeded=r("vllm:request_success", reason="finished_reason"),
         flops_per_gpu=r("vllm:estimated_flops_per_gpu"),
-        ttft=hist("vllm:time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("vllm:inter_token_latency_seconds", "itl_seconds"),
-        itl_old=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=(
+        *_VLLM_V1_OUTCOMES,
         "vllm:kv_cache_usage_perc",
         "vllm:engine_sleep_state",
         "vllm:prefix_cache_queries",
@@ -246,11 +204,11 @@ VLLM_V0 = EngineTable(
         requests_waiting=r("vllm:num_requests_waiting"),
         kv_cache_usage=r("vllm:gpu_cache_usage_perc"),
         preemptions=r("vllm:num_preemptions"),
-        requests_succeeded=r("vllm:request_success", reason="finished_reason"),
-        ttft=hist("vllm:time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("vllm:time_per_output_token_seconds", "itl_seconds"),
     ),
     markers=(
+        "vllm:request_success",
+        "vllm:time_to_first_token_seconds",
+        "vllm:time_per_output_token_seconds",
         "vllm:num_requests_swapped",
         "vllm:cpu_cache_usage_perc",
         "vllm:avg_generation_throughput_toks_per_s",
@@ -318,15 +276,19 @@ SGLANG = EngineTable(
             r("sglang:num_retracted_requests"),
             r("sglang:num_retracted_reqs", rises=True),  # 0.5: a gauge only
         ),
-        requests_succeeded=r("sglang:num_requests", live=False),
-        requests_failed=r("sglang:num_aborted_requests", live=False),
         busy_seconds=r("sglang:forward_execution_seconds"),
         flops_per_gpu=r("sglang:estimated_flops_per_gpu"),
-        ttft=hist("sglang:time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("sglang:inter_token_latency_seconds", "itl_seconds"),
-        itl_old=hist("sglang:time_per_output_token_seconds", "itl_seconds"),
     ),
-    markers=("sglang:gen_throughput", "sglang:cache_hit_rate", "sglang:max_total_num_tokens"),
+    markers=(
+        "sglang:gen_throughput",
+        "sglang:cache_hit_rate",
+        "sglang:max_total_num_tokens",
+        "sglang:num_requests",
+        "sglang:num_aborted_requests",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
     notes="generation from generation_tokens (request end) when present, else realtime "
     "decode; prompt from realtime prefill_compute (live); metrics need --enable-metrics",
 )
@@ -341,20 +303,25 @@ TGI = EngineTable(
         generation_tokens=r("tgi_request_generated_tokens", suffix="_sum", live=False),
         requests_running=r("tgi_batch_current_size"),
         requests_waiting=r("tgi_queue_size"),
-        requests_succeeded=r("tgi_request_success"),
-        requests_failed=r("tgi_request_failure", reason="err"),
         busy_seconds=r("tgi_batch_forward_duration", suffix="_sum"),
     ),
-    markers=("tgi_request_count", "tgi_batch_current_max_tokens"),
+    markers=(
+        "tgi_request_count",
+        "tgi_batch_current_max_tokens",
+        "tgi_request_success",
+        "tgi_request_failure",
+    ),
     notes="counters have no _total; token histograms move at request end; no model label",
 )
 
 _TRITON_CORE = _alts(
     requests_waiting=r("nv_inference_pending_request_count"),
-    requests_succeeded=r("nv_inference_request_success"),
-    requests_failed=r("nv_inference_request_failure", reason="reason"),
     busy_seconds=r("nv_inference_compute_infer_duration_us", scale=1e-6),
-    ttft=hist("nv_inference_first_response_histogram_ms", "ttft_seconds", scale=1e-3),
+)
+_TRITON_OUTCOMES = (
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_first_response_histogram_ms",
 )
 
 TRITON = EngineTable(
@@ -376,7 +343,12 @@ TRITON = EngineTable(
             kv_cache_usage=r("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction"),
         ),
     },
-    markers=("nv_inference_count", "nv_inference_exec_count", "nv_trt_llm_general_metrics"),
+    markers=(
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_trt_llm_general_metrics",
+        *_TRITON_OUTCOMES,
+    ),
     notes="TensorRT-LLM backend token histograms move at request end; core counters stay 0 "
     "for decoupled models",
 )
@@ -388,7 +360,8 @@ TRITON_VLLM = EngineTable(
     model_labels=("model", "model_name"),
     gpu_label="gpu_uuid",
     signals={**_TRITON_CORE, **VLLM_V1.signals},
-    markers=("nv_inference_count",),
+    # vLLM's outcome families stand for Triton's success and first-response ones.
+    markers=("nv_inference_count", "nv_inference_request_failure", *_VLLM_V1_OUTCOMES),
     notes="vLLM backend families (REPORT_CUSTOM_METRICS) next to Triton core ones",
 )
 
@@ -403,11 +376,14 @@ TRTLLM_SERVE = EngineTable(
         requests_running=r("trtllm_num_requests_running"),
         requests_waiting=r("trtllm_num_requests_waiting"),
         kv_cache_usage=r("trtllm_kv_cache_utilization"),
-        requests_succeeded=r("trtllm_request_success", reason="finished_reason"),
-        ttft=hist("trtllm_time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("trtllm_time_per_output_token_seconds", "itl_seconds"),
     ),
-    markers=("trtllm_e2e_request_latency_seconds", "trtllm_kv_cache_hit_rate"),
+    markers=(
+        "trtllm_e2e_request_latency_seconds",
+        "trtllm_kv_cache_hit_rate",
+        "trtllm_request_success",
+        "trtllm_time_to_first_token_seconds",
+        "trtllm_time_per_output_token_seconds",
+    ),
     notes="served at /prometheus/metrics; token counters unverified upstream",
 )
 
@@ -416,12 +392,14 @@ TRTLLM_SERVE_EARLY = EngineTable(
     version="0.21-unprefixed",
     requires=(),
     default_path="/prometheus/metrics",
-    signals=_alts(
-        requests_succeeded=r("request_success", reason="finished_reason"),
-        ttft=hist("time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("time_per_output_token_seconds", "itl_seconds"),
+    signals={},
+    markers=(
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+        "request_success",
+        "time_to_first_token_seconds",
+        "time_per_output_token_seconds",
     ),
-    markers=("e2e_request_latency_seconds", "request_queue_time_seconds"),
     notes="first /prometheus/metrics version: five unprefixed request families, no tokens",
 )
 
@@ -436,12 +414,16 @@ NIM = EngineTable(
         requests_waiting=r("num_requests_waiting"),
         kv_cache_usage=r("gpu_cache_usage_perc"),
         preemptions=r("num_preemptions"),
-        requests_succeeded=r("request_success"),
-        requests_failed=r("request_failure"),
-        ttft=hist("time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("time_per_output_token_seconds", "itl_seconds"),
     ),
-    markers=("num_request_max", "request_finish", "e2e_request_latency_seconds"),
+    markers=(
+        "num_request_max",
+        "request_finish",
+        "e2e_request_latency_seconds",
+        "request_success",
+        "request_failure",
+        "time_to_first_token_seconds",
+        "time_per_output_token_seconds",
+    ),
     notes="TensorRT-LLM based NIM: unprefixed names (vLLM-based NIMs expose vllm:*)",
 )
 
@@ -488,9 +470,11 @@ LMDEPLOY = EngineTable(
         requests_running=r("lmdeploy:num_requests_running"),
         requests_waiting=r("lmdeploy:num_requests_waiting"),
         kv_cache_usage=r("lmdeploy:gpu_cache_usage_perc"),
-        requests_succeeded=r("lmdeploy:request_success", reason="finished_reason"),
-        ttft=hist("lmdeploy:time_to_first_token_seconds", "ttft_seconds"),
-        itl=hist("lmdeploy:time_per_output_token_seconds", "itl_seconds"),
+    ),
+    markers=(
+        "lmdeploy:request_success",
+        "lmdeploy:time_to_first_token_seconds",
+        "lmdeploy:time_per_output_token_seconds",
     ),
     notes="tokens counted per iteration (live)",
 )

@@ -7,6 +7,15 @@ from collections.abc import Iterable, Mapping
 from exporter.metrics.families import Family, GpuFamilies, NodeFamilies, Row
 from exporter.readings import ServedModel, ServingState, TargetStatus
 from exporter.snapshot import Snapshot
+from exporter.sources.serving.signals import (
+    BUSY_SECONDS,
+    FLOPS,
+    KV_CACHE_USAGE,
+    PREEMPTIONS,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    Signal,
+)
 
 COLLECTOR = "serving"
 
@@ -25,10 +34,10 @@ def _tokens(models: tuple[ServedModel, ...]) -> Iterable[Row]:
             yield (kind, m.model, m.engine), total
 
 
-def _field(attr: str):  # type: ignore[no-untyped-def]
+def _field(signal: Signal):  # type: ignore[no-untyped-def]
     def rows(models: tuple[ServedModel, ...]) -> Iterable[Row]:
         for m in models:
-            value = getattr(m, attr)
+            value = getattr(m, signal.served_as)
             if value is not None:
                 yield (m.model, m.engine), float(value)
 
@@ -37,7 +46,8 @@ def _field(attr: str):  # type: ignore[no-untyped-def]
 
 def _requests(models: tuple[ServedModel, ...]) -> Iterable[Row]:
     for m in models:
-        for state, value in (("running", m.requests_running), ("waiting", m.requests_waiting)):
+        for state, signal in (("running", REQUESTS_RUNNING), ("waiting", REQUESTS_WAITING)):
+            value = getattr(m, signal.served_as)
             if value is not None:
                 yield (state, m.model, m.engine), value
 
@@ -68,7 +78,7 @@ GPU = GpuFamilies[tuple[ServedModel, ...]](
             "goodput_gpu_kv_cache_usage_ratio",
             "gauge",
             "Share of the engine's KV-cache blocks in use (0-1).",
-            _field("kv_cache_usage"),
+            _field(KV_CACHE_USAGE),
             labels=("model", "engine"),
             unit="ratio",
         ),
@@ -77,14 +87,14 @@ GPU = GpuFamilies[tuple[ServedModel, ...]](
             "counter",
             "Floating-point operations the engine estimates it ran on this GPU (vLLM/SGLang "
             "--enable-mfu-metrics).",
-            _field("flops"),
+            _field(FLOPS),
             labels=("model", "engine"),
         ),
         Family(
             "goodput_gpu_serving_preemptions_total",
             "counter",
             "Requests the engine preempted (SGLang: retracted), split evenly across its GPUs.",
-            _field("preemptions"),
+            _field(PREEMPTIONS),
             labels=("model", "engine"),
         ),
         Family(
@@ -92,7 +102,7 @@ GPU = GpuFamilies[tuple[ServedModel, ...]](
             "counter",
             "Seconds the engine reports running forward passes (SGLang, TGI, Triton compute); "
             "every GPU of the engine gets the whole time.",
-            _field("busy_seconds"),
+            _field(BUSY_SECONDS),
             labels=("model", "engine"),
             unit="seconds",
         ),

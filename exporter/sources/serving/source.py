@@ -5,11 +5,13 @@ none in flight (bounded concurrency). It waits for them at most ``timeout`` (and
 the interval), and never for a target whose last scrape outlasted a round: a hung or slow
 target's task runs on and is collected by a later cycle, so it never delays another
 target's publish. It then attributes every reading to GPUs from the views
-it was given (inventory, pod devices, NVML processes) and turns engine counters into
-reset-proof per-GPU totals. Target health is published per target at node scope.
+it was given (inventory, pod devices, NVML processes) and hands it to
+exporter/sources/serving/account.py, which turns engine counters into reset-proof per-GPU
+totals. Target health is published per target at node scope.
 
-Everything kept about a target lives in one :class:`TargetState` (keyed by its normalised
-URL), so adding, reloading and forgetting a target is one operation; its
+Everything kept about a target lives in one
+:class:`~exporter.sources.serving.state.TargetState` (keyed by its normalised URL), so
+adding, reloading and forgetting a target is one operation; its
 :class:`~exporter.sources.serving.accumulate.Ledger` bounds what the engine can add (model
 cap, label length, physical ceiling) before anything becomes a series or a count.
 """
@@ -19,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -32,87 +33,29 @@ from exporter.readings import (
     Device,
     PodAssignments,
     ProcessInfo,
-    ServedModel,
     ServingState,
     TargetStatus,
 )
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs
-from exporter.sources.serving.accumulate import Ledger, Limits, ModelKey, Published
-from exporter.sources.serving.adapter import Reading, Settler, SignalKey
-from exporter.sources.serving.attribution import (
-    NONE,
-    Attribution,
-    PodGpus,
-    resolve,
-    to_gpu_labels,
-)
+from exporter.sources.serving.account import Accounts, Gauges
+from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.adapter import Reading
+from exporter.sources.serving.attribution import NONE, Attribution, PodGpus, resolve
 from exporter.sources.serving.discovery import PodWatcher
-from exporter.sources.serving.engines import SIGNALS
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.scrape import Outcome, scrape
+from exporter.sources.serving.state import TargetState
 from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
-from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
 
 PID_REFRESH_SECONDS = 60.0
 WAIT_FLOOR = 1.0
+"""A round waits at least this long (capped by the timeout) for targets not known slow."""
 TIMEOUT_MARGIN = 0.1
 """A scrape's own timeout fires this much before a round stops waiting for it."""
-"""A round waits at least this long (capped by the timeout) for targets not known slow."""
-DERIVED_JITTER = 1e-3
-"""A derived counter (a product or difference of printed counters) may dip this share of
-its value from rounding (llama.cpp prints 6 significant digits) without being a restart."""
-
-COUNTERS: dict[str, str] = {
-    "prompt_tokens": "tokens/prompt",
-    "prompt_cached_tokens": "tokens/prompt_cached",
-    "generation_tokens": "tokens/generation",
-    "flops_per_gpu": "flops",
-    "preemptions": "preemptions",
-    "busy_seconds": "busy_seconds",
-}
-"""Normalised counter signal -> the ServedModel field its per-GPU total feeds."""
-
-GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage")
-
-NODE_LEVEL = ("",)
-"""The gpu key of signals no rule attributes: rendered without a gpu label."""
-
-
-@dataclass
-class TargetState:
-    """Everything the source keeps about one target, so adding, reloading and forgetting
-    a target is one operation on one object (keyed by the target's normalised URL)."""
-
-    target: Target
-    ledger: Ledger
-    identity: tuple[str, str] | None = None
-    """(engine, models) of the last reading."""
-    logged: tuple[str, str] | None = None
-    """("up", "") or ("down", reason) as last logged."""
-    attribution: Attribution = NONE
-    pid: tuple[int | None, float] | None = None
-    """(pid listening on the target's port, when looked up)."""
-    unattributed: str = ""
-    models: tuple[str, ...] = ()
-    """Admitted model labels of the last reading."""
-    flapped: bool = False
-    """Its start time once changed with no sign of a restart (logged once)."""
-    v1_model: tuple[str, str, float] | None = None
-    """(process start token, model id from /v1/models, when asked)."""
-    once: OnChange = field(default_factory=lambda: OnChange(log))
-    """Its log-once states (model cap hit, implausible values, start-time flapping)."""
-    settler: Settler = field(default_factory=Settler)
-    """Live estimates settling on the engine's exact count (llama.cpp generation)."""
-    task: asyncio.Task[Outcome] | None = None
-    """Its scrape in flight (one at a time; it may outlast a round)."""
-    slow: bool = False
-    """Its last scrape outlasted a round: later rounds do not wait for it."""
-    status: TargetStatus | None = None
-    """Its last published health, repeated while a scrape is in flight."""
 
 
 class ServingSource(Source):
@@ -144,7 +87,7 @@ class ServingSource(Source):
         self._gate: asyncio.Semaphore | None = None
         self._states: dict[str, TargetState] = {}
         """Target key (normalised URL) -> all that is kept about it."""
-        self._published = Published()
+        self._accounts = Accounts()
 
     def reconfigure(self, config: ServingConfig) -> None:
         """A reloaded serving section: its static targets, bounds and timings apply from
@@ -193,43 +136,60 @@ class ServingSource(Source):
         if waited:
             await asyncio.wait(waited, timeout=self._wait_budget())
         now = self._clock()
-        inventory = tuple(self._inventory())
-        gauges: dict[ModelKey, dict[str, list[float]]] = {}
+        gauges: Gauges = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
+        inventory = tuple(self._inventory())
         for state in states:
             outcome = self._finished(state)
-            if outcome is None:
-                if state.status is not None:
-                    statuses.append(state.status)
-                continue
-            attribution = NONE
-            if outcome.reading is not None:
-                attribution = await self._attribution(state, outcome.reading, inventory)
-                self._account(state, outcome.reading, attribution, inventory, gauges, now)
-            else:
-                state.ledger.failed()
-                errors[outcome.reason] += 1
-            state.status = self._status(state, outcome, attribution)
-            statuses.append(state.status)
-            self._log_state(state, outcome, attribution)
+            if outcome is not None:
+                state.status = await self._take(state, outcome, inventory, gauges, now)
+                if not outcome.ok:
+                    errors[outcome.reason] += 1
+            if state.status is not None:
+                statuses.append(state.status)
         for state in self._states.values():
             state.ledger.expire(now)
-        self._published.expire(now, self._limits.stale_after)
+        self._accounts.published.expire(now, self._limits.stale_after)
+        return SourceResult(
+            source=self.name, errors=dict(errors), reading=self._reading(gauges, statuses)
+        )
+
+    async def _take(
+        self,
+        state: TargetState,
+        outcome: Outcome,
+        inventory: Sequence[Device],
+        gauges: Gauges,
+        now: float,
+    ) -> TargetStatus:
+        """One finished scrape: its reading attributed and accounted (or the failure noted
+        in the ledger), its health logged; returns the target's status."""
+        attribution = NONE
+        if outcome.reading is not None:
+            attribution = await self._attribution(state, outcome.reading, inventory)
+            self._accounts.account(
+                state, outcome.reading, self._default_model(state), attribution,
+                inventory, gauges, now,
+            )  # fmt: skip
+        else:
+            state.ledger.failed()
+        status = self._status(state, outcome, attribution)
+        self._log_state(state, outcome, attribution)
+        return status
+
+    def _reading(self, gauges: Gauges, statuses: list[TargetStatus]) -> ServingState:
+        """This round's published state: per-GPU rows, target health, discovery."""
         discovery = None
         if self._discovery is not None:
             found, reason = self._discovery.state
             discovery = (found == "ok", reason)
         dropped = getattr(self._targets, "dropped", None)
-        return SourceResult(
-            source=self.name,
-            errors=dict(errors),
-            reading=ServingState(
-                gpus=self._served(gauges),
-                targets=tuple(statuses),
-                discovery=discovery,
-                targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
-            ),
+        return ServingState(
+            gpus=self._accounts.served(gauges),
+            targets=tuple(statuses),
+            discovery=discovery,
+            targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
         )
 
     def _wait_budget(self) -> float:
@@ -290,7 +250,7 @@ class ServingSource(Source):
         state = self._states.pop(key, None)
         if state is not None and state.task is not None:
             state.task.cancel()
-        self._published.release(key)
+        self._accounts.published.release(key)
 
     # model names ----------------------------------------------------------------------------
 
@@ -394,128 +354,6 @@ class ServingSource(Source):
 
     # accounting -----------------------------------------------------------------------------
 
-    def _account(
-        self,
-        state: TargetState,
-        reading: Reading,
-        attribution: Attribution,
-        inventory: Sequence[Device],
-        gauges: dict[ModelKey, dict[str, list[float]]],
-        now: float,
-    ) -> None:
-        """Feed one reading's accepted counter deltas into the published totals and its
-        gauges into ``gauges``; everything passes the target's ledger first."""
-        reading = state.settler.apply(reading)
-        ledger, target = state.ledger, state.target
-        ledger.count(reading.dropped)
-        default = self._default_model(state)
-        values = ledger.relabel(reading.values, default, now)
-        model_gpus = {
-            name: uuids
-            for model, uuids in reading.model_gpus.items()
-            if (name := model[: self._limits.max_label_length]) in ledger.models
-        }
-        state.models = tuple(sorted({key[1] for key in values} | set(model_gpus)))
-        gpus_of: dict[SignalKey, tuple[str, ...]] = {
-            key: _gpus_for(key, model_gpus, attribution, inventory) or NODE_LEVEL
-            for key in values
-        }
-        # Track every counter, attributed or not, so attribution arriving later does not
-        # dump the engine's whole history onto a GPU in one step.
-        step = ledger.step(
-            values,
-            counters=(s for s in {k[0] for k in values} if SIGNALS[s].kind == "counter"),
-            now=now,
-            gpus=lambda key: len(gpus_of[key]),
-            rises=reading.rises,
-            jitter=dict.fromkeys(reading.derived, DERIVED_JITTER),
-            started=reading.started,
-        )
-        if step.restarted and reading.started:
-            log.info("serving_target_restarted", target=target.name, engine=reading.engine)
-        state.flapped = state.flapped or step.flapped
-        state.once(  # once per target: a flapping engine would otherwise log every scrape
-            "flapping",
-            state.flapped,
-            False,
-            event="serving_start_time_changed_without_restart",
-            level="warning",
-            target=target.name,
-            effect="counters did not go down: nothing was counted again",
-        )
-        deltas = step.deltas
-        for key, value in values.items():
-            signal, model, _uuid, _reason = key
-            spec = SIGNALS[signal]
-            counter = COUNTERS.get(signal)
-            gpus = gpus_of[key]
-            if counter is not None:
-                delta = deltas.get(key, 0.0)
-                other = reading.minus.get(signal)
-                if other is not None:
-                    delta = max(delta - deltas.get((other, *key[1:]), 0.0), 0.0)
-                share = delta / len(gpus) if spec.split == "split" else delta
-                for gpu in gpus:
-                    self._published.add(
-                        (gpu, model, reading.engine), counter, share, target.key, now
-                    )
-            elif signal in GAUGES:
-                for gpu in gpus:
-                    self._published.touch((gpu, model, reading.engine), target.key, now)
-                    row = gauges.setdefault((gpu, model, reading.engine), {})
-                    row.setdefault(signal, []).append(value)
-        state.once(
-            "models",
-            ledger.dropped["max_models"] > 0,
-            False,
-            event="serving_target_over_model_cap",
-            level="warning",
-            target=target.name,
-            max_models_per_target=self._limits.max_models,
-            effect="values of further model names are dropped (max_models)",
-        )
-        state.once(
-            "implausible",
-            ledger.dropped["implausible"] > 0,
-            False,
-            event="serving_counter_implausible",
-            level="warning",
-            target=target.name,
-            max_tokens_per_second_per_gpu=self._limits.tokens_per_second,
-            effect="growth above the ceiling is dropped (implausible)",
-        )
-
-    def _served(
-        self, gauges: dict[ModelKey, dict[str, list[float]]]
-    ) -> dict[str, tuple[ServedModel, ...]]:
-        """One ServedModel per (gpu, model, engine) with totals or live gauges."""
-        out: dict[str, list[ServedModel]] = {}
-        rows = self._published.rows()
-        for key in sorted(set(rows) | set(gauges)):
-            gpu, model, engine = key
-            totals = rows.get(key, {})
-            row = gauges.get(key, {})
-            tokens = tuple(
-                (name.removeprefix("tokens/"), value)
-                for name, value in sorted(totals.items())
-                if name.startswith("tokens/")
-            )
-            out.setdefault(gpu, []).append(
-                ServedModel(
-                    model=model,
-                    engine=engine,
-                    tokens=tokens,
-                    # Several engines on one GPU: requests add up, KV takes the fullest.
-                    requests_running=_sum(row.get("requests_running")),
-                    requests_waiting=_sum(row.get("requests_waiting")),
-                    kv_cache_usage=_max(row.get("kv_cache_usage")),
-                    flops=totals.get("flops"),
-                    preemptions=totals.get("preemptions"),
-                    busy_seconds=totals.get("busy_seconds"),
-                )
-            )
-        return {gpu: tuple(models) for gpu, models in out.items()}
-
     # health ---------------------------------------------------------------------------------
 
     def _status(
@@ -569,26 +407,6 @@ class ServingSource(Source):
             )
 
 
-def _gpus_for(
-    key: SignalKey,
-    model_gpus: Mapping[str, frozenset[str]],
-    attribution: Attribution,
-    inventory: Sequence[Device],
-) -> tuple[str, ...]:
-    """The series' own GPU label (Triton) or its model's, unless config pinned GPUs; for a
-    discovered pod only among the GPUs the kubelet assigned it."""
-    if attribution.via != "explicit":
-        _, model, uuid, _ = key
-        found: tuple[str, ...] | None = None
-        if uuid:
-            found = to_gpu_labels([uuid], inventory)
-        elif model in model_gpus:
-            found = to_gpu_labels(sorted(model_gpus[model]), inventory)
-        if found is not None and (attribution.allowed is None or set(found) <= attribution.allowed):
-            return found
-    return attribution.gpus
-
-
 def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo]) -> str:
     """Why no rule found a GPU for ``target``, for the log line."""
     parts = []
@@ -608,11 +426,3 @@ def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo])
     else:
         parts.append("the engine is not on loopback and no pid is configured")
     return "; ".join(parts)
-
-
-def _sum(values: list[float] | None) -> float | None:
-    return None if not values else sum(values)
-
-
-def _max(values: list[float] | None) -> float | None:
-    return None if not values else max(values)
