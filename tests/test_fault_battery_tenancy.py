@@ -13,11 +13,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,8 +34,7 @@ from exporter.server import is_loopback
 from exporter.sources.serving.accumulate import Ledger, Limits
 from exporter.sources.serving.discovery import PodWatcher, pod_target
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
-from tests.conftest import REPO
-from tests.support.prometheus import free_port, wait_http
+from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_GPUS,
     TOKENS,
@@ -505,19 +501,12 @@ def test_a_hostile_config_on_sighup_is_refused_with_one_line(tmp_path: Path) -> 
     cfg, web_cfg, log = tmp_path / "c.yml", tmp_path / "w.yml", tmp_path / "log"
     cfg.write_text("serving:\n  interval: 0.5\n")
     web_cfg.write_text("http_server_config:\n  headers: {X-Frame-Options: deny}\n")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--simulate", "--simulate-gpus", "1",
-             "--listen", f"127.0.0.1:{port}", "--config", str(cfg),
-             "--web-config-file", str(web_cfg)],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    daemon = DaemonProcess("--simulate", "--simulate-gpus", "1", "--config", str(cfg),
+                           "--web-config-file", str(web_cfg), log=log)
+    daemon.start(timeout=30)
+    assert daemon.proc is not None
+    proc, base = daemon.proc, daemon.url
     try:
-        wait_http(base + "/readyz", timeout=30)
-
         def reload_gauge() -> float | None:
             import urllib.request
 
@@ -546,8 +535,7 @@ def test_a_hostile_config_on_sighup_is_refused_with_one_line(tmp_path: Path) -> 
                 time.sleep(0.1)
         assert proc.poll() is None
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+        daemon.stop(timeout=15)
     text = log.read_text()
     assert "Traceback" not in text
     failed = [line for line in text.splitlines() if "config_reload_failed" in line]

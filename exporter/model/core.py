@@ -262,20 +262,16 @@ def _at_a_wall(w: Window, cfg: ModelConfig) -> bool:
     return (_compute_pressure(w, cfg) or 0.0) >= 1.0 or (_memory_pressure(w, cfg) or 0.0) >= 1.0
 
 
-def _pcie_rate(w: Window) -> float:
-    return max((max(r, 0.0) for link, _, r in w.bus_bytes_per_second if link == "pcie"),
-               default=0.0)
-
-
-def _nvlink_rate(w: Window) -> float:
-    return max((max(r, 0.0) for link, _, r in w.bus_bytes_per_second if link == "nvlink"),
+def link_rate(w: Window, link: str) -> float:
+    """The busier direction's bytes/s over ``link`` (pcie | nvlink); 0 when not read."""
+    return max((max(r, 0.0) for name, _, r in w.bus_bytes_per_second if name == link),
                default=0.0)
 
 
 def _on_the_bus(w: Window, cfg: ModelConfig) -> bool:
     """PCIe moves at least ``comm_min_bytes_per_second``: hollow kernel time is then the
     bus's, not tiny kernels' (launch_bound) and not wasted (hollow_busy)."""
-    return _pcie_rate(w) >= cfg.comm_min_bytes_per_second
+    return link_rate(w, "pcie") >= cfg.comm_min_bytes_per_second
 
 
 def link_use(w: Window) -> float:
@@ -306,7 +302,7 @@ def fed_regime(w: Window, cfg: ModelConfig) -> str:
     ce = copy_time(w)
     if ce is not None and ce >= cfg.transfer_copy_time_min:
         return TRANSFER_BOUND
-    if _nvlink_rate(w) >= max(_pcie_rate(w), cfg.comm_min_bytes_per_second):
+    if link_rate(w, "nvlink") >= max(link_rate(w, "pcie"), cfg.comm_min_bytes_per_second):
         # Fed over NVLink by a peer GPU: the peer's copy engines or SMs do the writing, so
         # this GPU's own copy time reads 0 (400 GB/s received at utilization 0.00 measured).
         # The host cannot pace a link it is not on.

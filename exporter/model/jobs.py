@@ -35,7 +35,7 @@ from exporter.model.core import (
     UNKNOWN,
     Assessment,
     Window,
-    bus_rate,
+    bus_fed,
     kernel_time,
 )
 
@@ -59,7 +59,7 @@ def hollow(w: Window, a: Assessment) -> float | None:
 def exchanging(w: Window, cfg: ModelConfig) -> bool:
     """The GPU moves data over a link (a collective's traffic), or its links are not read."""
     unknown = w.nvlink_bytes_per_second is None and not w.bus_bytes_per_second
-    return unknown or bus_rate(w) >= cfg.bus_floor_bytes_per_second or (
+    return unknown or bus_fed(w, cfg) or (
         (w.nvlink_bytes_per_second or 0.0) >= cfg.bus_floor_bytes_per_second
     )
 
