@@ -126,7 +126,7 @@ def judge(
         low = kept  # keep the one named while it is about as low as the lowest
     excess = {g: max(levels[g] - levels[low], 0.0) for g in levels}
     waiting_on = {
-        g for g, e in excess.items()
+        g for g in excess
         if g != low and job[g][1].regime in CAN_WAIT and exchanging(job[g][0], cfg)
     }
     named = tracker.straggler == low
