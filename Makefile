@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 LISTEN ?= 127.0.0.1:9433
 
-.PHONY: run test llama-server lint docs bootstrap bootstrap-runtime bootstrap-tools stack dashboards mixin image dist
+.PHONY: run test fuzz llama-server lint docs bootstrap bootstrap-runtime bootstrap-tools stack dashboards mixin image dist
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -25,6 +25,13 @@ test: bootstrap-tools llama-server
 	$(PY) -m exporter.settings_docs --check
 	$(PY) -m mixin --check
 	$(PY) -m pytest -q
+
+## fuzz: the property tests with fresh random examples, FUZZ_RUNS times (make test is derandomized)
+FUZZ_RUNS ?= 5
+fuzz: bootstrap
+	@for i in $$(seq $(FUZZ_RUNS)); do echo "fuzz run $$i/$(FUZZ_RUNS)"; \
+	  HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider \
+	    $$(grep -rl --include='test_*.py' '^from hypothesis' tests) || exit 1; done
 
 ## llama-server: build the real llama-server the serving tests use, once, with progress
 ##               (cached under ~/.cache/gpu-goodput-exporter; skipped without cmake and g++)

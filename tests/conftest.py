@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml, simulated_node
 from exporter.sim.patterns import NODE
 from exporter.sim.physics import GpuPhysics
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property tests are reproducible in `make test` and CI: the same examples every run and no
+# example database to replay one checkout's old failure into every later run. `make fuzz`
+# (HYPOTHESIS_PROFILE=fuzz) explores: fresh random examples on every run, several runs.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class ManualClock:

@@ -199,6 +199,38 @@ def test_bad_labels_in_a_family_nobody_reads_are_not_parsed() -> None:
     assert read_body(text).values[("generation_tokens", "m", "")] == 5.0
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the issue-37 flake: a histogram's bucket, then the family declared a counter
+        "# TYPE vllm:generation_tokens histogram\n"
+        'vllm:generation_tokens_bucket{model_name="a",le="1"} 1\n'
+        "# TYPE vllm:generation_tokens_total counter\n"
+        'vllm:generation_tokens_total{model_name="a"} 1\n',
+        # one family in two places, typed two ways
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+        "# TYPE other gauge\nother 1\n"
+        "# TYPE vllm:num_requests_running counter\nvllm:num_requests_running 2\n",
+    ],
+)
+def test_a_family_typed_two_ways_is_a_parse_error_both_ways(body: str) -> None:
+    with pytest.raises(ExpositionError, match="appears as"):
+        parse(body)
+    with pytest.raises(ExpositionError, match="appears as"):
+        read_body(body)
+
+
+def test_a_family_retyped_in_place_reads_as_the_parser_reads_it() -> None:
+    """The parser retypes the samples it already read; the fast path defers to it."""
+    text = (
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        'vllm:time_to_first_token_seconds_bucket{model_name="a",le="1"} 1\n'
+        "# TYPE vllm:time_to_first_token_seconds counter\n"
+        'vllm:time_to_first_token_seconds_total{model_name="a"} 1\n'
+    )
+    same_families(text)
+
+
 # --- any body built from these lines reads the same both ways -----------------------------
 
 NAMES = ("vllm:generation_tokens", "vllm:num_requests_running", "python_gc_objects",

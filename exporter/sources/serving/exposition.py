@@ -60,6 +60,13 @@ def _merge(families: Iterable[Family], into: dict[str, Family] | None = None) ->
     out = {} if into is None else into
     for family in families:
         old = out.get(family.name)
+        if old is not None and old.type != family.type:
+            # One family in two places with two types: the format allows neither, and
+            # no reading of it is right (prometheus-client would retype the first part).
+            raise ExpositionError(
+                f"not Prometheus text: family {_short(ValueError(family.name), 60)} "
+                f"appears as {old.type} and as {family.type}"
+            )
         samples = family.samples if old is None else old.samples + family.samples
         out[family.name] = Family(family.name, family.type, samples)
     return out
@@ -211,6 +218,8 @@ class _Walk:
         self.kind = "untyped"
         self.allowed: tuple[str, ...] = ()
         self.lines: list[str] | None = None  # the open family's lines, when it may be kept
+        self.typed = False  # the open family had a TYPE line
+        self.sampled = False  # the open family owns a sample already
         self.singles: list[str] | None = None  # a run of kept one-sample families
 
     def run(self, text: str) -> Scan:
@@ -228,6 +237,7 @@ class _Walk:
             stop = text.find("\n#", pos)
             stop = end if stop < 0 else stop + 1
             if self.name and self._owns(text, pos, stop):
+                self.sampled = self.sampled or not text[pos:stop].isspace()
                 if self.lines is not None:
                     lines = (x.strip() for x in text[pos:stop].split("\n"))
                     bucket = self.bucket()
@@ -296,6 +306,7 @@ class _Walk:
         if inside and not _LABELS.fullmatch(inside):
             raise _Unusual
         if sample in self.allowed:
+            self.sampled = True
             bucket = self.bucket()
             if self.lines is not None and not (bucket and sample == bucket):
                 self.lines.append(line)
@@ -327,13 +338,19 @@ class _Walk:
             if candidate != self.name:
                 self.close()
                 self.open(candidate)
+            elif self.typed or self.sampled:
+                # A family typed twice, or typed after its samples: the format forbids it,
+                # and prometheus-client retypes the samples already read; it decides.
+                raise _Unusual
             self.kind = parts[3]
+            self.typed = True
             self.allowed = tuple(candidate + s for s in _ALLOWED.get(self.kind, ("",)))
         if self.lines is not None:
             self.lines.append(line)
 
     def open(self, name: str) -> None:
         self.name, self.kind, self.allowed = name, "untyped", (name,)
+        self.typed = self.sampled = False
         might = name in self.keep or name.removesuffix("_total") in self.keep
         self.lines = [] if might else None
         at = bisect.bisect_left(self.sorted_keep, name)
