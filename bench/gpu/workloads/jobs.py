@@ -72,6 +72,7 @@ class Timer:
 
     def __init__(self, torch: Any, rank: int, every: float) -> None:
         self.torch, self.rank, self.every = torch, rank, every
+        self.pure: float | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -97,8 +98,12 @@ class Timer:
             self.emit()
 
     def emit(self, **extra: Any) -> None:
+        """One cumulative truth line; each carries the transfer alone per step, so a rank
+        whose last line is lost when its launcher stops it still has it."""
         emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
-             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()}, **extra)
+             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
+             **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
+             **extra)
 
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
@@ -126,6 +131,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         step()
     want_stop()
     pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
+    timer.pure = pure
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
@@ -137,6 +143,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
                             "launcher": "torchrun" if _torchrun() else "spawn",
                             "straggler_rank": straggler_rank(kind, args, world),
                             "devices": [device_info(torch, i) for i in range(world)]})
+    timer.emit()  # the origin: a late rank's first seconds count from here
     if kind == "job_late" and rank == world - 1 and args.late_s > 0:
         t = time.monotonic()
         time.sleep(args.late_s)  # host time before the first step: its peers wait on it
@@ -146,7 +153,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         timer.step_done()
         if want_stop():
             break
-    timer.emit(pure_comm_per_step_s=pure)
+    timer.emit()
     dist.destroy_process_group()
 
 
