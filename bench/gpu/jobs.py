@@ -37,7 +37,7 @@ from testkit.harness import REPO, DaemonProcess, child_env, free_port, http_get
 # row -> (workload, its options); how the row starts and what it expects: LAUNCH
 ROWS: dict[str, tuple[str, list[str]]] = {
     "rotating": ("job_rotating", ["--extra", "1.0"]),
-    "pipeline_4stage": ("job_gpipe", ["--microbatches", "4", "--activation-mib", "32"]),
+    "pipeline_gpipe": ("job_gpipe", ["--microbatches", "4", "--activation-mib", "32"]),
     "straggler_10pct": ("job_straggler", ["--extra", "0.10"]),
     "host_stall": ("job_host_stall", ["--stall-ms", "300"]),
     "late_joiner": ("job_late", ["--late-s", "8"]),
@@ -51,10 +51,10 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "p2p_copy": ("job_p2p", []),
     "pipeline_2stage": ("job_pipeline", ["--extra", "0.25"]),
 }
-LOST_ROWS = ("rotating", "pipeline_4stage", "straggler_10pct", "host_stall", "late_joiner",
+LOST_ROWS = ("rotating", "pipeline_gpipe", "straggler_10pct", "host_stall", "late_joiner",
              "balanced", "comm_heavy", "back_to_back")
 """The [lost] report's rows (issue 42), the default."""
-TORCHRUN = {"rotating": "rdzv", "pipeline_4stage": "plain", "straggler_10pct": "rdzv",
+TORCHRUN = {"rotating": "rdzv", "pipeline_gpipe": "plain", "straggler_10pct": "rdzv",
             "host_stall": "plain", "late_joiner": "rdzv", "balanced": "plain",
             "comm_heavy": "rdzv", "back_to_back": "plain"}
 """Rows whose ranks the real torchrun starts: ``rdzv`` with --rdzv-id (its run id names the
