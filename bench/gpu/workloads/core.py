@@ -44,7 +44,13 @@ def emit(event: str, **fields: Any) -> None:
 
     line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
     sys.stdout.flush()
-    os.write(sys.stdout.fileno(), line.encode())
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): no descriptor
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return
+    os.write(fd, line.encode())
 
 
 class BadArgs(Exception):
