@@ -203,12 +203,13 @@ def test_empty_panels_say_why_on_a_bare_node(bare_prom: tuple[PrometheusServer, 
 
 
 def test_job_stragglers_tell_no_job_from_no_straggler() -> None:
-    """Empty means no multi-GPU job is known (the no-data text says what identifies jobs);
-    a known job always has a row, its lead coloured from the alert's threshold."""
+    """Empty means no multi-GPU job is known (the no-data text says what identifies jobs),
+    or no GPU of a job waits at most half as much as its peers; the gap is coloured from the
+    alert's threshold."""
     board = load(OUT / "goodput-fleet.json")
     panel = next(p for p in panels(board) if p["title"] == "Job stragglers")
     assert "No multi-GPU job known" in panel["fieldConfig"]["defaults"]["noValue"]
-    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     steps = [prop["value"]["steps"] for o in panel["fieldConfig"]["overrides"]
              for prop in o["properties"] if prop["id"] == "thresholds"]
     assert steps == [[{"color": "green"}, {"color": "red", "value": threshold}]]
@@ -221,7 +222,7 @@ def test_job_stragglers_name_the_simulated_straggler(prom: tuple[PrometheusServe
     server, end = prom
     expr = substitute(_target("goodput-fleet", "Job stragglers"))
     rows = {s["metric"]["gpu"]: float(s["value"][1]) for s in _query(server, expr, end)}
-    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     assert set(rows) == {"2"} and rows["2"] >= threshold
     hours = _query(server, substitute(_target("goodput-fleet", "GPU-hours lost waiting, by job")),
                    end)
