@@ -30,7 +30,7 @@ from bench.fleet.stack import (
     sharded,
 )
 from mixin.config import load as load_config
-from mixin.names import JOB_STRAGGLER, JOB_WAITING_GPUS
+from mixin.names import JOB_STRAGGLER, JOB_WAITING, JOB_WAITING_GPUS
 from tests.test_dashboards import BOARDS, load, substitute, targets
 
 pytestmark = pytest.mark.integration
@@ -111,9 +111,12 @@ def test_straggler_rule_names_every_straggler_and_no_balanced_job(
                                          float(s["value"][1]))
             for s in st.global_.query(JOB_STRAGGLER)}
     assert set(gaps) == plan.straggler_jobs
-    assert {source for source, _, _ in gaps} == set(fleet.JOB_SOURCES)
     named = {gpu for gpu, gap in gaps.values() if gap >= threshold}
     assert named == plan.stragglers
+    # Every job, whatever its source, reaches the global job rules (its waiting share).
+    jobs = {fleet.job_key(s["metric"]) for s in st.global_.query(JOB_WAITING)}
+    assert jobs == plan.straggler_jobs | plan.balanced_jobs
+    assert {source for source, _, _ in jobs} == set(fleet.JOB_SOURCES)
     # A Kubernetes or Slurm job's straggler is on another node than ranks waiting on it.
     for job in plan.straggler_jobs:
         (node, _), _gap = gaps[job]
