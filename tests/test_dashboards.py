@@ -230,6 +230,19 @@ def test_job_stragglers_name_the_simulated_straggler(prom: tuple[PrometheusServe
     assert float(hours[0]["value"][1]) > 0
 
 
+@pytest.mark.integration
+def test_job_time_split_stacks_each_jobs_parts(prom: tuple[PrometheusServer, float]) -> None:
+    """The simulated node's job: GPU 2 works all the time, GPU 5 waits 0.6 of it; one bar
+    for the job, its parts adding up to its 2 GPUs, 30 % of them waiting."""
+    server, end = prom
+    rows = _query(server, substitute(_target("goodput-fleet", "Time split of each job")), end)
+    assert {r["metric"]["job_key"] for r in rows} == {"kubernetes inference llama-train"}
+    parts = {r["metric"]["part"]: float(r["value"][1]) for r in rows}
+    assert set(parts) == {"working", "waiting"}
+    assert sum(parts.values()) == pytest.approx(2.0, rel=0.05)
+    assert parts["waiting"] / sum(parts.values()) == pytest.approx(0.3, abs=0.01)
+
+
 # --- Grafana dashboard-linter's rules, applied to every panel of every dashboard ----------
 
 RANGED = re.compile(r"\b(rate|irate|increase)\((?:[^()\[]|\([^()]*\))*\[([^\]]+)\]")

@@ -241,12 +241,15 @@ def job_time_split(ctx: Ctx) -> barchart.Panel:
             f'"job_key", " ", {joined})', instant=True, table=True))
         .with_transformation(model.DataTransformerConfig(id_val="groupingToMatrix",
                                                          options=grouped))
+        # groupingToMatrix names its first column "<rowField>\\<columnField>".
         .with_transformation(model.DataTransformerConfig(
-            id_val="organize", options={"indexByName": {"job_key": 0, **{
-                part: i + 1 for i, part in enumerate(JOB_PARTS)}}}))
+            id_val="organize", options={
+                "indexByName": {"job_key\\part": 0,
+                                **{part: i + 1 for i, part in enumerate(JOB_PARTS)}},
+                "renameByName": {"job_key\\part": "job"}}))
         .orientation(cm.VizOrientation.HORIZONTAL)
         .stacking(cm.StackingMode.PERCENT)
-        .x_field("job_key")
+        .x_field("job")
         .unit("percentunit").no_value(NO_JOBS)
         .height(8).span(12))
 
