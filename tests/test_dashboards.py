@@ -239,7 +239,8 @@ def test_job_time_split_stacks_each_jobs_parts(prom: tuple[PrometheusServer, flo
     assert {r["metric"]["job_key"] for r in rows} == {"kubernetes inference llama-train"}
     parts = {r["metric"]["part"]: float(r["value"][1]) for r in rows}
     assert set(parts) == {"working", "waiting"}
-    assert sum(parts.values()) == pytest.approx(2.0, rel=0.05)
+    # Averaged over the 30 backfilled minutes, the first rate window of which reads low.
+    assert 1.7 < sum(parts.values()) <= 2.0001
     assert parts["waiting"] / sum(parts.values()) == pytest.approx(0.3, abs=0.01)
 
 
