@@ -34,6 +34,7 @@ from testkit.harness import DaemonProcess, free_port, http_get, stop_process, wa
 
 JOB = "gpu-goodput-exporter"  # the scrape job the mixin's default selector names
 JOB_LABELS = ("job_source", "namespace", "job_id")
+JOB_SECONDS = "goodput_gpu_job_seconds_total"  # each GPU's seconds in its job, by part
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def job_key(labels: dict[str, str]) -> str:
 def _rows(url: str, expr: str, *keep: str) -> list[dict[str, Any]]:
     """Each series of ``expr``: its job key, the labels ``keep`` and its value."""
     return [{"job": job_key(s["metric"]), **{k: s["metric"].get(k, "") for k in keep},
-             "value": round(float(s["value"][1]), 4)} for s in query(url, expr)]
+             "value": round(float(s["value"][1]), 6)} for s in query(url, expr)]
 
 
 def straggler_results(url: str, seconds: int) -> dict[str, Any]:
@@ -178,9 +179,11 @@ def straggler_results(url: str, seconds: int) -> dict[str, Any]:
 
 
 def job_results(url: str, seconds: int, step: float) -> dict[str, dict[str, Any]]:
-    """Per job: its GPUs, waiting share, GPU-hours waited over the run (from the rule, one
-    sample per evaluation, as the fleet dashboard's panel reads it, and from the counters) and
-    its time split per part (GPUs, and shares of the job's GPU time)."""
+    """Per job: its GPUs and waiting share (the rules, last window), the GPU-hours it waited
+    from the rule (one sample per evaluation, as the fleet dashboard's panel reads it) and
+    from the counters over the span the rule had values (``rule_seconds``), the waiting share
+    of the whole run from the counters, and its time split per part (GPUs, and shares of the
+    job's GPU time)."""
     from mixin import names as N
 
     keys = ", ".join(JOB_LABELS)
@@ -189,8 +192,11 @@ def job_results(url: str, seconds: int, step: float) -> dict[str, dict[str, Any]
         "waiting_share": N.JOB_WAITING,
         "waited_gpu_hours": f"sum by ({keys}) (sum_over_time({N.JOB_WAITING_GPUS}"
                             f"[{seconds}s])) * {step:g} / 3600",
-        "waited_gpu_hours_counters": f'sum by ({keys}) (increase(goodput_gpu_job_seconds_total'
-                                     f'{{part="waiting"}}[{seconds}s])) / 3600',
+        "rule_seconds": f"max by ({keys}) (count_over_time({N.JOB_WAITING_GPUS}"
+                        f"[{seconds}s])) * {step:g}",
+        "waiting_share_run": f'sum by ({keys}) (increase({JOB_SECONDS}{{part="waiting"}}'
+                             f'[{seconds}s])) / sum by ({keys}) (increase({JOB_SECONDS}'
+                             f'[{seconds}s]))',
     }
     jobs: dict[str, dict[str, Any]] = {}
     for name, expr in reads.items():
@@ -202,7 +208,19 @@ def job_results(url: str, seconds: int, step: float) -> dict[str, dict[str, Any]
         gpus = job.get("gpus") or 0
         job.setdefault("split_share", {})[row["part"]] = (
             round(row["value"] / gpus, 4) if gpus else None)
+    for key, job in jobs.items():
+        span = int(job.get("rule_seconds") or 0)
+        if span:
+            job["waited_gpu_hours_counters"] = _counter_hours(url, key, span)
     return jobs
+
+
+def _counter_hours(url: str, key: str, span: int) -> float | None:
+    """GPU-hours the job's GPUs counted waiting over the last ``span`` seconds."""
+    match = ", ".join(f'{label}="{value}"' for label, value in zip(JOB_LABELS, key.split("/", 2),
+                                                                    strict=True))
+    rows = query(url, f'sum(increase({JOB_SECONDS}{{{match}, part="waiting"}}[{span}s])) / 3600')
+    return round(float(rows[0]["value"][1]), 6) if rows else None
 
 
 def results(url: str, plan: Plan) -> dict[str, Any]:
@@ -214,9 +232,18 @@ def results(url: str, plan: Plan) -> dict[str, Any]:
 
 # --- the run ----------------------------------------------------------------------------------
 
+def warm_up(window: str) -> float:
+    """Seconds to let pass before the measured span: one rule window, so that every rate the
+    span reads covers a full window (a rate over a window the series is younger than reads
+    low)."""
+    from mixin.config import seconds
+
+    return seconds(window)
+
+
 def run(plan: Plan, log: Any = None) -> dict[str, Any]:
-    """Start both daemons and Prometheus, let them run ``plan.seconds``, return (and write to
-    ``plan.out``/twonode.json) what the rules say."""
+    """Start both daemons and Prometheus, warm up one rule window, measure ``plan.seconds``,
+    return (and write to ``plan.out``/twonode.json) what the rules say over that span."""
     say = log or (lambda message: print(message, file=sys.stderr, flush=True))
     plan.out.mkdir(parents=True, exist_ok=True)
     rules = write_rules(plan.out, plan.window, plan.for_cap)
@@ -224,9 +251,11 @@ def run(plan: Plan, log: Any = None) -> dict[str, Any]:
         targets = [a.url.removeprefix("http://"), b.url.removeprefix("http://")]
         config = prometheus_config(targets, rules, f"{plan.interval:g}s")
         with prometheus(plan.prometheus, plan.out, config) as url:
+            warm = warm_up(plan.window)
             say(f"twonode: {plan.node_a} ({plan.devices_a}) {a.url}, {plan.node_b} "
-                f"({plan.devices_b}) {b.url}, prometheus {url}; running {plan.seconds:g}s")
-            time.sleep(plan.seconds)
+                f"({plan.devices_b}) {b.url}, prometheus {url}; warming up {warm:g}s, "
+                f"then measuring {plan.seconds:g}s")
+            time.sleep(warm + plan.seconds)
             out = results(url, plan)
     (plan.out / "twonode.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     return out
