@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from exporter import names, yamlfile
+from exporter import devices, names, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -74,6 +74,9 @@ class CoreSettings(Section):
         max_length=MAX_NODE_NAME_CHARS,
     )
     """Value of the node label (default $NODE_NAME or the hostname)."""
+    devices: list[str] = Field(default_factory=list)
+    """GPUs this daemon owns, as NVML indices (0, 0-3) or UUIDs, comma-separated (default
+    all): two daemons with different node names can each own part of one host."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
     """Number of simulated GPUs."""
@@ -101,6 +104,12 @@ class CoreSettings(Section):
         if unknown:
             raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(known)}")
         return value
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _parse_devices(cls, value: object) -> list[str]:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return devices.parse(items)
 
     @field_validator("listen")
     @classmethod
