@@ -36,7 +36,9 @@ from exporter.collectors.serving import TlsConfig as TlsConfig
 from exporter.config_messages import message
 from exporter.section import MAX_INTERVAL as MAX_INTERVAL
 from exporter.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
+from exporter.section import MAX_SETTING_CHARS as MAX_SETTING_CHARS
 from exporter.section import Section as Section
+from exporter.section import oversized
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -72,6 +74,7 @@ class CoreSettings(Section):
     node_name: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname(),
         max_length=MAX_NODE_NAME_CHARS,
+        validate_default=True,  # $NODE_NAME is input like any other: capped the same
     )
     """Value of the node label (default $NODE_NAME or the hostname)."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
@@ -155,6 +158,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
+    if len(str(path)) > MAX_SETTING_CHARS:
+        raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -270,8 +275,12 @@ def build(
     """Resolve settings from the three layers, or raise :class:`ConfigError`."""
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)
+    tree = merge(file_layer, env_layer, flags)
+    problem = oversized(tree)
+    if problem:
+        raise ConfigError(problem)
     try:
-        return Settings.model_validate(merge(file_layer, env_layer, flags))
+        return Settings.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import structlog
 
+from exporter import logsummary
+
 SUBJECT_FIELDS = ("client", "target", "gpu", "url", "pod", "source")
 SUBJECT_BURST = 5
 SUBJECT_PERIOD = 10.0
@@ -69,12 +71,25 @@ class Damper:
         self._events: dict[str, _Bucket] = {}
         self.suppressed: Counter[str] = Counter()
         """Lines left out since start, by event (a counter)."""
+        self.summaries = logsummary.Summaries()
+        """Refusals are summarized, never dropped silently (exporter/logsummary.py)."""
 
     def reset(self) -> None:
         with self._lock:
             self._subjects.clear()
             self._events.clear()
             self.suppressed.clear()
+        self.summaries.clear()
+
+    def take_suppressed(self, key: tuple[str, str]) -> int:
+        """How many lines of ``key`` (event, subject) were dropped since the last one
+        written, now reported by a summary (so no later line reports them again)."""
+        with self._lock:
+            bucket = self._subjects.get(key)
+            if bucket is None:
+                return 0
+            dropped, bucket.suppressed = bucket.suppressed, 0
+            return dropped
 
     def allow(self, event: str, subject: str) -> int | None:
         """None when the line must be dropped, else how many lines of its subject were
@@ -108,8 +123,14 @@ class Damper:
         subject = next(
             (str(event_dict[f]) for f in SUBJECT_FIELDS if f in event_dict), ""
         )
+        if event_dict.pop(logsummary.SUMMARY, False):
+            return event_dict  # one per subject per SUBJECT_PERIOD (logsummary.py)
         dropped = self.allow(event, subject[:256])
         if dropped is None:
+            if event in logsummary.MUST_SEE:
+                self.summaries.dropped(
+                    (event, subject[:256]), event_dict, SUBJECT_PERIOD, self.take_suppressed
+                )
             raise structlog.DropEvent
         if dropped:
             event_dict["suppressed"] = dropped
