@@ -9,9 +9,12 @@ issue names, and asserts what the operator and the other tenants see.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +24,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from exporter import config
+from exporter import config, logdamp
 from exporter.section import MAX_SETTING_CHARS
+from testkit.harness import DaemonProcess
 from tests.test_fault_battery import REPO, ops_one_line_exit_2, ops_run
 
 BIG = "x" * 100_000
@@ -107,7 +111,7 @@ def test_every_setting_at_100kb_is_refused_naming_it(
 
 
 def test_a_long_list_of_short_values_is_refused() -> None:
-    with pytest.raises(config.ConfigError, match="kubernetes.resource_names"):
+    with pytest.raises(config.ConfigError, match=r"kubernetes\.resource_names"):
         config.build({"kubernetes": {"resource_names": ["a"] * 50_000}}, environ={})
 
 
@@ -126,3 +130,41 @@ def test_a_100kb_node_name_from_the_environment_is_one_line_and_exit_2() -> None
 def test_100kb_file_paths_are_one_line_and_exit_2() -> None:
     ops_one_line_exit_2(ops_run("--config", BIG), "config file path", str(MAX_SETTING_CHARS))
     ops_one_line_exit_2(ops_run("--web-config-file", BIG), "web config file path")
+
+
+# --- a refused reload is never damped into silence ----------------------------------------
+
+
+def _refusals(text: str) -> tuple[int, list[dict[str, Any]]]:
+    """Refusals the log shows: a line each (a summary is none itself), plus the refusals
+    each line says were left out before it."""
+    lines = [json.loads(line) for line in text.splitlines() if "config_reload_failed" in line]
+    own = sum(1 for line in lines if "summary" not in line)
+    return own + sum(int(line.get("suppressed", 0)) for line in lines), lines
+
+
+def test_twenty_refused_reloads_in_ten_seconds_are_all_in_the_log(tmp_path: Path) -> None:
+    """20 SIGHUPs with a bad config, one every 0.5 s: every refusal is in the log, as its
+    own line or counted by a summary ("N more refusals"), with nothing after the last
+    SIGHUP to carry it. Before: the damper kept 6 and wrote nothing for 3 minutes."""
+    cfg, log = tmp_path / "c.yml", tmp_path / "log"
+    cfg.write_text("interval: 1\n")
+    daemon = DaemonProcess("--simulate", "--simulate-gpus", "1", "--config", str(cfg), log=log)
+    daemon.start(timeout=30)
+    assert daemon.proc is not None
+    try:
+        cfg.write_text("interval: fast\n")
+        for _ in range(20):
+            daemon.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
+        deadline = time.monotonic() + logdamp.SUBJECT_PERIOD + 10
+        while _refusals(log.read_text())[0] < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert daemon.proc.poll() is None
+    finally:
+        daemon.stop(timeout=15)
+    seen, lines = _refusals(log.read_text())
+    assert seen == 20, lines
+    assert len(lines) < 20  # damped: the budget of docs/security.md still holds
+    assert any(line.get("summary", "").endswith("more refusals") for line in lines)
+    assert all("interval" in line["error"] for line in lines)
