@@ -9,6 +9,7 @@ issue names, and asserts what the operator and the other tenants see.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -22,11 +23,25 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from exporter import config, logdamp
 from exporter.section import MAX_SETTING_CHARS
+from exporter.snapshot import SourceResult
+from exporter.sources.serving.source import ServingSource
 from testkit.harness import DaemonProcess
+from tests.support.serving import (
+    TARGET_UP,
+    TOKENS,
+    ThreadEngine,
+    exposition,
+    make_source,
+    metric,
+    start,
+    vllm_text,
+)
 from tests.test_fault_battery import REPO, ops_one_line_exit_2, ops_run
 
 BIG = "x" * 100_000
@@ -168,3 +183,73 @@ def test_twenty_refused_reloads_in_ten_seconds_are_all_in_the_log(tmp_path: Path
     assert len(lines) < 20  # damped: the budget of docs/security.md still holds
     assert any(line.get("summary", "").endswith("more refusals") for line in lines)
     assert all("interval" in line["error"] for line in lines)
+
+
+# --- one engine, one identity -------------------------------------------------------------
+
+
+async def _poll_rounds(source: ServingSource, rounds: int) -> SourceResult:
+    result = None
+    for _ in range(rounds):
+        result = await source.poll()
+        await asyncio.sleep(0.05)
+    assert result is not None
+    return result
+
+
+def _total(result: SourceResult) -> float:
+    return sum(v for name, _, v in exposition(result) if name == TOKENS)
+
+
+async def test_loopback_aliases_of_one_engine_are_counted_once() -> None:
+    """``localhost``, ``127.0.0.1`` and ``[::1]`` for one engine: one target, one line
+    saying so, its tokens once (before: 2,300 published where 1,400 were generated)."""
+    engine = ThreadEngine(lambda n: vllm_text(100.0 * (n + 1), 10.0 * (n + 1)))
+    port = engine.url.split(":")[2].split("/")[0]
+    spellings = [engine.url, f"http://localhost:{port}/metrics", f"http://[::1]:{port}/metrics"]
+    settings = config.build({"serving": {"extra_targets": spellings}}, environ={})
+    with capture_logs() as logs:
+        source = make_source(settings.serving)
+    try:
+        result = await _poll_rounds(source, 5)
+    finally:
+        await source.close()
+        engine.close()
+    merged = [e for e in logs if e["event"] == "serving_target_duplicate"]
+    assert len(merged) == 2 and {e["same_as"] for e in merged} == {engine.url}
+    assert len(source._states) == 1
+    scraped = len(engine.queries)
+    assert _total(result) == pytest.approx(110.0 * scraped)
+
+
+async def test_two_engines_behind_one_proxy_both_run() -> None:
+    """``?engine=a`` and ``?engine=b`` on one proxy: two targets, two labels, each its own
+    tokens (before: one redacted label, and the daemon exited 2). ``?token=`` values stay
+    secret."""
+    seen: list[str] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        which = request.query.get("engine", "")
+        seen.append(which)
+        return web.Response(text=vllm_text(1000.0 if which == "a" else 50.0, model=which))
+
+    app = web.Application()
+    app.router.add_get("/metrics", proxy)
+    runner, base = await start(app)
+    wanted = [f"{base}/metrics?engine=a&token=s3cr3t-a", f"{base}/metrics?engine=b&token=s3cr3t-b"]
+    settings = config.build({"serving": {"extra_targets": wanted}}, environ={})
+    source = make_source(settings.serving)
+    try:
+        result = await _poll_rounds(source, 2)
+    finally:
+        await source.close()
+        await runner.cleanup()
+    up = {labels["target"]: v for name, labels, v in exposition(result) if name == TARGET_UP}
+    assert up == {
+        f"{base}/metrics?engine=a&token=<secret>": 1.0,
+        f"{base}/metrics?engine=b&token=<secret>": 1.0,
+    }
+    assert {"a", "b"} <= set(seen)
+    assert "s3cr3t" not in repr(exposition(result))
+    assert metric(result, TOKENS, model="a", kind="generation") == 1000.0
+    assert metric(result, TOKENS, model="b", kind="generation") == 50.0

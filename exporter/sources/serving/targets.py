@@ -13,6 +13,7 @@ import structlog
 
 from exporter import urls
 from exporter.config import ServingConfig
+from exporter.sources.serving import aliases
 from exporter.sources.serving.auth import Access
 from exporter.util import OnChange
 
@@ -107,13 +108,24 @@ def static_targets(config: ServingConfig) -> list[Target]:
     return merge_duplicates(out)
 
 
-def merge_duplicates(targets: Iterable[Target]) -> list[Target]:
-    """The first target of each key; every later spelling is logged and left out."""
+def merge_duplicates(
+    targets: Iterable[Target], look_up: aliases.Resolve = aliases.resolve
+) -> list[Target]:
+    """The first target of each key and of each address (loopback aliases, host names
+    that resolve alike: exporter/sources/serving/aliases.py); every later spelling is
+    logged once and left out."""
+    targets = list(targets)
+    reached = aliases.addresses([t.url for t in targets], look_up)
     seen: dict[str, Target] = {}
+    by_address: dict[str, Target] = {}
     for target in targets:
         first = seen.get(target.key)
+        found = reached.get(target.url, frozenset())
+        if first is None:
+            first = next((by_address[a] for a in sorted(found) if a in by_address), None)
         if first is None:
             seen[target.key] = target
+            by_address.update(dict.fromkeys(found, target))
         elif target.origin == "config" or first.url != target.url:
             log.warning(
                 "serving_target_duplicate",
