@@ -28,15 +28,18 @@ from pydantic import BaseModel
 from structlog.testing import capture_logs
 
 from exporter import config, logdamp
+from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
 from exporter.sources.serving.source import ServingSource
+from exporter.sources.serving.targets import TargetSet, static_targets
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,
     TOKENS,
     ThreadEngine,
     exposition,
+    inventory,
     make_source,
     metric,
     start,
@@ -253,3 +256,95 @@ async def test_two_engines_behind_one_proxy_both_run() -> None:
     assert "s3cr3t" not in repr(exposition(result))
     assert metric(result, TOKENS, model="a", kind="generation") == 1000.0
     assert metric(result, TOKENS, model="b", kind="generation") == 50.0
+
+
+# --- exact tokens for lazy series ---------------------------------------------------------
+
+
+class EngineClock:
+    """The source's clock and the engines' time in one: each poll is one second of both."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.seconds = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lazy(seconds: int) -> float | None:
+    """An engine at 100 tokens/s whose counter appears 4 s after it starts, at 512."""
+    return None if seconds < 4 else 512.0 + 100.0 * (seconds - 4)
+
+
+def _lazy_app(clock: EngineClock) -> web.Application:
+    """llama.cpp at /llama (its model from /v1/models), vLLM at /vllm (one model), and a
+    vLLM that names a new model on every scrape at /churn, its total 1e6 + 100/s."""
+
+    async def llama(_: web.Request) -> web.Response:
+        value = _lazy(clock.seconds)
+        text = "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n"
+        if value is not None:
+            text += (f"# TYPE llamacpp:tokens_predicted_total counter\n"
+                     f"llamacpp:tokens_predicted_total {value}\n"
+                     f"# TYPE llamacpp:prompt_tokens_total counter\n"
+                     f"llamacpp:prompt_tokens_total {value / 2}\n")
+        return web.Response(text=text)
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "tiny"}]})
+
+    async def vllm(_: web.Request) -> web.Response:
+        value = _lazy(clock.seconds)
+        text = ('# TYPE vllm:num_requests_running gauge\n'
+                'vllm:num_requests_running{engine="0",model_name="big"} 1\n')
+        if value is not None:
+            text = vllm_text(value, value / 2, model="big")
+        return web.Response(text=text)
+
+    async def churn(_: web.Request) -> web.Response:
+        return web.Response(text=vllm_text(1e6 + 100.0 * clock.seconds, model=f"m{clock.seconds}"))
+
+    app = web.Application()
+    for path, handler in (("/llama/metrics", llama), ("/v1/models", models),
+                          ("/vllm/metrics", vllm), ("/churn/metrics", churn)):
+        app.router.add_get(path, handler)
+    return app
+
+
+async def test_lazy_counters_count_from_zero_and_model_churn_adds_nothing() -> None:
+    """Counters that appear 4 s after the engine starts, at 512 and growing, with
+    llama.cpp and vLLM names: published = the engine's total at the last scrape (before:
+    the first 512 were lost for good). In the same run, an engine naming a new model on
+    every scrape at its whole count publishes no more than its own total."""
+    clock = EngineClock()
+    runner, base = await start(_lazy_app(clock))
+    targets = [ServingTarget(url=f"{base}/{path}/metrics", gpus=[gpu])
+               for path, gpu in (("llama", "0"), ("vllm", "1"), ("churn", "2"))]
+    # Names of the churn expire after 2 s, so each is admitted again under the model cap.
+    settings = ServingConfig(targets=targets, timeout=2.0, stale_after=2.0)
+    source = ServingSource(settings, TargetSet(static_targets(settings)),
+                           inventory=lambda: inventory(4), clock=clock)
+    rows: dict[str, float] = {}
+    counted = 0.0  # what Prometheus sums over the churn's rows (each new row from 0)
+    try:
+        for _ in range(12):
+            result = await source.poll()
+            for name, labels, v in exposition(result):
+                if name == TOKENS and labels["gpu"] == "2" and labels["kind"] == "generation":
+                    counted += v - rows.get(labels["model"], 0.0)
+                    rows[labels["model"]] = v
+            clock.now += 1.0
+            clock.seconds += 1
+    finally:
+        await source.close()
+        await runner.cleanup()
+    last = clock.seconds - 1  # the engines' time at the last scrape
+    engine_total = _lazy(last)
+    assert metric(result, TOKENS, gpu="0", model="tiny", kind="generation") == engine_total
+    assert metric(result, TOKENS, gpu="0", model="tiny", kind="prompt") == engine_total / 2
+    assert metric(result, TOKENS, gpu="1", model="big", kind="generation") == engine_total
+    assert metric(result, TOKENS, gpu="1", model="big", kind="prompt") == engine_total / 2
+    assert len(rows) > 8  # names expired and were admitted again
+    assert counted <= 1e6 + 100.0 * last  # each name counted at 1e6 would be 1.2e7
+    assert len(source._states) == 3
