@@ -32,7 +32,7 @@ from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
 from exporter.sources.serving.source import ServingSource
-from exporter.sources.serving.targets import TargetSet, static_targets
+from exporter.sources.serving.targets import Target, TargetSet, static_targets
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,
@@ -47,6 +47,7 @@ from tests.support.serving import (
 )
 from tests.test_fault_battery import REPO, ops_one_line_exit_2, ops_run
 
+LIMITED = "goodput_serving_scrapes_limited_total"
 BIG = "x" * 100_000
 """100 KB: what a careless template or a hostile value may put anywhere."""
 
@@ -348,3 +349,91 @@ async def test_lazy_counters_count_from_zero_and_model_churn_adds_nothing() -> N
     assert len(rows) > 8  # names expired and were admitted again
     assert counted <= 1e6 + 100.0 * last  # each name counted at 1e6 would be 1.2e7
     assert len(source._states) == 3
+
+
+# --- fair scraping ------------------------------------------------------------------------
+
+
+HUNG = 8
+"""As many hung targets as serving.max_concurrency's default slots."""
+
+
+async def _hung_app() -> tuple[web.AppRunner, str, asyncio.Event]:
+    """An engine server whose every path hangs until released."""
+    release = asyncio.Event()
+
+    async def hang(_: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_get("/{name}/metrics", hang)
+    runner, base = await start(app)
+    return runner, base, release
+
+
+async def _scheduled(source: ServingSource, seconds: float) -> tuple[int, SourceResult]:
+    """Poll at the source's interval, as the scheduler's fixed-rate loop does."""
+    polls, result = 0, None
+    deadline = time.monotonic() + seconds
+    tick = time.monotonic()
+    while time.monotonic() < deadline:
+        result = await source.poll()
+        polls += 1
+        tick += source.interval
+        await asyncio.sleep(max(tick - time.monotonic(), 0.0))
+        tick = max(tick, time.monotonic() - source.interval)
+    assert result is not None
+    return polls, result
+
+
+@pytest.mark.parametrize("tenants", [False, True], ids=["static", "pods"])
+async def test_hung_targets_cannot_starve_an_honest_one(tenants: bool) -> None:
+    """8 hung targets (timeout 10 s) beside one honest engine: the honest one is scraped on
+    at least 90 % of the polls and published from the first. As pods: one tenant's 8 hung
+    pods beside another tenant's honest pod. Before: 3 scrapes in 30 s, nothing published
+    for the first 10 s."""
+    honest = ThreadEngine(lambda n: vllm_text(10.0 * (n + 1)))
+    runner, base, release = await _hung_app()
+    urls_ = [f"{base}/hung{i}/metrics" for i in range(HUNG)] + [honest.url]
+    settings = ServingConfig(extra_targets=urls_, timeout=10.0)
+    targets = None
+    if tenants:
+        targets = [Target(u, namespace="greedy", pod=u.split("/")[3], origin="kubernetes")
+                   for u in urls_[:-1]]
+        targets.append(Target(honest.url, namespace="victim", pod="honest", origin="kubernetes"))
+    source = make_source(settings, targets=targets)
+    try:
+        first = await source.poll()
+        polls, result = await _scheduled(source, 8.0)
+    finally:
+        release.set()
+        await source.close()
+        await runner.cleanup()
+        honest.close()
+    polls += 1
+    port = honest.url.split(":")[2].split("/")[0]
+    name = f"victim/honest:{port}" if tenants else honest.url
+    assert metric(first, TARGET_UP, target=name) == 1.0  # published from the first poll
+    assert len(honest.queries) >= 0.9 * polls, (len(honest.queries), polls)
+    reason = "namespace_share_full" if tenants else "slow_share_full"
+    assert (metric(result, LIMITED, reason=reason) or 0) > 0  # the hung paid, and it shows
+    hung_up = [v for n, labels, v in exposition(result)
+               if n == TARGET_UP and "hung" in labels["target"]]
+    assert set(hung_up) <= {0.0}  # those cut are down; the others still run their 10 s
+
+
+def test_one_namespace_cannot_take_every_place_under_max_targets() -> None:
+    """40 annotated pods in one namespace listed first, one in another, 8 places: the
+    other tenant's pod is scraped, and what was left out says why. Before: the first 8
+    pods took every place."""
+    greedy = [Target(f"http://10.0.0.{i}:8000/metrics", namespace="a-greedy", pod=f"p{i}",
+                     origin="kubernetes") for i in range(40)]
+    victim = Target("http://10.0.9.9:8000/metrics", namespace="z-victim", pod="v",
+                    origin="kubernetes")
+    found = TargetSet(max_targets=8, per_namespace=12)
+    found.set_discovered([*greedy, victim])
+    scraped = found()
+    assert victim in scraped and len(scraped) == 8
+    assert found.dropped["max_targets_per_namespace"] == 28  # 40 - 12
+    assert found.dropped["max_targets"] == 5  # 12 + 1 - 8

@@ -125,6 +125,10 @@ class ServingConfig(Section):
     """Targets scraped at most (static and discovered together); a config listing more is
     refused, discovered pods past it are dropped and counted. Each target costs about ten
     series, a scrape slot and a parse per interval."""
+    max_targets_per_namespace: int = Field(16, gt=0, le=10_000)
+    """Discovered pods of one namespace scraped at most; more are dropped and counted
+    (max_targets_per_namespace). Places under max_targets go to namespaces in turn, so one
+    tenant's pods cannot take every place."""
     max_models_per_target: int = Field(8, gt=0, le=1000)
     """Model label values one target may publish; more are dropped and counted
     (max_models), so an engine that renames its model every scrape cannot grow series."""
@@ -238,7 +242,7 @@ COLLECTOR = Collector(
     flag_group="serving engines (docs/serving.md)",
     live=frozenset({
         "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
-        "max_models_per_target", "max_label_length", "stale_after",
+        "max_targets_per_namespace", "max_models_per_target", "max_label_length", "stale_after",
         "max_tokens_per_second_per_gpu",
     }),
     reconfigure=_reconfigure,
