@@ -31,8 +31,9 @@ from exporter import config, logdamp
 from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
+from exporter.sources.serving.accumulate import Ledger, Limits
 from exporter.sources.serving.source import ServingSource
-from exporter.sources.serving.targets import Target, TargetSet, static_targets
+from exporter.sources.serving.targets import Target, TargetSet, merge_duplicates, static_targets
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,
@@ -347,7 +348,8 @@ async def test_lazy_counters_count_from_zero_and_model_churn_adds_nothing() -> N
     assert metric(result, TOKENS, gpu="1", model="big", kind="generation") == engine_total
     assert metric(result, TOKENS, gpu="1", model="big", kind="prompt") == engine_total / 2
     assert len(rows) > 8  # names expired and were admitted again
-    assert counted <= 1e6 + 100.0 * last  # each name counted at 1e6 would be 1.2e7
+    # The engine's own total, no more (each name counted at 1e6 would be 1.2e7).
+    assert counted == 1e6 + 100.0 * last
     assert len(source._states) == 3
 
 
@@ -437,3 +439,56 @@ def test_one_namespace_cannot_take_every_place_under_max_targets() -> None:
     assert victim in scraped and len(scraped) == 8
     assert found.dropped["max_targets_per_namespace"] == 28  # 40 - 12
     assert found.dropped["max_targets"] == 5  # 12 + 1 - 8
+
+
+def test_host_names_that_resolve_alike_are_one_target_and_lookups_are_rare() -> None:
+    """Resolved when the settings are read, and only for hosts that share the rest of
+    their URL with another target."""
+    asked: list[str] = []
+
+    def look_up(host: str) -> frozenset[str]:
+        asked.append(host)
+        return frozenset({"10.0.0.5"}) if host in ("engine", "engine.ns.svc") else frozenset()
+
+    listed = [Target("http://engine:8000/metrics"), Target("http://engine.ns.svc:8000/metrics"),
+              Target("http://10.0.0.5:8000/metrics"), Target("http://other:9000/metrics"),
+              Target("http://engine:8000/metrics?engine=b")]
+    kept = merge_duplicates(listed, look_up)
+    assert [t.url for t in kept] == [listed[0].url, listed[3].url, listed[4].url]
+    assert sorted(asked) == ["engine", "engine.ns.svc"]
+
+
+# --- the high-water mark, reading by reading ----------------------------------------------
+
+
+def _count(ledger: Ledger, readings: list[dict[str, float]]) -> float:
+    counted, now = 0.0, 0.0
+    for reading in readings:
+        values = ledger.relabel({("generation_tokens", m, ""): v for m, v in reading.items()},
+                                "", now)
+        step = ledger.step(values, counters=["generation_tokens"], now=now, gpus=lambda _k: 1)
+        counted += sum(step.deltas.values())
+        now += 1.0
+    return counted
+
+
+def test_a_lazy_series_beside_a_growing_one_counts_exactly() -> None:
+    readings = [{"a": 1000.0}, {"a": 1100.0, "b": 50.0}, {"a": 1200.0, "b": 80.0}]
+    assert _count(Ledger(Limits()), readings) == 1280.0
+
+
+def test_names_that_come_and_go_never_pass_the_engines_highest_total() -> None:
+    """{m0}, {m0, m1}, {m1}, {m1, m2}, ... each at 1e6: the engine's total never passes
+    2e6, and neither does what is counted."""
+    readings = [{f"m{i // 2}": 1e6} if i % 2 == 0 else {f"m{i // 2}": 1e6, f"m{i // 2 + 1}": 1e6}
+                for i in range(40)]
+    ledger = Ledger(Limits(max_models=1000))
+    assert _count(ledger, readings) == 2e6
+    assert ledger.dropped["new_series"] > 0
+
+
+def test_a_counter_reset_starts_the_mark_again() -> None:
+    """A counter that goes down (an unseen restart) counts its new value, and a series
+    that appears after it counts from 0."""
+    readings = [{"a": 5000.0}, {"a": 10.0}, {"a": 20.0, "b": 30.0}]
+    assert _count(Ledger(Limits()), readings) == 5000.0 + 10.0 + 10.0 + 30.0

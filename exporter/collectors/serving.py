@@ -161,8 +161,9 @@ class ServingConfig(Section):
     @model_validator(mode="after")
     def _one_label_per_target(self) -> ServingConfig:
         """Two targets that would publish one ``target`` label (they differ only in
-        credentials or query values) would mix their series and count tokens twice:
-        refused. Spellings of one URL (case, default port, fragment) are merged later."""
+        credentials or secret query values) would mix their series and count tokens twice:
+        refused. Spellings of one URL (case, default port, fragment, loopback aliases) are
+        merged later."""
         if not self.targets and not self.extra_targets:
             return self
         from exporter.urls import label, normalise
@@ -177,7 +178,7 @@ class ServingConfig(Section):
             if first != (key, access):
                 raise ValueError(
                     f"two serving targets publish the same target label {name!r} (they differ "
-                    "only in credentials, TLS settings or query values); list one"
+                    "only in credentials, TLS settings or secret query values); list one"
                 )
         return self
 
