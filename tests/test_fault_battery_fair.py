@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import typing
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
 from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.pool import ScrapePool
+from exporter.sources.serving.scrape import Outcome
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, merge_duplicates, static_targets
 from testkit.harness import DaemonProcess
@@ -492,3 +494,29 @@ def test_a_counter_reset_starts_the_mark_again() -> None:
     that appears after it counts from 0."""
     readings = [{"a": 5000.0}, {"a": 10.0}, {"a": 20.0, "b": 30.0}]
     assert _count(Ledger(Limits()), readings) == 5000.0 + 10.0 + 10.0 + 30.0
+
+
+async def test_the_pool_moves_a_slow_scrape_to_the_slow_share_or_cuts_it() -> None:
+    """One slot in all: a lone slow engine is still scraped. Four slots: two slow scrapes
+    run on, the third is cut at its overrun and counted, and a fast one still runs."""
+    target = Target("http://127.0.0.1:9/metrics")
+
+    def outcome(seconds: float) -> Callable[[], Awaitable[Outcome]]:
+        async def scrape() -> Outcome:
+            await asyncio.sleep(seconds)
+            return Outcome(target, seconds, reason="ok")
+        return scrape
+
+    def cut(error: str) -> Outcome:
+        return Outcome(target, 0.05, None, "slow_share_full", error)
+
+    alone = await ScrapePool(1).run(outcome(0.2), slow=False, overrun=0.05, cut=cut)
+    assert alone.reason == "ok"
+    pool = ScrapePool(4)
+    runs = [pool.run(outcome(s), slow=False, overrun=0.05, cut=cut) for s in (0.3, 0.3, 0.3)]
+    slow = asyncio.gather(*runs)
+    await asyncio.sleep(0.1)
+    fast = await pool.run(outcome(0.01), slow=False, overrun=0.05, cut=cut)
+    reasons = sorted(o.reason for o in await slow)
+    assert reasons == ["ok", "ok", "slow_share_full"] and fast.reason == "ok"
+    assert pool.limited == {"slow_share_full": 1, "namespace_share_full": 0}

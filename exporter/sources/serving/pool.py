@@ -37,12 +37,13 @@ class ScrapePool:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.slow_size = size // 2
-        """Slots that scrapes running past ``overrun`` may hold together."""
+        self.slow_size = max(size // 2, 1)
+        """Slots that scrapes running past ``overrun`` may hold together (with one slot in
+        all, that slot: a single slow engine must still be scraped)."""
         self.owner_size = max(1, size // 2)
         """Slots one owner (a namespace's pods) may hold together."""
         self._slots = asyncio.Semaphore(size)
-        self._slow = asyncio.Semaphore(max(self.slow_size, 1))
+        self._slow = asyncio.Semaphore(self.slow_size)
         self._owners: dict[str, _Gate] = {}
         self.limited: dict[str, int] = dict.fromkeys(LIMITED_REASONS, 0)
         """Scrapes held back, by reason (counters): cut at ``overrun`` because the slow
@@ -62,7 +63,7 @@ class ScrapePool:
         async with AsyncExitStack() as held:
             if owner:
                 await held.enter_async_context(self._owner(owner))
-            if slow and self.slow_size:
+            if slow:
                 await held.enter_async_context(self._slow)
                 await held.enter_async_context(self._slots)
                 return await scrape()
@@ -71,7 +72,7 @@ class ScrapePool:
             done, _ = await asyncio.wait({task}, timeout=overrun)
             if done:
                 return task.result()
-            if self.slow_size and not self._slow.locked():
+            if not self._slow.locked():
                 await held.enter_async_context(self._slow)  # free: no wait
                 return await task
             task.cancel()
