@@ -276,13 +276,25 @@ def build(
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)
     tree = merge(file_layer, env_layer, flags)
-    problem = oversized(tree)
+    problem = oversized(tree) or _node_name_env(tree)
     if problem:
         raise ConfigError(problem)
     try:
         return Settings.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
+
+
+def _node_name_env(tree: Mapping[str, Any]) -> str | None:
+    """Why ``$NODE_NAME`` (the default node name, read by the field itself) is refused,
+    said so the operator knows where the value came from."""
+    value = os.environ.get("NODE_NAME", "")
+    if "node_name" in tree or len(value) <= MAX_NODE_NAME_CHARS:
+        return None
+    return (
+        f"bad value for 'node_name' (from $NODE_NAME): {len(value)} characters, more than "
+        f"{MAX_NODE_NAME_CHARS}"
+    )
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,10 +28,12 @@ from aiohttp import web
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from exporter import config, logdamp
+from exporter import config, healthcheck, logdamp
+from exporter.cli import MAX_ENV_NAME_CHARS
 from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
+from exporter.sources.kubernetes.podlabels import PodLabelError, PodLabelSource
 from exporter.sources.serving.accumulate import Ledger, Limits
 from exporter.sources.serving.pool import ScrapePool
 from exporter.sources.serving.scrape import Outcome
@@ -145,13 +148,52 @@ def test_a_100kb_node_name_from_the_environment_is_one_line_and_exit_2() -> None
          "--listen", "127.0.0.1:0"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False,
     )
-    ops_one_line_exit_2(proc, "node_name")
+    ops_one_line_exit_2(proc, "node_name", "$NODE_NAME")
     assert len(proc.stderr) < 400
 
 
 def test_100kb_file_paths_are_one_line_and_exit_2() -> None:
     ops_one_line_exit_2(ops_run("--config", BIG), "config file path", str(MAX_SETTING_CHARS))
     ops_one_line_exit_2(ops_run("--web-config-file", BIG), "web config file path")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GOODPUT_CONFIG": BIG}
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "--listen", "127.0.0.1:0"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False,
+    )
+    ops_one_line_exit_2(proc, "config file path")
+
+
+def test_other_variables_read_from_outside_are_capped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The variables the exporter reads that are not settings: each at 100 KB is one short
+    refusal, never echoed."""
+    monkeypatch.setenv("GOODPUT_HEALTHCHECK_URL", "http://" + BIG)
+    assert healthcheck.main([]) == 1
+    assert len(capsys.readouterr().err) < 200
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", BIG)
+    source = PodLabelSource(config.KubernetesConfig(), "n")
+    with pytest.raises(PodLabelError) as refused:
+        source._base_url()
+    assert len(str(refused.value)) < 200
+
+
+def test_a_100kb_variable_name_is_logged_cut() -> None:
+    """An unknown ``GOODPUT_<100 KB>`` variable is named in the warning, cut (the daemon
+    then stops at a taken port, right after that line)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "PYTHONPATH": str(REPO), f"GOODPUT_{BIG}": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "exporter", "--simulate", "--listen", f"127.0.0.1:{port}"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False,
+        )
+    warned = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    named = [w for w in warned if w["event"] == "environment_variables_ignored"]
+    assert named and len(named[0]["names"][0]) == MAX_ENV_NAME_CHARS
+    assert len(proc.stderr) < 2_000
 
 
 # --- a refused reload is never damped into silence ----------------------------------------
