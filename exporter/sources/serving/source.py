@@ -1,7 +1,8 @@
 """The serving source: scrapes every target concurrently and publishes per-GPU signals.
 
 Each cycle reads the current targets and starts a scrape task for every target that has
-none in flight (bounded concurrency). It waits for them at most ``timeout`` (and at most
+none in flight, each in a slot of a pool no set of targets can hold whole
+(exporter/sources/serving/pool.py). It waits for them at most ``timeout`` (and at most
 the interval), and never for a target whose last scrape outlasted a round: a hung or slow
 target's task runs on and is collected by a later cycle, so it never delays another
 target's publish. It then attributes every reading to GPUs from the views
