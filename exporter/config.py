@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from exporter import names, yamlfile
+from exporter import names, section, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -36,9 +36,7 @@ from exporter.collectors.serving import TlsConfig as TlsConfig
 from exporter.config_messages import message
 from exporter.section import MAX_INTERVAL as MAX_INTERVAL
 from exporter.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
-from exporter.section import MAX_SETTING_CHARS as MAX_SETTING_CHARS
 from exporter.section import Section as Section
-from exporter.section import oversized
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -74,7 +72,7 @@ class CoreSettings(Section):
     node_name: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname(),
         max_length=MAX_NODE_NAME_CHARS,
-        validate_default=True,  # $NODE_NAME is input like any other: capped the same
+        validate_default=True,
     )
     """Value of the node label (default $NODE_NAME or the hostname)."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
@@ -158,8 +156,10 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
-    if len(str(path)) > MAX_SETTING_CHARS:
-        raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
+    if len(str(path)) > section.MAX_SETTING_CHARS:
+        raise ValueError(
+            f"{what} path {str(path)[:64]!r}... is longer than {section.MAX_SETTING_CHARS}"
+        )
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -276,7 +276,7 @@ def build(
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)
     tree = merge(file_layer, env_layer, flags)
-    problem = oversized(tree) or _node_name_env(tree)
+    problem = section.oversized(tree) or _node_name_env(tree)
     if problem:
         raise ConfigError(problem)
     try:

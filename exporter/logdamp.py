@@ -71,25 +71,12 @@ class Damper:
         self._events: dict[str, _Bucket] = {}
         self.suppressed: Counter[str] = Counter()
         """Lines left out since start, by event (a counter)."""
-        self.summaries = logsummary.Summaries()
-        """Refusals are summarized, never dropped silently (exporter/logsummary.py)."""
 
     def reset(self) -> None:
         with self._lock:
             self._subjects.clear()
             self._events.clear()
             self.suppressed.clear()
-        self.summaries.clear()
-
-    def take_suppressed(self, key: tuple[str, str]) -> int:
-        """How many lines of ``key`` (event, subject) were dropped since the last one
-        written, now reported by a summary (so no later line reports them again)."""
-        with self._lock:
-            bucket = self._subjects.get(key)
-            if bucket is None:
-                return 0
-            dropped, bucket.suppressed = bucket.suppressed, 0
-            return dropped
 
     def allow(self, event: str, subject: str) -> int | None:
         """None when the line must be dropped, else how many lines of its subject were
@@ -116,6 +103,16 @@ class Damper:
             dropped, bucket.suppressed = bucket.suppressed, 0
             return dropped
 
+    def take_suppressed(self, key: tuple[str, str]) -> int:
+        """How many lines of ``key`` (event, subject) were dropped since the last one
+        written, now reported by a summary (so no later line reports them again)."""
+        with self._lock:
+            bucket = self._subjects.get(key)
+            if bucket is None:
+                return 0
+            dropped, bucket.suppressed = bucket.suppressed, 0
+            return dropped
+
     def __call__(
         self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
@@ -128,7 +125,7 @@ class Damper:
         dropped = self.allow(event, subject[:256])
         if dropped is None:
             if event in logsummary.MUST_SEE:
-                self.summaries.dropped(
+                logsummary.SUMMARIES.dropped(
                     (event, subject[:256]), event_dict, SUBJECT_PERIOD, self.take_suppressed
                 )
             raise structlog.DropEvent

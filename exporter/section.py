@@ -19,12 +19,6 @@ MAX_LABEL_CHARS = 4096
 """No string setting that reaches a label value may be longer (serving.max_label_length's
 ceiling too)."""
 """A Prometheus label name, for settings that name one."""
-MAX_SETTING_CHARS = 4096
-"""No string a setting takes, from a flag, the environment or a file (a path, a name, a
-secret, a mapping's key), may be longer: PATH_MAX, and the longest label value."""
-MAX_SETTING_ITEMS = 10_000
-"""No list or mapping a setting takes may hold more items (``serving.max_targets``'s own
-ceiling)."""
 
 
 class Section(BaseModel):
@@ -33,6 +27,14 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
     )
+
+
+MAX_SETTING_CHARS = 4096
+"""No string a setting takes, from a flag, the environment or a file (a path, a name, a
+secret, a mapping's key), may be longer: PATH_MAX, and the longest label value."""
+MAX_SETTING_ITEMS = 10_000
+"""No list or mapping a setting takes may hold more items (``serving.max_targets``'s own
+ceiling)."""
 
 
 def oversized(value: Any, path: str = "") -> str | None:
