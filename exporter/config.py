@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
-from exporter import names, section, yamlfile
+from exporter import names, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -156,10 +156,10 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
-    if len(str(path)) > section.MAX_SETTING_CHARS:
-        raise ValueError(
-            f"{what} path {str(path)[:64]!r}... is longer than {section.MAX_SETTING_CHARS}"
-        )
+    from exporter.section import MAX_SETTING_CHARS
+
+    if len(str(path)) > MAX_SETTING_CHARS:
+        raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -272,11 +272,14 @@ def build(
     environ: Mapping[str, str] | None = None,
     config_file: str | None = None,
 ) -> Settings:
-    """Resolve settings from the three layers, or raise :class:`ConfigError`."""
+    """Resolve settings from the three layers, or raise :class:`ConfigError`. Every value
+    passes the caps of exporter/section.py before any validator may echo it."""
+    from exporter.section import oversized
+
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)
     tree = merge(file_layer, env_layer, flags)
-    problem = section.oversized(tree) or _node_name_env(tree)
+    problem = oversized(tree) or _node_name_env(tree)
     if problem:
         raise ConfigError(problem)
     try:
