@@ -562,3 +562,28 @@ async def test_the_pool_moves_a_slow_scrape_to_the_slow_share_or_cuts_it() -> No
     reasons = sorted(o.reason for o in await slow)
     assert reasons == ["ok", "ok", "slow_share_full"] and fast.reason == "ok"
     assert pool.limited == {"slow_share_full": 1, "namespace_share_full": 0}
+
+
+async def test_a_cancelled_scrape_leaves_nothing_running() -> None:
+    """Closing the source cancels its scrape tasks: the scrape inside goes with them and
+    its slot comes back."""
+    target = Target("http://127.0.0.1:9/metrics")
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def scrape() -> Outcome:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            stopped.set()
+        return Outcome(target, 60.0)
+
+    pool = ScrapePool(2)
+    outer = asyncio.ensure_future(pool.run(
+        scrape, slow=False, overrun=30.0,
+        cut=lambda e: Outcome(target, 0.0, None, "slow_share_full", e)))
+    await started.wait()
+    outer.cancel()
+    await asyncio.gather(outer, return_exceptions=True)
+    await asyncio.wait_for(stopped.wait(), 1.0)
+    assert not pool._slots.locked()

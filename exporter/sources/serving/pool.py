@@ -69,19 +69,31 @@ class ScrapePool:
                 return await scrape()
             await held.enter_async_context(self._slots)
             task = asyncio.ensure_future(scrape())
-            done, _ = await asyncio.wait({task}, timeout=overrun)
-            if done:
-                return task.result()
-            if not self._slow.locked():
-                await held.enter_async_context(self._slow)  # free: no wait
-                return await task
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            self.limited[CUT_REASON] += 1
-            return cut(
-                f"cut after {overrun:.2g}s: the {self.slow_size} slots slow scrapes may "
-                f"hold (half of serving.max_concurrency {self.size}) are held"
-            )
+            try:
+                return await self._move_or_cut(held, task, overrun, cut)
+            finally:
+                if not task.done():  # the source closed (or a bug): never leave it running
+                    task.cancel()
+
+    async def _move_or_cut(
+        self, held: AsyncExitStack, task: asyncio.Future[Outcome], overrun: float,
+        cut: Callable[[str], Outcome],
+    ) -> Outcome:
+        """``task``'s outcome: at once when done by ``overrun``, else after moving into
+        the slow share if it has a place free now, else ``cut``."""
+        done, _ = await asyncio.wait({task}, timeout=overrun)
+        if done:
+            return task.result()
+        if not self._slow.locked():
+            await held.enter_async_context(self._slow)  # free: no wait
+            return await task
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        self.limited[CUT_REASON] += 1
+        return cut(
+            f"cut after {overrun:.2g}s: the {self.slow_size} slots slow scrapes may "
+            f"hold (half of serving.max_concurrency {self.size}) are held"
+        )
 
     @asynccontextmanager
     async def _owner(self, owner: str) -> AsyncIterator[None]:
