@@ -28,7 +28,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from exporter import config, healthcheck, logdamp
+from exporter import config, healthcheck, logdamp, webconfig
 from exporter.cli import MAX_ENV_NAME_CHARS
 from exporter.config import ServingConfig, ServingTarget
 from exporter.section import MAX_SETTING_CHARS
@@ -587,3 +587,17 @@ async def test_a_cancelled_scrape_leaves_nothing_running() -> None:
     await asyncio.gather(outer, return_exceptions=True)
     await asyncio.wait_for(stopped.wait(), 1.0)
     assert not pool._slots.locked()
+
+
+@pytest.mark.parametrize("text", [
+    f"http_server_config:\n  headers: {{X-Note: {BIG}}}\n",
+    f"basic_auth_users:\n  {BIG}: x\n",
+    f"tls_server_config:\n  cert_file: {BIG}\n  key_file: k\n",
+], ids=["header", "user", "cert_path"])
+def test_a_100kb_web_config_value_is_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "w.yml"
+    path.write_text(text)
+    with pytest.raises(webconfig.WebConfigError) as refused:
+        webconfig.load(str(path))
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 400
+    assert str(MAX_SETTING_CHARS) in str(refused.value)
