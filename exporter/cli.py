@@ -29,6 +29,9 @@ from exporter.sources.nvml_session import NvmlUnavailable
 from exporter.startup import announcer
 
 EXIT_USAGE = 2
+MAX_ENV_NAMES = 64
+MAX_ENV_NAME_CHARS = 128
+"""Ignored ``GOODPUT_*`` variables named in the warning: at most this many, each cut."""
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -232,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shorten_switch_interval()
     configure(settings.log_format, settings.log_level)
     log = structlog.get_logger("main")
-    ignored = ignored_env(os.environ)
+    # Variable names are input too: a few, each cut, reach the log line.
+    ignored = [name[:MAX_ENV_NAME_CHARS] for name in ignored_env(os.environ)][:MAX_ENV_NAMES]
     if ignored:
         log.warning(
             "environment_variables_ignored",

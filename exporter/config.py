@@ -72,6 +72,7 @@ class CoreSettings(Section):
     node_name: str = Field(
         default_factory=lambda: os.environ.get("NODE_NAME", "") or _hostname(),
         max_length=MAX_NODE_NAME_CHARS,
+        validate_default=True,
     )
     """Value of the node label (default $NODE_NAME or the hostname)."""
     devices: list[str] = Field(default_factory=list)
@@ -164,6 +165,10 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
+    from exporter.section import MAX_SETTING_CHARS
+
+    if len(str(path)) > MAX_SETTING_CHARS:
+        raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
@@ -276,13 +281,32 @@ def build(
     environ: Mapping[str, str] | None = None,
     config_file: str | None = None,
 ) -> Settings:
-    """Resolve settings from the three layers, or raise :class:`ConfigError`."""
+    """Resolve settings from the three layers, or raise :class:`ConfigError`. Every value
+    passes the caps of exporter/section.py before any validator may echo it."""
+    from exporter.section import oversized
+
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)
+    tree = merge(file_layer, env_layer, flags)
+    problem = oversized(tree) or _node_name_env(tree)
+    if problem:
+        raise ConfigError(problem)
     try:
-        return Settings.model_validate(merge(file_layer, env_layer, flags))
+        return Settings.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
+
+
+def _node_name_env(tree: Mapping[str, Any]) -> str | None:
+    """Why ``$NODE_NAME`` (the default node name, read by the field itself) is refused,
+    said so the operator knows where the value came from."""
+    value = os.environ.get("NODE_NAME", "")
+    if "node_name" in tree or len(value) <= MAX_NODE_NAME_CHARS:
+        return None
+    return (
+        f"bad value for 'node_name' (from $NODE_NAME): {len(value)} characters, more than "
+        f"{MAX_NODE_NAME_CHARS}"
+    )
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -19,8 +19,14 @@ import urllib.request
 DEFAULT_URL = "http://127.0.0.1:9433/healthz"
 
 
+MAX_URL_CHARS = 2048
+"""As for any URL the exporter takes (exporter.urls.MAX_URL_CHARS)."""
+
+
 def check(url: str, timeout: float = 3.0) -> str | None:
     """None when healthy, else a short reason."""
+    if len(url) > MAX_URL_CHARS:
+        return f"the URL {url[:64]!r}... is longer than {MAX_URL_CHARS} characters"
     ctx = None
     if url.startswith("https://"):
         ctx = ssl.create_default_context()

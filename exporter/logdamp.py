@@ -27,6 +27,8 @@ from typing import Any
 
 import structlog
 
+from exporter import logsummary
+
 SUBJECT_FIELDS = ("client", "target", "gpu", "url", "pod", "source")
 SUBJECT_BURST = 5
 SUBJECT_PERIOD = 10.0
@@ -101,6 +103,16 @@ class Damper:
             dropped, bucket.suppressed = bucket.suppressed, 0
             return dropped
 
+    def take_suppressed(self, key: tuple[str, str]) -> int:
+        """How many lines of ``key`` (event, subject) were dropped since the last one
+        written, now reported by a summary (so no later line reports them again)."""
+        with self._lock:
+            bucket = self._subjects.get(key)
+            if bucket is None:
+                return 0
+            dropped, bucket.suppressed = bucket.suppressed, 0
+            return dropped
+
     def __call__(
         self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
@@ -108,8 +120,14 @@ class Damper:
         subject = next(
             (str(event_dict[f]) for f in SUBJECT_FIELDS if f in event_dict), ""
         )
+        if event_dict.pop(logsummary.SUMMARY, False):
+            return event_dict  # one per subject per SUBJECT_PERIOD (logsummary.py)
         dropped = self.allow(event, subject[:256])
         if dropped is None:
+            if event in logsummary.MUST_SEE:
+                logsummary.SUMMARIES.dropped(
+                    (event, subject[:256]), event_dict, SUBJECT_PERIOD, self.take_suppressed
+                )
             raise structlog.DropEvent
         if dropped:
             event_dict["suppressed"] = dropped

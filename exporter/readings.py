@@ -308,7 +308,11 @@ class ServingState:
     discovery: tuple[bool, str] | None = None
     """(watch works, reason) when pod discovery is on."""
     targets_dropped: tuple[tuple[str, int], ...] = ()
-    """(reason, discovered targets not scraped now): duplicate, max_targets."""
+    """(reason, discovered targets not scraped now): duplicate, max_targets,
+    max_targets_per_namespace, bad_pod."""
+    scrapes_limited: tuple[tuple[str, int], ...] = ()
+    """(reason, scrapes the pool held back since start): slow_share_full (cut at half a
+    round), namespace_share_full (waited for its namespace's share of the slots)."""
 
 
 # collector status ----------------------------------------------------------------------------

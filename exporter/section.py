@@ -7,6 +7,9 @@ A leaf module: each collector declares its section class in its own module
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 MAX_INTERVAL = 3600.0
@@ -24,3 +27,35 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
     )
+
+
+MAX_SETTING_CHARS = 4096
+"""No string a setting takes, from a flag, the environment or a file (a path, a name, a
+secret, a mapping's key), may be longer: PATH_MAX, and the longest label value."""
+MAX_SETTING_ITEMS = 10_000
+"""No list or mapping a setting takes may hold more items (``serving.max_targets``'s own
+ceiling)."""
+
+
+def oversized(value: Any, path: str = "") -> str | None:
+    """Why ``value`` (a settings tree, before validation) holds a string or a collection
+    past the caps above, naming its key; None when it holds none. Checked before any field
+    validator can echo a value into an error line."""
+    if isinstance(value, str):
+        if len(value) > MAX_SETTING_CHARS:
+            return f"bad value for {path!r}: {len(value)} characters, more than {MAX_SETTING_CHARS}"
+        return None
+    if isinstance(value, (list, tuple, Mapping)) and len(value) > MAX_SETTING_ITEMS:
+        return f"bad value for {path!r}: {len(value)} items, more than {MAX_SETTING_ITEMS}"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            name = f"{path}.{str(key)[:64]}" if path else str(key)[:64]
+            problem = oversized(key, name + "...") or oversized(item, name)
+            if problem:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = oversized(item, f"{path}.{i}")
+            if problem:
+                return problem
+    return None

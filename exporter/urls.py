@@ -3,8 +3,11 @@
 Two spellings of one endpoint (``HTTP://Host:80/metrics#x`` and ``http://host/metrics``)
 must be one target, or its tokens are counted twice; and a URL may carry secrets (a
 password in the userinfo, ``?token=...`` in the query) that must never reach a label, a
-log line or /debug/state. A leaf module (no exporter imports) so config validation can
-use it.
+log line or /debug/state. A query parameter is a secret when its name says so
+(:func:`is_secret`: tokens, keys, passwords, signatures, sessions); any other value stays
+visible, because it may be what tells two engines behind one proxy apart
+(``?engine=a``, ``?engine=b``). A leaf module (no exporter imports) so config validation
+can use it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ MAX_HOST_LABEL_CHARS = 63
 
 SECRET = "<secret>"
 """What a redacted secret reads as (Prometheus's spelling)."""
+SECRET_PARTS = (
+    "token", "key", "pass", "pwd", "secret", "auth", "sig", "cred", "session", "jwt",
+    "bearer", "cookie", "otp", "nonce",
+)
+"""A query parameter whose name (lower case, letters and digits only) holds one of these
+is a secret: access_token, api_key, X-Amz-Signature, password, client_secret, ..."""
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -60,8 +69,8 @@ def normalise(url: str, what: str = "serving target") -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` with its userinfo and every query value replaced by ``<secret>``; never
-    raises (a malformed URL is redacted as well as it can be)."""
+    """``url`` with its userinfo and every secret query value replaced by ``<secret>``;
+    never raises (a malformed URL is redacted as well as it can be: its whole query)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -77,8 +86,8 @@ def redact(url: str) -> str:
 
 
 def label(url: str) -> str:
-    """The ``target`` label of a URL target: scheme, host, port and path, plus the query's
-    keys with ``<secret>`` values; the userinfo is left out (it names no endpoint)."""
+    """The ``target`` label of a URL target: scheme, host, port, path and query, secret
+    query values as ``<secret>``; the userinfo is left out (it names no endpoint)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -97,10 +106,10 @@ def secrets(url: str) -> list[str]:
     if "@" in parts.netloc:
         userinfo = parts.netloc.rpartition("@")[0]
         found += [userinfo, *userinfo.split(":", 1)]
-    for _key, value in parse_qsl(parts.query, keep_blank_values=True):
-        found += [value, quote(value, safe="")]
-    raw = [p.partition("=")[2] for p in parts.query.split("&")]
-    found += raw
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if is_secret(key):
+            found += [value, quote(value, safe="")]
+    found += [v for k, _, v in (p.partition("=") for p in parts.query.split("&")) if is_secret(k)]
     return sorted({s for s in found if len(s) >= 2}, key=len, reverse=True)
 
 
@@ -111,8 +120,17 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
+def is_secret(name: str) -> bool:
+    """Whether a query parameter called ``name`` carries a secret (:data:`SECRET_PARTS`)."""
+    plain = "".join(c for c in name.lower() if c.isalnum())
+    return any(part in plain for part in SECRET_PARTS)
+
+
 def _query(query: str) -> str:
+    """The query with every secret parameter's value as ``<secret>``; the rest as given."""
     if not query:
         return ""
-    keys = [p.partition("=")[0] for p in query.split("&") if p]
-    return "&".join(f"{key}={SECRET}" for key in keys)
+    parts = (p.partition("=") for p in query.split("&") if p)
+    return "&".join(
+        f"{key}={SECRET}" if is_secret(key) else key + sep + value for key, sep, value in parts
+    )

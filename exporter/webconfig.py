@@ -49,6 +49,7 @@ from exporter import yamlfile
 from exporter.config import describe_validation_error, read_text
 from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
 from exporter.login_guard import CheckPool, FailureLog
+from exporter.section import oversized
 
 log = structlog.get_logger("exporter.webconfig")
 
@@ -198,6 +199,9 @@ def parse(source: Path) -> WebConfigFile:
         data = {}
     if not isinstance(data, dict):
         raise WebConfigError(f"web config file {source}: top level must be a mapping")
+    problem = oversized(data)
+    if problem:
+        raise WebConfigError(f"web config file {source}: {problem}")
     for section, keys in _UNSUPPORTED.items():
         given = data.get(section)
         for key, why in keys.items():

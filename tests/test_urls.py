@@ -49,7 +49,23 @@ def test_malformed_urls_are_refused_with_the_url_redacted(url: str) -> None:
 
 def test_secrets_are_redacted_in_every_shown_form() -> None:
     url = "http://alice:hunter2@h:8000/metrics?token=s3cr3t&x=1#frag"
-    assert redact(url) == "http://<secret>@h:8000/metrics?token=<secret>&x=<secret>"
-    assert label(url) == "http://h:8000/metrics?token=<secret>&x=<secret>"
+    assert redact(url) == "http://<secret>@h:8000/metrics?token=<secret>&x=1"
+    assert label(url) == "http://h:8000/metrics?token=<secret>&x=1"
     message = f"GET {url} failed: s3cr3t rejected for alice:hunter2"
     assert "hunter2" not in scrub(message, url) and "s3cr3t" not in scrub(message, url)
+
+
+@pytest.mark.parametrize("name", [
+    "token", "access_token", "api_key", "apiKey", "key", "password", "passwd", "pwd",
+    "client_secret", "X-Amz-Signature", "sig", "auth", "credentials", "session_id", "jwt",
+])
+def test_secret_query_parameters_are_redacted_by_name(name: str) -> None:
+    url = f"http://h/metrics?{name}=s3cr3t-value&engine=a"
+    assert label(url) == f"http://h/metrics?{name}=<secret>&engine=a"
+    assert "s3cr3t-value" not in scrub(f"GET {url}: s3cr3t-value refused", url)
+
+
+def test_other_query_values_tell_targets_apart() -> None:
+    """Two engines behind one proxy, told apart by ``?engine=``: two labels ([fair])."""
+    assert label("http://p/metrics?engine=a") != label("http://p/metrics?engine=b")
+    assert label("http://p/metrics?token=a") == label("http://p/metrics?token=b")

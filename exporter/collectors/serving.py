@@ -125,6 +125,10 @@ class ServingConfig(Section):
     """Targets scraped at most (static and discovered together); a config listing more is
     refused, discovered pods past it are dropped and counted. Each target costs about ten
     series, a scrape slot and a parse per interval."""
+    max_targets_per_namespace: int = Field(16, gt=0, le=10_000)
+    """Discovered pods of one namespace scraped at most; more are dropped and counted
+    (max_targets_per_namespace). Places under max_targets go to namespaces in turn, so one
+    tenant's pods cannot take every place."""
     max_models_per_target: int = Field(8, gt=0, le=1000)
     """Model label values one target may publish; more are dropped and counted
     (max_models), so an engine that renames its model every scrape cannot grow series."""
@@ -157,8 +161,9 @@ class ServingConfig(Section):
     @model_validator(mode="after")
     def _one_label_per_target(self) -> ServingConfig:
         """Two targets that would publish one ``target`` label (they differ only in
-        credentials or query values) would mix their series and count tokens twice:
-        refused. Spellings of one URL (case, default port, fragment) are merged later."""
+        credentials or secret query values) would mix their series and count tokens twice:
+        refused. Spellings of one URL (case, default port, fragment, loopback aliases) are
+        merged later."""
         if not self.targets and not self.extra_targets:
             return self
         from exporter.urls import label, normalise
@@ -173,7 +178,7 @@ class ServingConfig(Section):
             if first != (key, access):
                 raise ValueError(
                     f"two serving targets publish the same target label {name!r} (they differ "
-                    "only in credentials, TLS settings or query values); list one"
+                    "only in credentials, TLS settings or secret query values); list one"
                 )
         return self
 
@@ -238,7 +243,7 @@ COLLECTOR = Collector(
     flag_group="serving engines (docs/serving.md)",
     live=frozenset({
         "targets", "extra_targets", "interval", "timeout", "max_body_bytes", "max_targets",
-        "max_models_per_target", "max_label_length", "stale_after",
+        "max_targets_per_namespace", "max_models_per_target", "max_label_length", "stale_after",
         "max_tokens_per_second_per_gpu",
     }),
     reconfigure=_reconfigure,

@@ -100,6 +100,12 @@ class PodLabelSource(Source):
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if not host:
             raise PodLabelError("unavailable", "KUBERNETES_SERVICE_HOST is not set")
+        if len(host) > urls.MAX_HOST_CHARS or not (port.isascii() and port.isdigit()
+                                                   and len(port) <= 5):
+            # Input like any other: never a 100 KB URL in a log line.
+            raise PodLabelError(
+                "unavailable", "KUBERNETES_SERVICE_HOST or _PORT is not a host name and port"
+            )
         if ":" in host:  # IPv6 service address
             host = f"[{host}]"
         return f"https://{host}:{port}"

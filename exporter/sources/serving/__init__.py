@@ -39,7 +39,9 @@ def build_sources(
     from exporter.sources.serving.targets import TargetSet, static_targets
 
     config = settings.serving
-    targets = TargetSet(static_targets(config), config.max_targets)
+    targets = TargetSet(
+        static_targets(config), config.max_targets, config.max_targets_per_namespace
+    )
     watcher = None
     if config.discover_pods:
         api = kube_api if kube_api is not None else _kube_api()

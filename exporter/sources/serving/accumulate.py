@@ -12,11 +12,14 @@ The per-target :class:`Ledger` also bounds what a target may add: at most
 :data:`SERIES_PER_MODEL` tracked engine series per admitted model, and models no reading
 mentioned for ``stale_after`` seconds are forgotten (freeing their place).
 
-Only a target's first reading (or a restart) counts an engine counter whole. A series that
-appears later (a model admitted under the cap, a name that came back after
-``stale_after``) starts from its first value, which is counted as ``new_series`` and not
-added: an engine that churns model names cannot make the exporter count its whole counter
-again and again.
+A target's first reading (or a restart) counts an engine counter whole. A series that
+appears later on an engine that did not restart (engines create series lazily: per model,
+per LoRA adapter, per finish reason) counts from 0 too, but only up to what the engine's
+own total of that signal (the sum of its series) grew past its highest value so far: the
+*mark*. Tokens a client received are counted once, and an engine that churns model names
+(each new name at the engine's whole count) adds nothing, because its total never passes
+the mark; the part of a first value refused so is counted as ``new_series``. A counter
+going down resets the mark of its signal, as a restart resets every mark.
 """
 
 from __future__ import annotations
@@ -149,6 +152,8 @@ class Ledger:
         self._tracker = DeltaTracker()
         self._models: dict[str, float] = {}
         """Admitted model label -> when a reading last mentioned it (monotonic)."""
+        self._marks: dict[str, float] = {}
+        """Signal -> the highest total of its series since the first reading or restart."""
         self._last_reading: float | None = None
         self._gap = False
         self._started = ""
@@ -237,11 +242,19 @@ class Ledger:
             else max(now - self._last_reading, 0.0)
         )
         whole = self._last_reading is None or restarted
-        deltas: dict[SignalKey, float] = {}
+        resets = {k[0] for k in keys if self._fell(k, values[k], jitter.get(k[0], 0.0))}
+        growth: dict[SignalKey, float] = {}
+        lazy: list[SignalKey] = []
         for key in keys:
-            raw = self._growth(key, values[key], whole, rises, jitter)
-            if raw is None:
-                continue
+            new = key not in self._tracker
+            raw = self._growth(key, values[key], rises, jitter)
+            if raw is not None:
+                growth[key] = raw
+                if new and not whole:
+                    lazy.append(key)
+        self._credit(growth, lazy, values, whole, resets)
+        deltas: dict[SignalKey, float] = {}
+        for key, raw in growth.items():
             allowed = self.limits.ceiling(key[0]) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
             if not math.isfinite(raw) or raw < 0 or raw > allowed:
                 self.dropped["implausible"] += 1
@@ -262,6 +275,7 @@ class Ledger:
             if self._went_down(keys, values, jitter) or self._gap:
                 restarted = True
                 self._tracker.clear()
+                self._marks.clear()
             else:
                 flapped = True
         if started:
@@ -269,36 +283,52 @@ class Ledger:
         return restarted, flapped
 
     def _growth(
-        self, key: SignalKey, value: float, whole: bool, rises: frozenset[str],
-        jitter: Mapping[str, float],
+        self, key: SignalKey, value: float, rises: frozenset[str], jitter: Mapping[str, float],
     ) -> float | None:
-        """Raw growth of one series since its last reading; None when it is not counted
-        (past the series cap, or a series first seen after the target's first reading:
-        its history is not this scrape's work, only the baseline)."""
-        new = key not in self._tracker
-        if new and len(self._tracker) >= SERIES_PER_MODEL * self.limits.max_models:
+        """Raw growth of one series since its last reading (its value on first sight);
+        None when it is past the series cap and not tracked."""
+        if key not in self._tracker and (
+            len(self._tracker) >= SERIES_PER_MODEL * self.limits.max_models
+        ):
             self.dropped["max_series"] += 1
             return None
         signal = key[0]
         if signal in rises:
-            raw = self._tracker.rise(key, value)
-        else:
-            raw = self._tracker.delta(key, value, jitter.get(signal, 0.0))
-        if new and not whole:
-            if raw:
+            return self._tracker.rise(key, value)
+        return self._tracker.delta(key, value, jitter.get(signal, 0.0))
+
+    def _credit(
+        self, growth: dict[SignalKey, float], lazy: list[SignalKey],
+        values: Mapping[SignalKey, float], whole: bool, resets: set[str],
+    ) -> None:
+        """Cut the first values of ``lazy`` series (in place) to what their signal's total
+        grew past its mark beyond the growth of the series already known; move the marks."""
+        totals: dict[str, float] = {}
+        known: dict[str, float] = {}
+        for key, raw in growth.items():
+            totals[key[0]] = totals.get(key[0], 0.0) + max(values[key], 0.0)
+            known[key[0]] = known.get(key[0], 0.0) + (0.0 if key in lazy else raw)
+        room = {s: total - self._marks.get(s, 0.0) - known[s] for s, total in totals.items()}
+        for key in sorted(lazy):
+            take = min(growth[key], max(room[key[0]], 0.0))
+            if take < growth[key]:
                 self.dropped["new_series"] += 1
-            return None
-        return raw
+            growth[key] = take
+            room[key[0]] -= take
+        for signal, total in totals.items():
+            reset = whole or signal in resets
+            self._marks[signal] = total if reset else max(self._marks.get(signal, 0.0), total)
+
+    def _fell(self, key: SignalKey, value: float, jitter: float) -> bool:
+        """Whether a known series went down by more than its rounding jitter."""
+        last = self._tracker.last(key)
+        return last is not None and value < last - jitter * abs(last)
 
     def _went_down(
         self, keys: Iterable[SignalKey], values: Mapping[SignalKey, float],
         jitter: Mapping[str, float],
     ) -> bool:
-        for key in keys:
-            last = self._tracker.last(key)
-            if last is not None and values[key] < last - jitter.get(key[0], 0.0) * abs(last):
-                return True
-        return False
+        return any(self._fell(key, values[key], jitter.get(key[0], 0.0)) for key in keys)
 
 
 ModelKey = tuple[str, str, str]

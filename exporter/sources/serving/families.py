@@ -170,7 +170,8 @@ NODE = NodeFamilies[ServingState](
             "1 while the last scrape of a target failed; reason is timeout, "
             "connection_refused, unauthorized, tls_error, credentials_unreadable, "
             "tls_config_unreadable, http_<status>, body_too_large, bad_encoding, parse_error, "
-            "unknown_engine, bad_url, bad_annotation, http_error or internal_error.",
+            "unknown_engine, bad_url, bad_annotation, http_error, slow_share_full (cut at "
+            "half a round: the slots slow scrapes may hold were held) or internal_error.",
             _errors,
             labels=("target", "reason"),
         ),
@@ -183,8 +184,9 @@ NODE = NodeFamilies[ServingState](
             "physical ceiling), max_models (a model name past "
             "serving.max_models_per_target), max_series (engine series past the per-target "
             "bound), label_too_long (a model name cut to serving.max_label_length), "
-            "new_series (a series first seen after the target's first reading: its value is "
-            "the baseline, not counted), gpus_refused (a scrape whose GPU claim named a GPU "
+            "new_series (the part of a series' first value, first seen after the target's "
+            "first reading, beyond what the engine's total of that signal grew: model-name "
+            "churn), gpus_refused (a scrape whose GPU claim named a GPU "
             "the kubelet did not assign to the pod).",
             _dropped,
             labels=("target", "reason"),
@@ -201,9 +203,20 @@ NODE = NodeFamilies[ServingState](
             "goodput_serving_targets_dropped",
             "gauge",
             "Discovered serving targets not scraped now, by reason: duplicate (the same "
-            "target label as another target), max_targets (past serving.max_targets) or "
-            "bad_pod (a pod that could not be read at all).",
+            "target label as another target), max_targets (past serving.max_targets), "
+            "max_targets_per_namespace (past serving.max_targets_per_namespace in its "
+            "namespace) or bad_pod (a pod that could not be read at all).",
             _targets_dropped,
+            labels=("reason",),
+        ),
+        Family(
+            "goodput_serving_scrapes_limited_total",
+            "counter",
+            "Scrapes the scrape pool held back so that no set of targets holds all of it, by "
+            "reason: slow_share_full (cut at half a round: the slots slow scrapes may hold, "
+            "half of serving.max_concurrency, were held by other slow targets) or "
+            "namespace_share_full (waited: the pods of its namespace held half the slots).",
+            lambda state: (((reason,), float(n)) for reason, n in state.scrapes_limited),
             labels=("reason",),
         ),
         Family(

@@ -1,7 +1,8 @@
 """The serving source: scrapes every target concurrently and publishes per-GPU signals.
 
 Each cycle reads the current targets and starts a scrape task for every target that has
-none in flight (bounded concurrency). It waits for them at most ``timeout`` (and at most
+none in flight, each in a slot of a pool no set of targets can hold whole
+(exporter/sources/serving/pool.py). It waits for them at most ``timeout`` (and at most
 the interval), and never for a target whose last scrape outlasted a round: a hung or slow
 target's task runs on and is collected by a later cycle, so it never delays another
 target's publish. It then attributes every reading to GPUs from the views
@@ -45,6 +46,7 @@ from exporter.sources.serving.adapter import Reading
 from exporter.sources.serving.attribution import NONE, Attribution, PodGpus, resolve
 from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
+from exporter.sources.serving.pool import CUT_REASON, LIMITED_REASONS, ScrapePool
 from exporter.sources.serving.scrape import Outcome, scrape
 from exporter.sources.serving.state import TargetState
 from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
@@ -84,7 +86,7 @@ class ServingSource(Source):
         self._discovery = discovery
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
-        self._gate: asyncio.Semaphore | None = None
+        self._pool: ScrapePool | None = None
         self._states: dict[str, TargetState] = {}
         """Target key (normalised URL) -> all that is kept about it."""
         self._accounts = Accounts()
@@ -93,7 +95,9 @@ class ServingSource(Source):
         """A reloaded serving section: its static targets, bounds and timings apply from
         the next poll; targets no longer listed are forgotten there, with their series."""
         if isinstance(self._targets, TargetSet):
-            self._targets.replace_static(static_targets(config), config.max_targets)
+            self._targets.replace_static(
+                static_targets(config), config.max_targets, config.max_targets_per_namespace
+            )
         self._config = config
         self.interval = config.interval
         self._limits = Limits.of(config)
@@ -103,8 +107,8 @@ class ServingSource(Source):
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
             self._discovery.start()
-        if self._gate is None:
-            self._gate = asyncio.Semaphore(self._config.max_concurrency)
+        if self._pool is None:
+            self._pool = ScrapePool(self._config.max_concurrency)
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._config.max_concurrency),
@@ -129,7 +133,7 @@ class ServingSource(Source):
         states = [self._states[t.key] for t in targets]
         for state in states:
             if state.task is None:
-                state.task = asyncio.create_task(self._scrape(state.target))
+                state.task = asyncio.create_task(self._scrape(state))
         # Wait for this round's scrapes, never for a target already known to be slow: a
         # hung engine holds its own slot, not the others' publish (docs/serving.md "Trust").
         waited = {s.task for s in states if s.task is not None and not s.slow}
@@ -154,6 +158,12 @@ class ServingSource(Source):
         return SourceResult(
             source=self.name, errors=dict(errors), reading=self._reading(gauges, statuses)
         )
+
+    @property
+    def scrapes_limited(self) -> tuple[tuple[str, int], ...]:
+        """The pool's held-back scrapes by reason, each from 0."""
+        found = self._pool.limited if self._pool is not None else {}
+        return tuple((reason, found.get(reason, 0)) for reason in LIMITED_REASONS)
 
     async def _take(
         self,
@@ -190,6 +200,7 @@ class ServingSource(Source):
             targets=tuple(statuses),
             discovery=discovery,
             targets_dropped=tuple(sorted(dropped.items())) if dropped else (),
+            scrapes_limited=self.scrapes_limited,
         )
 
     def _wait_budget(self) -> float:
@@ -197,16 +208,27 @@ class ServingSource(Source):
         the interval (at least 1 s, for a loaded machine), so the next round is on time."""
         return min(self._config.timeout + TIMEOUT_MARGIN, max(self.interval, WAIT_FLOOR))
 
-    async def _scrape(self, target: Target) -> Outcome:
-        """One target's scrape (and its /v1/models look-up), in a task of its own."""
-        session, gate = self._session, self._gate
-        assert session is not None and gate is not None
-        async with gate:
+    async def _scrape(self, state: TargetState) -> Outcome:
+        """One target's scrape (and its /v1/models look-up), in a task of its own, in a
+        slot of the pool: a slow one in the slow share only (exporter/sources/serving/pool.py)."""
+        session, pool, target = self._session, self._pool, state.target
+        assert session is not None and pool is not None
+        overrun = self._wait_budget() / 2
+
+        async def run() -> Outcome:
             config = self._config
             outcome = await scrape(session, target, config.timeout, config.max_body_bytes)
             if outcome.reading is not None and target.key in self._states:
                 await self._lookup_model(session, outcome)
             return outcome
+
+        return await pool.run(
+            run,
+            slow=state.slow_scrape,
+            overrun=overrun,
+            owner=target.namespace if target.pod else "",
+            cut=lambda error: Outcome(target, overrun, None, CUT_REASON, error),
+        )
 
     def _finished(self, state: TargetState) -> Outcome | None:
         """The outcome of ``state``'s scrape when it is done (the task is then cleared);
@@ -226,6 +248,7 @@ class ServingSource(Source):
         else:
             outcome = task.result()
         state.slow = outcome.duration > self._wait_budget() / 2
+        state.slow_scrape = state.slow or outcome.reason == CUT_REASON
         return outcome
 
     def _sync(self, targets: Sequence[Target]) -> list[Target]:

@@ -48,5 +48,8 @@ class TargetState:
     """Its scrape in flight (one at a time; it may outlast a round)."""
     slow: bool = False
     """Its last scrape outlasted a round: later rounds do not wait for it."""
+    slow_scrape: bool = False
+    """Its last scrape ran past half a round or was cut: the next one waits for the slow
+    share of the pool (waiting for a slot does not count)."""
     status: TargetStatus | None = None
     """Its last published health, repeated while a scrape is in flight."""

@@ -13,12 +13,13 @@ import structlog
 
 from exporter import urls
 from exporter.config import ServingConfig
+from exporter.sources.serving import aliases
 from exporter.sources.serving.auth import Access
 from exporter.util import OnChange
 
 log = structlog.get_logger("serving")
 
-DROPPED_REASONS = ("bad_pod", "duplicate", "max_targets")
+DROPPED_REASONS = ("bad_pod", "duplicate", "max_targets", "max_targets_per_namespace")
 """Why discovered targets are not scraped (``goodput_serving_targets_dropped``)."""
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
@@ -107,13 +108,24 @@ def static_targets(config: ServingConfig) -> list[Target]:
     return merge_duplicates(out)
 
 
-def merge_duplicates(targets: Iterable[Target]) -> list[Target]:
-    """The first target of each key; every later spelling is logged and left out."""
+def merge_duplicates(
+    targets: Iterable[Target], look_up: aliases.Resolve = aliases.resolve
+) -> list[Target]:
+    """The first target of each key and of each address (loopback aliases, host names
+    that resolve alike: exporter/sources/serving/aliases.py); every later spelling is
+    logged once and left out."""
+    targets = list(targets)
+    reached = aliases.addresses([t.url for t in targets], look_up)
     seen: dict[str, Target] = {}
+    by_address: dict[str, Target] = {}
     for target in targets:
         first = seen.get(target.key)
+        found = reached.get(target.url, frozenset())
+        if first is None:
+            first = next((by_address[a] for a in sorted(found) if a in by_address), None)
         if first is None:
             seen[target.key] = target
+            by_address.update(dict.fromkeys(found, target))
         elif target.origin == "config" or first.url != target.url:
             log.warning(
                 "serving_target_duplicate",
@@ -129,15 +141,20 @@ class TargetSet:
 
     Discovery runs on its own thread and replaces its whole list at once, so the scraper
     reads a consistent set without waiting on it. Discovered targets that duplicate another
-    (after normalisation) or pass ``max_targets`` are left out and counted in
-    :attr:`dropped`; static targets are never over the cap (config validation).
+    (after normalisation), pass ``per_namespace`` in their namespace or ``max_targets`` in
+    all are left out and counted in :attr:`dropped`; the places left under ``max_targets``
+    go to the namespaces in turn (one pod each, round after round), so no tenant's pods
+    take them all. Static targets are never over the cap (config validation).
     """
 
-    def __init__(self, static: Iterable[Target] = (), max_targets: int = 64) -> None:
+    def __init__(
+        self, static: Iterable[Target] = (), max_targets: int = 64, per_namespace: int = 16
+    ) -> None:
         self._static = tuple(static)
         self._discovered: tuple[Target, ...] = ()
         self._lock = threading.Lock()
         self._max = max_targets
+        self._per_namespace = per_namespace
         self._log = OnChange(log)
         self._rejected = 0
         self.dropped: Counter[str] = Counter(dict.fromkeys(DROPPED_REASONS, 0))
@@ -151,38 +168,61 @@ class TargetSet:
         """How many pods discovery left out because they could not be read."""
         self._rejected = pods
 
-    def replace_static(self, static: Iterable[Target], max_targets: int) -> None:
-        """A reloaded config's targets and cap (SIGHUP)."""
+    def replace_static(
+        self, static: Iterable[Target], max_targets: int, per_namespace: int = 16
+    ) -> None:
+        """A reloaded config's targets and caps (SIGHUP)."""
         with self._lock:
             self._static = tuple(static)
             self._max = max_targets
+            self._per_namespace = per_namespace
 
     def __call__(self) -> list[Target]:
         with self._lock:
             static, discovered, cap = self._static, self._discovered, self._max
+            per_namespace = self._per_namespace
         keys = {t.key for t in static}
         out = list(static)
         dropped: Counter[str] = Counter(dict.fromkeys(DROPPED_REASONS, 0))
         dropped["bad_pod"] = self._rejected
+        queues: dict[str, list[Target]] = {}
         for target in discovered:
             if target.key in keys:
                 dropped["duplicate"] += 1
-            elif len(out) >= cap:
-                dropped["max_targets"] += 1
+                continue
+            keys.add(target.key)
+            queue = queues.setdefault(target.namespace, [])
+            if len(queue) >= per_namespace:
+                dropped["max_targets_per_namespace"] += 1
             else:
-                keys.add(target.key)
-                out.append(target)
+                queue.append(target)
+        taken = _in_turn(queues, cap - len(out))
+        dropped["max_targets"] += sum(map(len, queues.values())) - len(taken)
+        out += taken
         self._log(
             "over_cap",
-            dropped["max_targets"],
+            dropped["max_targets"] + dropped["max_targets_per_namespace"],
             0,
             event="serving_targets_over_cap",
             level="warning",
             max_targets=cap,
-            effect="discovered targets past the cap are not scraped",
+            max_targets_per_namespace=per_namespace,
+            effect="discovered targets past a cap are not scraped",
         )
         self.dropped = dropped
         return out
+
+
+def _in_turn(queues: dict[str, list[Target]], room: int) -> list[Target]:
+    """Up to ``room`` targets, one of each namespace in turn (namespaces in name order)."""
+    taken: list[Target] = []
+    depth = 0
+    while len(taken) < room and any(len(q) > depth for q in queues.values()):
+        for name in sorted(queues):
+            if len(taken) < room and len(queues[name]) > depth:
+                taken.append(queues[name][depth])
+        depth += 1
+    return taken
 
 
 TargetProvider = Callable[[], list[Target]]
