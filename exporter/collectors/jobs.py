@@ -66,10 +66,11 @@ def _sources(ctx: Context) -> list[Source]:
 
 def _proc_root(settings: Settings) -> tuple[str, object]:
     """The /proc to read, and what must live as long as the source: on the simulated node
-    without an explicit root, a generated tree for its processes (the same code path)."""
+    without an explicit root (``jobs.proc_root``, or ``--proc-root`` given), a generated
+    tree for its processes (the same code path)."""
     if settings.jobs.proc_root:
         return settings.jobs.proc_root, None
-    if settings.simulate:
+    if settings.simulate and "proc_root" not in settings.kubernetes.model_fields_set:
         from exporter.sim.fake_proc import simulated_proc
 
         tree = simulated_proc()
