@@ -112,7 +112,7 @@ class CoreSettings(Section):
         every series, inside process-session job ids and printed by ``top``."""
         if not re.fullmatch(NODE_NAME, value):
             raise ValueError(
-                f"node name {ascii(value[:64])} must be letters, digits, '.', '_' or '-', "
+                f"node name {value[:64]!a} must be letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit (set --node-name or NODE_NAME)"
             )
         return value

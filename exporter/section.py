@@ -26,7 +26,7 @@ def printable_setting(value: str, what: str) -> str:
     """``value`` when every character prints; else ``ValueError`` naming ``what`` (a label
     value from the settings must not carry control characters to a terminal or a log)."""
     if not value.isprintable():
-        raise ValueError(f"{what} {ascii(value[:64])} holds control or non-printing characters")
+        raise ValueError(f"{what} {value[:64]!a} holds control or non-printing characters")
     return value
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import pytest
@@ -30,7 +30,8 @@ TITLE = "\x1b]0;owned\x07"
 CLEAR = "\x1b[2J\x1b[H"
 C1_CSI = "\x9b2J"
 HOSTILE = f"""\
-goodput_exporter_build_info{{node="n{CLEAR}",version="1{TITLE}",backend="nvml",python_version="3"}} 1
+goodput_exporter_build_info{{node="n{CLEAR}",version="1{TITLE}",backend="nvml",\
+python_version="3"}} 1
 goodput_gpu_info{{gpu="0",node="n",name="H100{C1_CSI}"}} 1
 goodput_gpu_up{{gpu="0",node="n",reason=""}} 1
 goodput_gpu_regime{{gpu="0",node="n",regime="compute_bound"}} 1
@@ -87,10 +88,8 @@ def _answer(conn: socket.socket, handle: Callable[[socket.socket], None],
             stop: threading.Event) -> None:
     with conn:
         conn.recv(65536)
-        try:
+        with suppress(OSError):
             handle(conn)
-        except OSError:
-            pass
 
 
 def _send(body: str) -> Callable[[socket.socket], None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from structlog.testing import capture_logs
 
 from exporter.readings import Device, JobAssignments, JobIdentity

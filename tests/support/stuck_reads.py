@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from exporter.sources.jobs import procfs  # noqa: E402
+from exporter.sources.jobs import procfs
 
 STUCK = frozenset(p for p in os.environ.get("GOODPUT_TEST_STUCK_READS", "").split(os.pathsep) if p)
 _real = procfs.read_file
