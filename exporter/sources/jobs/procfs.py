@@ -44,6 +44,7 @@ from exporter.sources.jobs.reader import (
     Unavailable,
     errno_reason,
     read_file,
+    read_small,
 )
 from exporter.util import OnChange
 
@@ -132,9 +133,6 @@ class ProcJobSource(BlockingSource):
         await super().close()
 
     def poll_blocking(self) -> SourceResult:
-        root_ok = self._reader.map(os.path.isdir, [self._root])[0]
-        if root_ok is not True:
-            return self._failed("proc_missing", f"proc root {self._root} is not a directory")
         processes = self._processes()
         errors: dict[str, int] = {}
         live: dict[int, list[str]] = {}
@@ -144,6 +142,8 @@ class ProcJobSource(BlockingSource):
             del self._cache[pid]  # a pid NVML stopped listing: its process may be gone
         gone = self._recheck(errors)
         gone |= self._read_new(sorted(pid for pid in live if pid not in self._cache), errors)
+        if len(gone) == len(live) and self._reader.map(os.path.isdir, [self._root])[0] is not True:
+            return self._failed("proc_missing", f"proc root {self._root} is not a directory")
         if processes and len(gone) == len(live):
             return self._failed(
                 "no_host_pid",
@@ -184,10 +184,12 @@ class ProcJobSource(BlockingSource):
     def _start_of(self, pid: int) -> int | None:
         """The start time in ``<pid>/stat`` (on the reader's thread); None when unreadable."""
         try:
-            raw, _ = read_capped(os.path.join(self._root, str(pid), "stat"), MAX_SMALL)
-        except Gone:
-            raise
-        except OSError:
+            raw = read_small(f"{self._root}/{pid}/stat", MAX_SMALL)
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise Gone(pid) from exc
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                raise Gone(pid) from exc
             return None
         stat = ident.parse_stat(raw.decode("ascii", "replace"))
         return stat.start_ticks if stat is not None else None

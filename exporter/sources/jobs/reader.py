@@ -75,6 +75,17 @@ def read_file(path: str, cap: int) -> tuple[bytes, bool]:
     return data[:cap], len(data) > cap
 
 
+def read_small(path: str, cap: int) -> bytes:
+    """One ``read()`` of at most ``cap`` bytes, for the start time re-read each poll: three
+    system calls where :func:`read_file` takes five. Opened the same way (no FIFO blocks,
+    no symlink is followed); what is read is parsed, never trusted as a file's whole."""
+    fd = os.open(path, OPEN_FLAGS)
+    try:
+        return os.read(fd, cap)
+    finally:
+        os.close(fd)
+
+
 def errno_reason(exc: OSError) -> str:
     """A counted reason for an unexpected ``OSError``: ``read_eio``, ``read_eisdir``,
     ``read_eloop`` (a symlink), ``read_not_regular`` (a FIFO, device or socket)."""
