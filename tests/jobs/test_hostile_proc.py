@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobIdentity, ProcessInfo
-from exporter.sources.jobs import procfs, reader
+from exporter.sources.jobs import procfs
 from exporter.sources.jobs.procfs import ProcJobSource
 from tests.jobs.test_procfs import NODE, jobs, proc, slurm_cgroup, source
 
@@ -32,7 +32,7 @@ FAILING: dict[str, int] = {}
 def stuck(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     """Paths whose read sleeps until the test ends (a process in D state): add to the set.
     Paths in :data:`FAILING` fail with their errno."""
-    monkeypatch.setattr(reader, "READ_TIMEOUT", BOUND)
+    monkeypatch.setattr("exporter.sources.jobs.reader.READ_TIMEOUT", BOUND)
     paths: set[str] = set()
     release = threading.Event()
     real = procfs.read_file
@@ -114,7 +114,7 @@ def test_a_stuck_stat_at_the_first_poll_still_publishes(
 def test_too_many_stuck_reads_fail_the_poll_and_say_so(
     tmp_path: Path, stuck: set[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reader, "MAX_STUCK", 2)
+    monkeypatch.setattr("exporter.sources.jobs.reader.MAX_STUCK", 2)
     for pid in (10, 11, 12):
         proc(tmp_path, pid)
         stuck.add(str(tmp_path / str(pid) / "environ"))
