@@ -46,6 +46,8 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[io.StringIO, Clock]]:
     logdamp.DAMPER.reset()
     buf = io.StringIO()
     configure("json", "info", stream=buf)
+    # module loggers (procfs's) must not keep this stream after the test
+    structlog.configure(cache_logger_on_first_use=False)
     yield buf, clock
     logdamp.DAMPER.reset()
     structlog.reset_defaults()
