@@ -31,7 +31,8 @@ class JobsConfig(Section):
     from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
     come from Slurm cgroup paths and process sessions)."""
     proc_root: str = ""
-    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
+    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
+    under --simulate without --proc-root a generated tree of the simulated processes."""
     interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
     """Seconds between job-identity reads (each process is read once and cached)."""
     hpc_job_mapping_dir: str = ""
