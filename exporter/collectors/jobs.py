@@ -34,7 +34,8 @@ class JobsConfig(Section):
     """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
     under --simulate without --proc-root a generated tree of the simulated processes."""
     interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
-    """Seconds between job-identity reads (each process is read once and cached)."""
+    """Seconds between job-identity reads (each process is read once and cached; only its
+    start time is read again, to tell a reused pid)."""
     hpc_job_mapping_dir: str = ""
     """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
     GPU index, one job id per line."""
