@@ -209,7 +209,10 @@ class ByteBudget:
         self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
         shorten(event_dict)
-        size = len(json.dumps(event_dict, default=str)) + LINE_OVERHEAD
+        try:
+            size = len(json.dumps(event_dict, default=str)) + LINE_OVERHEAD
+        except (TypeError, ValueError):  # a field JSON cannot hold: its text's size instead
+            size = len(str(event_dict)) + LINE_OVERHEAD
         dropped = self.allow(str(event_dict.get("event", "")), subject_of(event_dict), size)
         if dropped is None:
             raise structlog.DropEvent
