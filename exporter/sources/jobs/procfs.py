@@ -209,8 +209,9 @@ class ProcJobSource(BlockingSource):
                 reason = errno_reason(outcome)
                 _count(errors, reason)
                 self._cache[pid] = Known(start, None)
-                self._log(("skipped", pid), reason, "", event="job_process_skipped",
-                          level="warning", pid=pid, reason=reason, error=outcome.strerror)
+                # once per process: it is read once while its pid and start time hold
+                log.warning("job_process_skipped", pid=pid, reason=reason,
+                            error=outcome.strerror)
             elif isinstance(outcome, Read):
                 self._cache[pid] = Known(
                     outcome.stat.start_ticks if outcome.stat else None,
@@ -325,11 +326,9 @@ class ProcJobSource(BlockingSource):
             _count(errors, dropped.reason)
             self._log(("bad", dropped.name), dropped.reason, "", event="job_variable_dropped",
                       level="warning", variable=dropped.name, path=base)
-        for claim in claims:
+        for claim in claims:  # once per process, which is judged once (the damper bounds more)
             _count(errors, claim.reason)
-            self._log(("claim", claim.reason, claim.variable), claim.why, "",
-                      event=claim.reason, level="warning", variable=claim.variable,
-                      pid=pid, why=claim.why)
+            log.warning(claim.reason, variable=claim.variable, pid=pid, why=claim.why)
         if found is None and read.session is not None:
             found = ident.session_identity(self._node, *read.session)
         return found
