@@ -250,7 +250,8 @@ class ProcJobSource(BlockingSource):
         read.variables = self._variables(base, read.reasons)
         if read.stat is not None:
             read.session = self._session(pid, read.stat)
-            if read.cgroup is not None and read.cgroup.job is None and any(
+            cgroup = read.cgroup
+            if cgroup is not None and not cgroup.slurm and any(
                 ident.slurm_claim(k, v.decode("ascii", "replace"))
                 for k, v in read.variables.items()
             ):
