@@ -295,4 +295,27 @@ def _run(
     web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
                 access_log=None, sock=sockets)
     structlog.get_logger("main").info("stopped")
+    exit_within(EXIT_GRACE_S)
     return 0
+
+
+EXIT_GRACE_S = 3.0
+"""Seconds the interpreter may take to exit once the daemon has stopped. A thread stuck
+in the kernel (an NVML call on a wedged GPU) must not turn SIGTERM into SIGKILL: after
+this, the process ends without waiting for it (docs/security.md, "Reads that never
+return")."""
+
+
+def exit_within(seconds: float, code: int = 0) -> None:
+    """End the process ``seconds`` from now if the interpreter has not exited by then
+    (it waits for every non-daemon thread, however stuck)."""
+    import threading
+
+    def force() -> None:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()

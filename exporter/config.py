@@ -11,6 +11,7 @@ documents them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -36,6 +37,7 @@ from exporter.collectors.serving import TlsConfig as TlsConfig
 from exporter.config_messages import message
 from exporter.section import MAX_INTERVAL as MAX_INTERVAL
 from exporter.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
+from exporter.section import NODE_NAME
 from exporter.section import Section as Section
 
 ENV_PREFIX = "GOODPUT_"
@@ -111,6 +113,18 @@ class CoreSettings(Section):
     def _parse_devices(cls, value: object) -> list[str]:
         items = value if isinstance(value, (list, tuple)) else [value]
         return devices.parse(items)
+
+    @field_validator("node_name")
+    @classmethod
+    def _safe_node_name(cls, value: str) -> str:
+        """Letters, digits, ``.``, ``_``, ``-`` (docs/security.md): the node name is on
+        every series, inside process-session job ids and printed by ``top``."""
+        if not re.fullmatch(NODE_NAME, value):
+            raise ValueError(
+                f"node name {value[:64]!a} must be letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit (set --node-name or NODE_NAME)"
+            )
+        return value
 
     @field_validator("listen")
     @classmethod

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from exporter.logdamp import DAMPER
+from exporter.logdamp import BYTES, DAMPER
 
 BRIDGED = ("aiohttp.server", "aiohttp.web", "asyncio")
 """Standard-library loggers whose records become one structured line each."""
@@ -33,6 +33,7 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             DAMPER,
+            BYTES,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,

@@ -19,6 +19,18 @@ MAX_LABEL_CHARS = 4096
 """No string setting that reaches a label value may be longer (serving.max_label_length's
 ceiling too)."""
 """A Prometheus label name, for settings that name one."""
+NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""What ``node_name`` may hold: a host or Kubernetes node name (letters, digits, ``.``,
+``_``, ``-``). It is on every series and in the process-session job ids, and ``top``
+prints it."""
+
+
+def printable_setting(value: str, what: str) -> str:
+    """``value`` when every character prints; else ``ValueError`` naming ``what`` (a label
+    value from the settings must not carry control characters to a terminal or a log)."""
+    if not value.isprintable():
+        raise ValueError(f"{what} {value[:64]!a} holds control or non-printing characters")
+    return value
 
 
 class Section(BaseModel):

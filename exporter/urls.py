@@ -59,6 +59,8 @@ def normalise(url: str, what: str = "serving target") -> str:
         )
     if any(c.isspace() for c in url.strip()):
         raise BadUrl(f"{what} {redact(url)!r} contains white space")
+    if not url.strip().isprintable():  # it becomes the target label: no terminal controls
+        raise BadUrl(f"{what} {redact(url)!a} contains control characters")
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"

@@ -2,9 +2,11 @@
 
 Starts 64 ``sleep`` processes whose environment looks like a Slurm job step's (about 3 KiB,
 SLURM_JOB_ID among ~40 variables), lists them as NVML would (8 per GPU), and polls the
-source on the real /proc once a second, as ``jobs.interval: 1`` would. Reports the CPU time
-(thread_time) per poll in three states: ``steady`` (every process already cached: what a
-node running its jobs pays), ``cold`` (the cache emptied before each poll: as if all 64
+source on the real /proc once a second, as ``jobs.interval: 1`` would. They run outside any
+Slurm cgroup, so their claim is refused after a walk up their parents: the costliest path.
+Reports the CPU time (process_time: the poll and its reader threads) per poll in three
+states: ``steady`` (every process already cached: what a node running its jobs pays),
+``cold`` (the cache emptied before each poll: as if all 64
 processes were new every second, the worst churn) and ``off`` (the same loop without the
 source: the baseline). Feeds docs/benchmarks.md. Run by hand on any Linux machine:
     python3 -m bench.footprint.jobs_cpu [--seconds 20] [--out FILE]
@@ -54,9 +56,9 @@ def measure(poll: Callable[[], object], seconds: float) -> dict[str, float]:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         tick = time.monotonic()
-        c = time.thread_time()
+        c = time.process_time()  # every thread: the reads run on the reader's
         poll()
-        cpus.append(time.thread_time() - c)
+        cpus.append(time.process_time() - c)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     per_poll = statistics.fmean(cpus)
     return {

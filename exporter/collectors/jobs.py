@@ -31,9 +31,11 @@ class JobsConfig(Section):
     from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
     come from Slurm cgroup paths and process sessions)."""
     proc_root: str = ""
-    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root)."""
+    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
+    under --simulate without --proc-root a generated tree of the simulated processes."""
     interval: float = Field(5.0, gt=0, le=MAX_INTERVAL)
-    """Seconds between job-identity reads (each process is read once and cached)."""
+    """Seconds between job-identity reads (each process is read once and cached; only its
+    start time is read again, to tell a reused pid)."""
     hpc_job_mapping_dir: str = ""
     """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
     GPU index, one job id per line."""
@@ -66,10 +68,11 @@ def _sources(ctx: Context) -> list[Source]:
 
 def _proc_root(settings: Settings) -> tuple[str, object]:
     """The /proc to read, and what must live as long as the source: on the simulated node
-    without an explicit root, a generated tree for its processes (the same code path)."""
+    without an explicit root (``jobs.proc_root``, or ``--proc-root`` given), a generated
+    tree for its processes (the same code path)."""
     if settings.jobs.proc_root:
         return settings.jobs.proc_root, None
-    if settings.simulate:
+    if settings.simulate and "proc_root" not in settings.kubernetes.model_fields_set:
         from exporter.sim.fake_proc import simulated_proc
 
         tree = simulated_proc()

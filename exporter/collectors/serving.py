@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ServingState
-from exporter.section import MAX_INTERVAL, MAX_LABEL_CHARS, Section
+from exporter.section import MAX_INTERVAL, MAX_LABEL_CHARS, Section, printable_setting
 
 if TYPE_CHECKING:
     from exporter.config import Settings
@@ -92,6 +92,18 @@ class ServingTarget(Section):
         from exporter.urls import normalise
 
         normalise(value)  # BadUrl (a ValueError) names the URL, redacted
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _printable_model(cls, value: str) -> str:
+        return printable_setting(value, "serving target model")
+
+    @field_validator("gpus")
+    @classmethod
+    def _printable_gpus(cls, value: list[str]) -> list[str]:
+        for gpu in value:
+            printable_setting(gpu, "serving target gpu")
         return value
 
     @field_validator("engine")

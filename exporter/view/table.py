@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from exporter.view.printable import printable
 from exporter.view.rows import GpuRow, NodeView
 
 BAR_CELLS = 5
@@ -78,6 +79,7 @@ def columns_for(rows: Sequence[GpuRow], width: int) -> list[Column]:
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
+    text = printable(text)  # label values come from outside: no control reaches a terminal
     text = text if len(text) <= width else text[: max(width - 1, 0)] + "~"
     return text.rjust(width) if right else text.ljust(width)
 

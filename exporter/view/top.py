@@ -18,11 +18,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from exporter.view.printable import printable
 from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
 from exporter.view.source import Endpoint, SimulatedNode
 from exporter.view.table import frame
 
 DEFAULT_URL = "http://127.0.0.1:9433/metrics"
+SETTLE_SECONDS = 10.0
+"""--once waits at most this long for every GPU to have a verdict (a daemon just started
+says unknown for its first windows)."""
+ONCE_DEADLINE = 20.0
+"""--once gives up after this long overall (``--deadline``): the settling wait, and two
+reads of at most ``source.READ_DEADLINE`` each."""
 HELP = "s sort  r reverse  / filter  j/k select  q quit"
 
 
@@ -49,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     add("--once", action="store_true",
         help="print one frame (after two reads, so rates are known) and exit")
     add("--width", type=int, default=0, help="--once: line width (default: the terminal's)")
+    add("--deadline", type=float, default=ONCE_DEADLINE, metavar="SECONDS",
+        help=f"--once: give up after this long overall (default {ONCE_DEADLINE:.0f})")
     add("--ca-file", metavar="FILE", help="CA bundle for an https URL")
     add("--insecure", action="store_true", help="do not verify the https certificate")
     return p
@@ -110,12 +119,12 @@ class State:
         return f"sort: {order}{shown}   {HELP}"
 
 
-def read(endpoint: Endpoint, rates: Rates) -> NodeView:
-    """The node as the exporter says now, or an empty view that says why not."""
+def read(endpoint: Endpoint, rates: Rates, until: float | None = None) -> NodeView:
+    """The node as the exporter says now, or an empty view that says why not (one line)."""
     try:
-        return parse(endpoint.read(), rates)
+        return parse(endpoint.read(until), rates)
     except (OSError, ValueError) as exc:
-        return NodeView(error=str(exc))
+        return NodeView(error=" ".join(str(exc).split()))
 
 
 def screen_lines(state: State, width: int, height: int) -> list[str]:
@@ -135,7 +144,7 @@ def paint(screen: curses.window, state: State) -> None:
     screen.erase()
     for y, text in enumerate(screen_lines(state, width - 1, height)[:height]):
         try:
-            screen.addnstr(y, 0, text, width - 1)
+            screen.addnstr(y, 0, printable(text), width - 1)
         except curses.error:  # a terminal shrunk mid-paint
             break
     screen.refresh()
@@ -163,26 +172,24 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
         paint(screen, state)
 
 
-SETTLE_SECONDS = 10.0
-"""--once waits at most this long for every GPU to have a verdict (a daemon just started
-says unknown for its first windows)."""
-
-
-def once(endpoint: Endpoint, state: State, interval: float, width: int) -> int:
+def once(endpoint: Endpoint, state: State, interval: float, width: int,
+         deadline: float = ONCE_DEADLINE) -> int:
     """Print one frame after at least two reads (so rates are known) and, within
-    SETTLE_SECONDS, once every GPU has a regime."""
+    SETTLE_SECONDS, once every GPU has a regime; whatever happens, within ``deadline``
+    seconds (a server that trickles its answer is given up, in one line)."""
+    until = time.monotonic() + deadline
     rates = Rates(min_seconds=0.0)
-    state.view = read(endpoint, rates)
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while not state.view.error:
+    state.view = read(endpoint, rates, until)
+    settle = time.monotonic() + SETTLE_SECONDS
+    while not state.view.error and time.monotonic() + interval < until:
         time.sleep(interval)
-        state.view = read(endpoint, rates)
+        state.view = read(endpoint, rates, until)
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
-        if settled or time.monotonic() >= deadline:
+        if settled or time.monotonic() >= settle:
             break
     width = width or shutil.get_terminal_size((80, 24)).columns
     rows = state.rows()
-    print("\n".join(line.rstrip() for line in frame(state.view, rows, width)))
+    print("\n".join(printable(line.rstrip()) for line in frame(state.view, rows, width)))
     return 1 if state.view.error else 0
 
 
@@ -209,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint = Endpoint(url, ca_file=args.ca_file, insecure=args.insecure)
     try:
         if args.once or not sys.stdout.isatty():
-            return once(endpoint, state, args.interval, args.width)
+            return once(endpoint, state, args.interval, args.width, args.deadline)
         curses.wrapper(live, endpoint, state, max(args.interval, 0.2))
         return 0
     except KeyboardInterrupt:

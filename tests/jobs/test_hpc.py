@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from structlog.testing import capture_logs
 
 from exporter.readings import Device, JobAssignments, JobIdentity
@@ -72,3 +73,89 @@ def test_a_missing_directory_fails_the_poll_with_its_name(tmp_path: Path) -> Non
     result = poll(tmp_path / "absent")
     assert not result.ok and result.reason == "dir_missing"
     assert str(tmp_path / "absent") in result.error
+
+
+# --- a hostile mapping directory ([identity], issue 38) -----------------------------------
+
+
+def test_a_symlinked_mapping_file_is_not_followed(tmp_path: Path) -> None:
+    """A symlink to a root-only file outside the directory: its first id-shaped line must
+    not become a public job id."""
+    outside = tmp_path / "etc-secret"
+    outside.write_text("s3cr3t-token\n")
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").symlink_to(outside)
+    (mapping / "1").write_text("4242\n")
+    result = poll(mapping)
+    assert gpus(result) == {"1": "4242"}
+    assert result.errors == {"not_regular_file": 1}
+    assert "s3cr3t" not in repr(result)
+
+
+def test_two_thousand_files_keep_the_lowest_indices(tmp_path: Path) -> None:
+    """Over the cap, the lowest GPU indices are kept in numeric order: GPUs 2-9 keep their
+    jobs (string order would keep 0, 1, 10, 100, 1000, ...)."""
+    for index in range(2000):
+        (tmp_path / str(index)).write_text(f"{index + 1}\n")
+    inventory = tuple(Device(str(i), f"GPU-{i}") for i in range(10))
+    result = HpcJobMapSource(str(tmp_path), 5.0, lambda: inventory).poll_blocking()
+    assert gpus(result) == {str(i): str(i + 1) for i in range(10)}
+    assert result.errors == {"too_many_files": 1}
+
+
+def test_a_fifo_swapped_in_never_blocks(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "0").write_text("7\n")
+    src = HpcJobMapSource(str(tmp_path), 5.0, lambda: INVENTORY)
+    assert gpus(src.poll_blocking()) == {"0": "7"}
+    (tmp_path / "0").unlink()
+    os.mkfifo(tmp_path / "0")  # as if swapped between the listing and the open
+    (tmp_path / "1").write_text("8\n")
+    result = src.poll_blocking()
+    assert result.ok and gpus(result) == {"1": "8"}
+    assert result.errors == {"not_regular_file": 1}
+
+
+def test_a_fifo_swapped_in_after_the_listing_never_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from exporter.sources.jobs import hpc
+
+    os.mkfifo(tmp_path / "0")
+    (tmp_path / "1").write_text("8\n")
+    monkeypatch.setattr(hpc, "_list", lambda _: (["0", "1"], []))  # listed as a file
+    result = poll(tmp_path)
+    assert result.ok and gpus(result) == {"1": "8"}
+    assert result.errors == {"not_regular_file": 1}
+
+
+def test_a_read_that_sleeps_is_given_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from exporter.sources.jobs import hpc, reader
+
+    monkeypatch.setattr(reader, "READ_TIMEOUT", 0.3)
+    release = threading.Event()
+    real = hpc.read_jobs
+
+    def sleepy(path: str) -> tuple[list[bytes], bool]:
+        if path.endswith("/0"):
+            release.wait()
+        return real(path)
+
+    monkeypatch.setattr(hpc, "read_jobs", sleepy)
+    (tmp_path / "0").write_text("7\n")
+    (tmp_path / "1").write_text("8\n")
+    try:
+        started = time.monotonic()
+        result = poll(tmp_path)
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+    assert result.ok and gpus(result) == {"1": "8"}
+    assert result.errors == {"read_timeout": 1}

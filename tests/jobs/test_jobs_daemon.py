@@ -79,3 +79,15 @@ def test_settings_choose_the_sources(tmp_path: Path) -> None:
     assert names() == ["jobs_proc"]
     assert names(processes=False) == []
     assert names(processes=False, hpc_job_mapping_dir=str(tmp_path)) == ["jobs_hpc"]
+
+
+def test_proc_root_moves_the_jobs_source_under_simulate(tmp_path: Path) -> None:
+    """--proc-root (kubernetes.proc_root) moves the jobs source on the simulated node too,
+    so a hostile tree can be tested through the whole daemon."""
+    from exporter.collectors.jobs import _proc_root
+    from exporter.config import build as build_settings
+
+    moved = build_settings({"simulate": True, "kubernetes": {"proc_root": str(tmp_path)}})
+    assert _proc_root(moved) == (str(tmp_path), None)
+    root, tree = _proc_root(build_settings({"simulate": True}))
+    assert tree is not None and root != "/proc"

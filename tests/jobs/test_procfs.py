@@ -18,24 +18,33 @@ from exporter.sources.jobs.procfs import MAX_ENVIRON, ProcJobSource
 
 NODE = "n1"
 SECRET = "hunter2-never-published"
+USER_CGROUP = "0::/user.slice/user-1000.slice/session-3.scope\n"
+
+
+def slurm_cgroup(job: str | int) -> str:
+    """slurmstepd's cgroup v2 path for a task of ``job``."""
+    return f"0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
 
 
 def proc(
     root: Path,
     pid: int,
     env: dict[str, str] | bytes = b"",
-    cgroup: str = "0::/user.slice/user-1000.slice/session-3.scope\n",
+    cgroup: str = USER_CGROUP,
     session: int | None = None,
     start: int = 500,
-    parent: int = 1,
+    ppid: int = 1,
+    comm: str = "py (worker) 1",
+    uid: int = 1000,
 ) -> Path:
-    """One fake /proc/<pid>: stat, cgroup, environ (a dict, or raw bytes as given)."""
+    """One fake /proc/<pid>: stat, status, cgroup, environ (a dict, or raw bytes)."""
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
     sid = pid if session is None else session
-    fields = ["S", str(parent), str(sid), str(sid), "0", "-1", "4194560", *["0"] * 12,
+    fields = ["S", str(ppid), str(sid), str(sid), "0", "-1", "4194560", *["0"] * 12,
               str(start), "0"]
-    (d / "stat").write_text(f"{pid} (py (worker) 1) {' '.join(fields)}\n")
+    (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+    (d / "status").write_text(f"Name:\t{comm[:15]}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     (d / "cgroup").write_text(cgroup)
     raw = env if isinstance(env, bytes) else b"".join(
         f"{k}={v}\0".encode() for k, v in {"HOME": "/root", "API_KEY": SECRET, **env}.items()
@@ -56,8 +65,10 @@ def jobs(result: SourceResult) -> dict[str, JobIdentity]:
 
 
 def test_slurm_from_the_environment_joins_gpus_of_one_job(tmp_path: Path) -> None:
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "0"})
-    proc(tmp_path, 11, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "1"})
+    # proctrack/linuxproc: no job cgroup, the tasks are slurmstepd's (root's) children
+    proc(tmp_path, 9, comm="slurmstepd", uid=0)
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "0"}, ppid=9)
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "1"}, ppid=9)
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.ok and not result.errors
     assert jobs(result) == {"0": JobIdentity("slurm", "777"), "1": JobIdentity("slurm", "777")}
@@ -101,7 +112,7 @@ def test_a_job_directory_outside_slurm_is_not_a_slurm_job() -> None:
     ],
 )
 def test_launcher_variables(tmp_path: Path, env: dict[str, str], expected: JobIdentity) -> None:
-    proc(tmp_path, 10, env)
+    proc(tmp_path, 10, env, cgroup=slurm_cgroup(99) if "SLURM_JOB_ID" in env else USER_CGROUP)
     assert jobs(source(tmp_path, [("0", 10)]).poll_blocking()) == {"0": expected}
 
 
@@ -129,17 +140,17 @@ def test_the_ranks_torchrun_starts_in_sessions_of_their_own_are_one_job(tmp_path
     session: the workers are its session's job, as spawned ranks would be. A terminal
     multiplexer's panes (sessions under a server that leads its own) stay apart."""
     proc(tmp_path, 100, start=900)  # the shell
-    proc(tmp_path, 600, session=100, start=960, parent=100)  # torchrun's agent, no GPU
-    proc(tmp_path, 601, start=961, parent=600)  # worker: leads its own session
-    proc(tmp_path, 602, start=962, parent=600)
+    proc(tmp_path, 600, session=100, start=960, ppid=100)  # torchrun's agent, no GPU
+    proc(tmp_path, 601, start=961, ppid=600)  # worker: leads its own session
+    proc(tmp_path, 602, start=962, ppid=600)
     proc(tmp_path, 700, start=10)  # a tmux server: leads its session
-    proc(tmp_path, 701, start=11, parent=700)  # a pane's program: its own session
-    proc(tmp_path, 702, start=12, parent=700)
+    proc(tmp_path, 701, start=11, ppid=700)  # a pane's program: its own session
+    proc(tmp_path, 702, start=12, ppid=700)
     # a launcher that leads its own session under a daemon's child (srun's slurmstepd)
     proc(tmp_path, 800, start=20)  # the daemon (child of init)
-    proc(tmp_path, 810, start=21, parent=800)  # torchrun, its own session
-    proc(tmp_path, 811, start=22, parent=810)  # its workers, each their own session
-    proc(tmp_path, 812, start=23, parent=810)
+    proc(tmp_path, 810, start=21, ppid=800)  # torchrun, its own session
+    proc(tmp_path, 811, start=22, ppid=810)  # its workers, each their own session
+    proc(tmp_path, 812, start=23, ppid=810)
     listed = [("0", 601), ("1", 602), ("2", 701), ("3", 702), ("4", 811), ("5", 812)]
     got = jobs(source(tmp_path, listed, environ=False).poll_blocking())
     assert got == {
@@ -184,7 +195,8 @@ def test_a_bad_value_is_dropped_and_counted(tmp_path: Path, value: bytes, reason
 
 def test_an_oversized_environment_is_read_to_its_cap_only(tmp_path: Path) -> None:
     padding = b"X=" + b"a" * (4 * MAX_ENVIRON) + b"\0"
-    proc(tmp_path, 10, b"SLURM_JOB_ID=31\0" + padding + b"TORCHELASTIC_RUN_ID=late\0")
+    proc(tmp_path, 10, b"SLURM_JOB_ID=31\0" + padding + b"TORCHELASTIC_RUN_ID=late\0",
+         cgroup="0::/slurm/uid_0/\n")
     proc(tmp_path, 11, padding[: MAX_ENVIRON - 4] + b"\0SLURM_JOB_ID=123456789\0")
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.errors == {"environ_too_long": 2}
@@ -199,7 +211,7 @@ def test_a_variable_name_only_prefixed_like_ours_is_not_read(tmp_path: Path) -> 
 
 
 def test_a_process_gone_between_listing_and_reading(tmp_path: Path) -> None:
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"})
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup=slurm_cgroup(1))
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.ok and result.errors == {"pid_gone": 1}
     assert jobs(result) == {"0": JobIdentity("slurm", "1")}
@@ -220,20 +232,21 @@ def deny(monkeypatch: pytest.MonkeyPatch, *paths: Path) -> None:
     if os.geteuid() != 0:
         return
     denied = {str(p) for p in paths}
+    real = procfs.read_file
 
-    def guarded(path: str, *args: object, **kwargs: object) -> object:
+    def guarded(path: str, cap: int) -> tuple[bytes, bool]:
         if str(path) in denied:
             raise PermissionError(13, "Permission denied", str(path))
-        return open(path, *args, **kwargs)  # type: ignore[call-overload]
+        return real(path, cap)
 
-    monkeypatch.setattr(procfs, "open", guarded, raising=False)
+    monkeypatch.setattr(procfs, "read_file", guarded)
 
 
 def test_an_unreadable_environment_falls_back_and_is_counted_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup="0::/slurm/job_8/step_0\n")
-    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"})
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"}, cgroup="0::/slurm/uid_0/\n")
     deny(monkeypatch, d / "environ", tmp_path / "11" / "environ")
     src = source(tmp_path, [("0", 10), ("1", 11)])
     with capture_logs() as logs:
@@ -246,7 +259,7 @@ def test_an_unreadable_environment_falls_back_and_is_counted_once(
 
 
 def test_cache_reads_a_process_once_and_a_reused_pid_again(tmp_path: Path) -> None:
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, start=100)
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, start=100, cgroup=slurm_cgroup(1))
     listed = [ProcessInfo("0", 10)]
     src = ProcJobSource(JobsConfig(), str(tmp_path), NODE, processes=lambda: tuple(listed))
     assert jobs(src.poll_blocking())["0"].job_id == "1"
@@ -254,14 +267,14 @@ def test_cache_reads_a_process_once_and_a_reused_pid_again(tmp_path: Path) -> No
     assert jobs(src.poll_blocking())["0"].job_id == "1"  # listed throughout: cached
     listed.clear()  # the process ended; NVML no longer lists it
     assert jobs(src.poll_blocking()) == {}
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "3"}, start=200)  # its pid reused by a new job
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "3"}, start=200, cgroup=slurm_cgroup(3))  # reused
     listed.append(ProcessInfo("0", 10))
     assert jobs(src.poll_blocking())["0"].job_id == "3"
 
 
 def test_several_jobs_on_one_gpu_pick_the_strongest_and_count_once(tmp_path: Path) -> None:
-    proc(tmp_path, 10, {"SLURM_JOB_ID": "20"})
-    proc(tmp_path, 11, {"SLURM_JOB_ID": "10"})
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "20"}, cgroup=slurm_cgroup(20))
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "10"}, cgroup=slurm_cgroup(10))
     proc(tmp_path, 12, {"TORCHELASTIC_RUN_ID": "a"})
     src = source(tmp_path, [("0", 12), ("0", 10), ("0", 11)])
     with capture_logs() as logs:
@@ -275,6 +288,6 @@ def test_several_jobs_on_one_gpu_pick_the_strongest_and_count_once(tmp_path: Pat
 def test_stat_with_a_hostile_command_name() -> None:
     text = "5 (a) b) c (d) R 1 2 3 " + " ".join(["0"] * 15) + " 42 0\n"
     stat = ident.parse_stat(text)
-    assert stat == ident.Stat(session=3, start_ticks=42, parent=1)
+    assert stat == ident.Stat(session=3, start_ticks=42, ppid=1, comm="a) b) c (d")
     assert ident.parse_stat("garbage") is None
     assert ident.parse_stat("1 (x) S 1 2 notanumber " + "0 " * 20) is None

@@ -6,10 +6,12 @@ jobs on that GPU, one per line; the epilog removes or empties it. dcgm-exporter 
 directories and names that are not integers, and so does this source. A GPU index also
 covers its MIG instances (``<index>-<gpu instance>``), as dcgm-exporter labels them.
 
-Bounded: at most :data:`MAX_FILES` files, :data:`MAX_FILE` bytes and :data:`MAX_JOBS` lines
-of each; each job id passes the same check as the process source's values. Problems (an
-unreadable file, a bad id, a GPU listing several jobs) are counted once each time they
-appear, not on every poll.
+Bounded: at most :data:`MAX_FILES` files (the lowest GPU indices, in numeric order),
+:data:`MAX_FILE` bytes and :data:`MAX_JOBS` lines of each; each job id passes the same check
+as the process source's values. A symlink is never followed, a FIFO never opened for
+reading in blocking mode, and every listing and read runs on an abandonable thread bounded
+in time (:mod:`exporter.sources.jobs.reader`). Problems (an unreadable file, a bad id, a
+GPU listing several jobs) are counted once each time they appear, not on every poll.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from exporter.readings import Device, JobAssignments, JobIdentity
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
+from exporter.sources.jobs.reader import (
+    Reader,
+    ReadTimeout,
+    Unavailable,
+    errno_reason,
+    read_file,
+)
 
 log = structlog.get_logger("jobs")
 
@@ -51,10 +60,8 @@ class Fresh:
 def read_jobs(path: str) -> tuple[list[bytes], bool]:
     """The non-empty lines of one mapping file (at most :data:`MAX_JOBS`) and whether the
     file was cut at :data:`MAX_FILE` bytes or :data:`MAX_JOBS` lines."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_FILE + 1)
-    cut = len(data) > MAX_FILE
-    lines = data[:MAX_FILE].splitlines()
+    data, cut = read_file(path, MAX_FILE)
+    lines = data.splitlines()
     if cut:
         lines = lines[:-1]  # the last line may be a fragment
     jobs = [line.strip() for line in lines if line.strip()]
@@ -72,24 +79,29 @@ class HpcJobMapSource(BlockingSource):
         self._dir = directory
         self._inventory = inventory
         self._fresh = Fresh()
+        self._reader = Reader(f"source-{SOURCE}-read")
+
+    async def close(self) -> None:
+        self._reader.stop()  # a poll waiting on a stuck read returns now
+        await super().close()
 
     def poll_blocking(self) -> SourceResult:
-        try:
-            names = sorted(e.name for e in os.scandir(self._dir) if _is_gpu_file(e))
-        except OSError as exc:
-            reason = "permission_denied" if isinstance(exc, PermissionError) else "dir_missing"
-            return SourceResult(
-                source=SOURCE, ok=False, reason=reason,
-                error=f"HPC job-mapping directory {self._dir}: {exc.strerror or exc}",
-                reading=JobAssignments("hpc"),
-            )
-        problems: set[tuple[str, str]] = set()
+        listed = self._reader.map(_list, [self._dir])[0]
+        if not isinstance(listed, tuple):
+            return self._failed(listed)
+        names, links = listed
+        problems: set[tuple[str, str]] = {
+            ("not_regular_file", os.path.join(self._dir, name)) for name in links
+        }
         if len(names) > MAX_FILES:
             problems.add(("too_many_files", self._dir))
             names = names[:MAX_FILES]
         by_index: dict[str, JobIdentity] = {}
-        for name in names:
-            job = self._job_of(name, problems)
+        paths = [os.path.join(self._dir, name) for name in names]
+        for name, path, outcome in zip(
+            names, paths, self._reader.map(read_jobs, paths), strict=True
+        ):
+            job = self._job_of(path, outcome, problems)
             if job is not None:
                 by_index[name] = job
         errors: dict[str, int] = {}
@@ -101,16 +113,36 @@ class HpcJobMapSource(BlockingSource):
         }
         return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments("hpc", gpus))
 
-    def _job_of(self, name: str, problems: set[tuple[str, str]]) -> JobIdentity | None:
-        path = os.path.join(self._dir, name)
-        try:
-            raw, cut = read_jobs(path)
-        except FileNotFoundError:  # removed by an epilog since the listing
+    def _failed(self, exc: BaseException) -> SourceResult:
+        if isinstance(exc, (ReadTimeout, Unavailable)):
+            reason, why = "read_timeout", "listing did not return in time"
+        elif isinstance(exc, OSError):
+            reason = "permission_denied" if isinstance(exc, PermissionError) else "dir_missing"
+            why = exc.strerror or str(exc)
+        else:
+            raise exc  # a bug: the scheduler turns it into a failed poll
+        return SourceResult(
+            source=SOURCE, ok=False, reason=reason,
+            error=f"HPC job-mapping directory {self._dir}: {why}",
+            reading=JobAssignments("hpc"),
+        )
+
+    def _job_of(
+        self, path: str, outcome: object, problems: set[tuple[str, str]]
+    ) -> JobIdentity | None:
+        if isinstance(outcome, FileNotFoundError):  # removed by an epilog since the listing
             return None
-        except OSError as exc:
-            problems.add(("permission_denied" if isinstance(exc, PermissionError)
-                          else "unreadable", path))
+        if isinstance(outcome, (ReadTimeout, Unavailable)):
+            problems.add(("read_timeout", path))
             return None
+        if isinstance(outcome, OSError):
+            problems.add(("permission_denied" if isinstance(outcome, PermissionError)
+                          else "unreadable" if errno_reason(outcome) != "read_not_regular"
+                          else "not_regular_file", path))
+            return None
+        if not isinstance(outcome, tuple):
+            raise outcome if isinstance(outcome, BaseException) else TypeError(outcome)
+        raw, cut = outcome
         if cut:
             problems.add(("file_too_long", path))
         jobs = set()
@@ -124,9 +156,23 @@ class HpcJobMapSource(BlockingSource):
         return JobIdentity("hpc", min(jobs)) if jobs else None
 
 
-def _is_gpu_file(entry: os.DirEntry[str]) -> bool:
-    name = entry.name
-    try:
-        return name.isascii() and name.isdigit() and len(name) <= 4 and entry.is_file()
-    except OSError:
-        return False
+def _list(directory: str) -> tuple[list[str], list[str]]:
+    """The GPU-index names of regular files in ``directory``, in numeric order, and the
+    GPU-index names that are neither a file nor a directory (a symlink, never followed; a
+    FIFO, a socket, a device). Directories and other names are skipped, as dcgm-exporter
+    skips them."""
+    files: list[str] = []
+    links: list[str] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if not (name.isascii() and name.isdigit() and len(name) <= 4):
+                continue
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    files.append(name)
+                elif not entry.is_dir(follow_symlinks=False):
+                    links.append(name)
+            except OSError:
+                continue
+    return sorted(files, key=int), sorted(links, key=int)

@@ -79,17 +79,35 @@ def slurm_job_of_cgroup(text: str) -> str | None:
     """The Slurm job id in a ``/proc/<pid>/cgroup`` (v1: ``4:memory:/slurm/uid_1000/
     job_42/step_0/task_0``, v2: ``0::/system.slice/slurmstepd.scope/job_42/step_0/...``):
     a ``job_<digits>`` component below one naming slurm."""
+    return parse_cgroup(text).job
+
+
+@dataclass(frozen=True, slots=True)
+class Cgroup:
+    """What a process's cgroup says about Slurm: slurmstepd puts every task of a job under
+    ``job_<id>``, and only root (slurmd) can move a process into or out of it."""
+
+    slurm: bool
+    """Some path component names slurm: the process runs under a Slurm daemon."""
+    job: str | None
+    """The ``job_<id>`` below it: the scheduler's own word for the process's job."""
+
+
+def parse_cgroup(text: str) -> Cgroup:
+    """The Slurm part of a ``/proc/<pid>/cgroup``."""
+    slurm = False
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
         parts = path.split("/")
         for i, part in enumerate(parts):
             if "slurm" in part:
+                slurm = True
                 for below in parts[i + 1 :]:
                     match = _SLURM_DIR.fullmatch(below)
                     if match:
-                        return match.group(1)
+                        return Cgroup(True, match.group(1))
                 break
-    return None
+    return Cgroup(slurm, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +117,21 @@ class Stat:
     session: int
     start_ticks: int
     """Clock ticks after boot the process started: with the pid, unique on the node."""
-    parent: int = 0
-    """The parent's pid (0 when not known)."""
+    ppid: int = 0
+    comm: str = ""
+    """The command name (any process may set its own: evidence only with its uid)."""
 
 
 def parse_stat(text: str) -> Stat | None:
     """Session and start time from ``/proc/<pid>/stat``; the command name (field 2) may hold
     spaces and parentheses, so fields are counted from its last ``)``."""
-    _, paren, rest = text.rpartition(")")
+    head, paren, rest = text.rpartition(")")
     fields = rest.split()
     if not paren or len(fields) < 20:
         return None
     try:
-        return Stat(session=int(fields[3]), start_ticks=int(fields[19]), parent=int(fields[1]))
+        return Stat(session=int(fields[3]), start_ticks=int(fields[19]), ppid=int(fields[1]),
+                    comm=head.partition("(")[2])
     except ValueError:
         return None
 
@@ -123,15 +143,68 @@ def strongest(identities: Iterable[JobIdentity]) -> JobIdentity | None:
     return min(identities, key=lambda j: (rank.get(j.source, len(rank)), j.key), default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """An environment claim checked against a stronger source: refused (the cgroup says
+    otherwise, or the process runs outside Slurm) or believed unverified (no cgroup)."""
+
+    reason: str
+    """``job_claim_refused`` or ``job_claim_unverified``."""
+    variable: str
+    why: str
+
+
+REFUSED = "job_claim_refused"
+UNVERIFIED = "job_claim_unverified"
+_PMIX_SLURM = re.compile(r"slurm\.pmix\.([0-9]{1,20})\.")
+
+
+def slurm_claim(name: str, value: str) -> str | None:
+    """The Slurm job an environment value names: ``SLURM_JOB_ID``, or Slurm's PMIx plugin's
+    namespace ``slurm.pmix.<job>.<step>``; None for a variable that names none."""
+    if name == SLURM_JOB:
+        return value
+    match = _PMIX_SLURM.match(value) if name == PMIX_NAMESPACE else None
+    return match.group(1) if match else None
+
+
 def from_process(
-    variables: Mapping[str, bytes], cgroup_job: str | None
-) -> tuple[JobIdentity | None, list[BadValue]]:
-    """The strongest identity the environment or the Slurm cgroup names, and the values
-    dropped on the way (each is counted, none published)."""
+    variables: Mapping[str, bytes], cgroup: Cgroup | None, stepd: bool = False
+) -> tuple[JobIdentity | None, list[BadValue], list[Claim]]:
+    """The strongest identity the cgroup or the environment names, the values dropped on
+    the way and the claims judged (each is counted, none published).
+
+    The scheduler's word wins: a Slurm cgroup's job is authoritative, and a variable naming
+    a Slurm job is believed only from a process in a Slurm cgroup, below a slurmstepd
+    (``stepd``), or where no cgroup could be read (``cgroup`` None: believed, counted
+    unverified). A process that claims a Slurm job from outside Slurm is refused whole: no
+    variable of its environment is believed, and its process session names its job."""
+    values, bad = _values(variables)
+    claims: list[Claim] = []
     found: list[JobIdentity] = []
+    if cgroup is not None and cgroup.job is not None:
+        found.append(JobIdentity("slurm", cgroup.job))
+    for name, value in list(values.items()):
+        job = slurm_claim(name, value)
+        if job is None:
+            continue
+        if cgroup is None:
+            claims.append(Claim(UNVERIFIED, name, "no cgroup could be read"))
+        elif cgroup.job is not None and job != cgroup.job:
+            claims.append(Claim(REFUSED, name, f"its Slurm cgroup is job {cgroup.job}"))
+            del values[name]
+        elif not cgroup.slurm and not stepd:
+            claims.append(Claim(REFUSED, name, "outside any Slurm cgroup or slurmstepd"))
+            return None, bad, claims
+    for name, value in values.items():
+        found.append(JobIdentity(VARIABLES[name], value))
+    return strongest(found), bad, claims
+
+
+def _values(variables: Mapping[str, bytes]) -> tuple[dict[str, str], list[BadValue]]:
+    """The variables that pass :func:`checked`, torchrun's placeholder left out."""
+    values: dict[str, str] = {}
     bad: list[BadValue] = []
-    if cgroup_job is not None:
-        found.append(JobIdentity("slurm", cgroup_job))
     for name, raw in variables.items():
         try:
             value = checked(name, raw)
@@ -140,8 +213,8 @@ def from_process(
             continue
         if name == TORCHELASTIC_RUN_ID and value == TORCHRUN_PLACEHOLDER:
             continue
-        found.append(JobIdentity(VARIABLES[name], value))
-    return strongest(found), bad
+        values[name] = value
+    return values, bad
 
 
 def session_identity(node: str, session: int, leader_start: int | None) -> JobIdentity:

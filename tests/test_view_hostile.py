@@ -1,0 +1,211 @@
+"""``top`` and the landing page fed hostile labels and hostile servers ([identity], issue
+38): only printable text reaches a terminal, a trickling or oversized answer is given up in
+one line within a bound, the node name is checked at start-up, and the landing page says
+what a browser may do with it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import pytest
+
+from exporter.view import source
+from exporter.view.rows import parse
+from exporter.view.source import Endpoint
+from exporter.view.table import frame
+from tests.conftest import REPO
+
+OSC52 = "\x1b]52;c;cm0gLXJmIH4K\x07"
+"""Write "rm -rf ~" to the operator's clipboard."""
+TITLE = "\x1b]0;owned\x07"
+CLEAR = "\x1b[2J\x1b[H"
+C1_CSI = "\x9b2J"
+HOSTILE = f"""\
+goodput_exporter_build_info{{node="n{CLEAR}",version="1{TITLE}",backend="nvml",\
+python_version="3"}} 1
+goodput_gpu_info{{gpu="0",node="n",name="H100{C1_CSI}"}} 1
+goodput_gpu_up{{gpu="0",node="n",reason=""}} 1
+goodput_gpu_regime{{gpu="0",node="n",regime="compute_bound"}} 1
+goodput_gpu_job_info{{gpu="0",node="n",job_source="slurm",namespace="",job_id="j{OSC52}"}} 1
+goodput_gpu_up{{gpu="1{CLEAR}",node="n",reason="x\u202eevil"}} 0
+"""
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def _clean(text: str) -> bool:
+    return not any(c in text for c in RAW)
+
+
+def test_printable_shows_controls_escaped() -> None:
+    from exporter.view.printable import printable
+
+    assert printable(f"a{OSC52}b") == "a\\x1b]52;c;cm0gLXJmIH4K\\x07b"
+    assert printable("\x9b\u202eé日\t") == "\\x9b\\u202eé日\\x09"
+    assert printable(printable(CLEAR)) == printable(CLEAR)
+
+
+def test_every_frame_line_is_printable() -> None:
+    view = parse(HOSTILE)
+    lines = frame(view, view.rows, 400, selected=0)
+    text = "\n".join(lines)
+    assert _clean(text), text
+    assert "\\x1b]52" in text  # shown, escaped: the operator sees what was sent
+
+
+@contextmanager
+def serve(handle: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A one-thread HTTP server on loopback answering every connection with ``handle``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def run() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            threading.Thread(target=_answer, args=(conn, handle, stop), daemon=True).start()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/metrics"
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def _answer(conn: socket.socket, handle: Callable[[socket.socket], None],
+            stop: threading.Event) -> None:
+    with conn:
+        conn.recv(65536)
+        with suppress(OSError):
+            handle(conn)
+
+
+def _send(body: str) -> Callable[[socket.socket], None]:
+    data = body.encode()
+
+    def handle(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + str(len(data)).encode() + b"\r\nConnection: close\r\n\r\n" + data)
+
+    return handle
+
+
+def _trickle(conn: socket.socket) -> None:
+    """Headers, then one byte every 0.2 s for ever: every socket read succeeds in time."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                 b"Content-Length: 100000000\r\n\r\n")
+    for _ in range(10_000):
+        conn.sendall(b"#")
+        time.sleep(0.2)
+
+
+def _top(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "exporter", "top", *args],
+                          capture_output=True, text=True, timeout=timeout, check=False,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return done, time.monotonic() - started
+
+
+def test_top_once_prints_no_escape_sequence() -> None:
+    with serve(_send(HOSTILE)) as url:
+        done, _ = _top("--once", "--url", url, "--interval", "0.1", "--width", "300")
+    assert _clean(done.stdout + done.stderr), repr(done.stdout)
+    assert "\\x1b]52;c;" in done.stdout and "\\x1b[2J" in done.stdout  # shown, escaped
+
+
+def test_a_trickling_server_is_given_up_in_one_line() -> None:
+    """On main this ran past 40 s; now the first read is given up at source.READ_DEADLINE."""
+    with serve(_trickle) as url:
+        done, took = _top("--once", "--url", url)
+    assert done.returncode == 1
+    assert took < source.READ_DEADLINE + 5, took
+    errors = [line for line in done.stdout.splitlines() if "cannot read" in line]
+    assert len(errors) == 1 and "no complete answer" in errors[0], done.stdout
+
+
+def test_top_once_has_an_overall_deadline() -> None:
+    """A server that answers every read, slowly, with GPUs that never settle: --deadline
+    ends it."""
+    body = HOSTILE.replace('regime="compute_bound"', 'regime="unknown"')
+
+    def slow(conn: socket.socket) -> None:
+        time.sleep(0.8)
+        _send(body)(conn)
+
+    with serve(slow) as url:
+        done, took = _top("--once", "--url", url, "--interval", "0.1", "--deadline", "2")
+    assert done.returncode in (0, 1) and "REGIME" in done.stdout, done.stderr
+    assert took < 2 + 3, took
+    assert _clean(done.stdout)
+
+
+def test_an_oversized_answer_is_refused_before_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source, "MAX_BYTES", 1 << 20)
+    with serve(_send("# " + "x" * (2 << 20) + "\n")) as url, pytest.raises(
+        OSError, match="larger than 1 MiB"
+    ):
+        Endpoint(url).read()
+
+
+def test_a_node_name_with_controls_is_refused_at_start() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "--listen", "127.0.0.1:0",
+         "--node-name", f"n{TITLE}"], capture_output=True, text=True, timeout=60,
+        check=False, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and "node name" in done.stderr
+    assert _clean(done.stderr)
+
+
+@pytest.mark.parametrize("name", ["node-1.example", "GPU_NODE_7"])
+def test_ordinary_node_names_are_taken(name: str) -> None:
+    from exporter.config import build
+
+    assert build({"node_name": name}).node_name == name
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"node_name": "a b"},
+        {"node_name": "-x"},
+        {"serving": {"targets": [{"url": "http://h/", "model": f"m{OSC52}"}]}},
+        {"serving": {"targets": [{"url": "http://h/", "gpus": ["0\x1b"]}]}},
+        {"serving": {"targets": [{"url": f"http://h/metrics{CLEAR}"}]}},
+    ],
+)
+def test_label_settings_are_checked_at_start(tree: dict[str, Any]) -> None:
+    from exporter.config import ConfigError, build
+
+    with pytest.raises(ConfigError) as err:
+        build(tree)
+    assert _clean(str(err.value))
+
+
+async def test_the_landing_page_says_what_a_browser_may_do(sim: Any) -> None:
+    from tests.test_server import client_for
+
+    client, _ = await client_for(sim)
+    try:
+        page = await client.get("/")
+        csp = page.headers["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
+        assert "script-src" not in csp  # no script at all
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        assert page.headers["X-Frame-Options"] == "DENY"
+    finally:
+        await client.close()
