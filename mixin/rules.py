@@ -127,15 +127,18 @@ XID_CLASSES = (("other", ".*"), ("application", "13|31|43|45|68"),
 
 def _xid(c: RuleCtx) -> str:
     """XIDs per GPU and class. An XID seen for the first time creates its series at 1, which
-    increase() cannot see: count series that are new while an exporter of the node was up
-    (`* 1` drops the metric name). The full label set decides what is new, so a new exporter
-    pod's first XID counts too."""
+    an increase cannot see: series that are new while an exporter of the node was up count
+    whole (`* 1` drops the metric name). The full label set decides what is new, so a new
+    exporter pod's first XID counts too. A series born while no exporter of the node was up
+    (XIDs from before monitoring started) counts only what it rose after its first sample,
+    on VictoriaMetrics too (PromQL.increase)."""
     xid, window = c.q.s("goodput_gpu_xid_errors_total"), c.cfg.windows.xid
     build_info = c.q.s("goodput_exporter_build_info")
+    rose = c.q.increase("goodput_gpu_xid_errors_total", window).replace("\n", "\n    ")
     counted = (f"  sum by ({c.q.gpu_by}, xid) (\n"
-               f"    increase({xid}[{window}]) > 0\n    or (\n"
-               f"      {xid} * 1\n        unless {xid} offset {window}\n"
-               f"    ) and on ({c.q.node_key}) ({build_info} offset {window})\n  ),\n")
+               f"    (\n      {xid} * 1\n        unless {xid} offset {window}\n"
+               f"    ) and on ({c.q.node_key}) ({build_info} offset {window})\n"
+               f"    or {rose} > 0\n  ),\n")
     classes = ",\n".join(f'  "xid_class", "{name}", "xid", "{xids}")'
                          for name, xids in XID_CLASSES)
     return "label_replace(" * len(XID_CLASSES) + "\n" + counted + classes + "\n"
