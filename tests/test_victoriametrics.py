@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.fleet.generator import expected_alerts
 from mixin import names as N
 from tests.support.side_by_side import (
     ALERTS,
@@ -164,19 +165,13 @@ def test_no_rule_fails_on_either_ruler(both: Engines) -> None:
 
 def _expected(e: Engines) -> dict[str, set[tuple[str, str, str]]]:
     """alert -> (cluster, node, gpu) it must fire for, in both halves of the fleet."""
-    per_gpu = {a: gpus for a, gpus in fleet_expected(e).items() if a in CHECKED}
+    per_gpu = {a: gpus for a, gpus in expected_alerts(e.plan).items() if a in CHECKED}
     node, gpu = xid_node(e.plan)
     per_gpu["GPUXidCritical"] = {(node, gpu)}
     out: dict[str, set[tuple[str, str, str]]] = {
         a: {(c, n, g) for c in CLUSTERS for n, g in gpus} for a, gpus in per_gpu.items()}
     out["GoodputExporterDown"] = {(c, DOWN, "") for c in CLUSTERS}
     return out
-
-
-def fleet_expected(e: Engines) -> dict[str, set[tuple[str, str]]]:
-    from bench.fleet.generator import expected_alerts
-
-    return expected_alerts(e.plan)
 
 
 @pytest.mark.parametrize("engine", ["Prometheus", "VictoriaMetrics"])

@@ -98,7 +98,8 @@ class VictoriaMetrics:
             with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=120) as resp:
                 body = json.load(resp)
         except urllib.error.HTTPError as exc:
-            raise AssertionError(f"VictoriaMetrics rejected {expr!r}: {exc.read()[:500]!r}")
+            raise AssertionError(
+                f"VictoriaMetrics rejected {expr!r}: {exc.read()[:500]!r}") from None
         if body.get("status") != "success":
             raise AssertionError(f"query {expr!r}: {body}")
         return list(body["data"]["result"])
@@ -174,8 +175,9 @@ class VmAlert:
         deadline = time.monotonic() + timeout
         while True:
             rules = self.rules()
-            if rules and all(r.get("lastEvaluation", "").startswith(("1", "2"))
-                             and not r["lastEvaluation"].startswith("0001") for r in rules):
+            # Never evaluated: Go's zero time, 0001-01-01T00:00:00Z.
+            if rules and all(not r.get("lastEvaluation", "0001").startswith("0001")
+                             for r in rules):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("vmalert has not evaluated every rule")
