@@ -57,6 +57,9 @@ LATE, DOWN = "gpu-node-late", "gpu-node-down"
 # gone on both engines: a backfill writes no staleness markers, so on Prometheus each level of
 # chained rules outlives its input by the 5 minute lookback.
 LATE_FOR, DOWN_FOR, XID_FOR = 8 * 60, 35 * 60, 4 * 60
+# How long after t0 the live rulers still see the scenarios as at t0 (the monitored XID
+# leaves its 10 minute window 6 minutes after t0).
+SCENARIOS_HOLD = 5 * 60
 NODE_LABEL = re.compile(r'node="([^"]+)"')
 
 
@@ -219,11 +222,15 @@ class Engines:
 
 @contextmanager
 def engines(workdir: Path, rules: Path = RULES, alerts: Path = ALERTS,
-            lead_s: float = 20) -> Iterator[Engines]:
+            lead_s: float = 45) -> Iterator[Engines]:
     """Both engines loaded and their live rulers running, at or after t0 + 35 s (past
-    VictoriaMetrics' -search.latencyOffset, so a query at t0 sees every sample)."""
+    VictoriaMetrics' -search.latencyOffset, so a query at t0 sees every sample).
+
+    t0 sits 15 s past a minute: the rules evaluate on the minute, halfway between two
+    samples, so every run compares the engines at the same point of the sample grid (where a
+    rate window's edge falls decides how far apart the engines' rates are)."""
     began = time.monotonic()
-    t0 = float(int(time.time() + lead_s))
+    t0 = float(int(time.time() + lead_s) // 60 * 60 + 15)
     plan = side_by_side_plan()
     feed = write_feed(workdir, t0, plan)
     build_prometheus(workdir / "prometheus", feed, rules)
@@ -240,6 +247,9 @@ def engines(workdir: Path, rules: Path = RULES, alerts: Path = ALERTS,
              "rule_files": [str(alerts)], "scrape_configs": []}))
         ruler = stack.enter_context(vmalert(workdir / "vmalert", vm, [alerts]))
         build_s = time.monotonic() - began
+        if time.time() > t0 + SCENARIOS_HOLD:
+            raise RuntimeError(f"building both stores took {build_s:.0f} s: the scenarios "
+                               "around t0 no longer hold; raise lead_s")
         time.sleep(max(0.0, t0 + 35 - time.time()))
         ruler.wait_evaluated()
         _wait_prometheus_evaluated(prom)
