@@ -54,9 +54,10 @@ CHECKED = ("GPULost", "GPUXidCritical", "GPUThermalThrottling", "GPUBusyButUnpro
 # last sample before it). Measured here: at most 0.0148 apart for ratios (hollow 0.060
 # against 0.045), 3 % otherwise (utilization 0.361 against 0.350); the rules evaluate halfway
 # between two samples every run (side_by_side.engines), so these are the same each run.
-# Power and throttling are compared on their series only: the simulated energy and clock-event counters advance once
-# every 75 s, so one engine may count one step more than the other in a 5 minute window
-# (486 W against 731 W for a 584 W GPU; 1.11 against 1.00 for a GPU throttled all the time).
+# Power and throttling are compared on their series only: the simulated energy and
+# clock-event counters advance once every 75 s, so one engine may count one step more than
+# the other in a 5 minute window (486 W against 731 W for a 584 W GPU; 1.11 against 1.00 for
+# a GPU throttled all the time).
 VALUES = (N.GPU_UTILIZATION, N.GPU_PROFILED, N.GPU_SM_ACTIVE, N.GPU_HOLLOW, N.GPU_TOKENS,
           N.GPU_XID, N.REGIME_GPUS, N.NAMESPACE_HOLLOW, N.NAMESPACE_TOKENS, N.MODEL_TOKENS,
           N.JOB_GPU_SM_ACTIVE, N.JOB_STRAGGLER, N.JOB_WAITING_GPUS)
