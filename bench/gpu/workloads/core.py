@@ -37,9 +37,20 @@ def command(name: str, *args: str, python: str | None = None) -> list[str]:
 
 
 def emit(event: str, **fields: Any) -> None:
-    """One protocol line: ``{"event": ..., "time": <unix seconds>, ...}``, flushed at once
-    because the orchestrator starts its clock on ``ready``."""
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
+    """One protocol line: ``{"event": ..., "time": <unix seconds>, ...}``, written at once
+    because the orchestrator starts its clock on ``ready``, and in one write so that ranks
+    sharing a launcher's stdout (torchrun) never interleave within a line."""
+    import os
+
+    line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): no descriptor
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return
+    os.write(fd, line.encode())
 
 
 class BadArgs(Exception):
@@ -143,21 +154,25 @@ def per_second(amount: float, seconds: float) -> float:
 # --- NCCL ranks, one process per GPU ------------------------------------------------------------
 
 def join_ranks(rank: int, world: int, port: int) -> tuple[Any, Any, Any, threading.Event]:
-    """In a spawned rank: NVLink multicast off, this rank's GPU selected, NCCL joined.
+    """In a spawned rank (or one torchrun started): NVLink multicast off, this rank's GPU
+    selected, NCCL joined.
     Returns (torch, torch.distributed, the device, an event SIGTERM/SIGINT set)."""
     import os
     import signal
 
     os.environ.update(NO_MULTICAST)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    launched = "LOCAL_RANK" in os.environ  # torchrun set the rendezvous and the local rank
+    if not launched:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch
     import torch.distributed as dist
 
     local_stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
     signal.signal(signal.SIGINT, lambda *_: local_stop.set())
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
+    local = int(os.environ["LOCAL_RANK"]) if launched else rank
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     return torch, dist, dev, local_stop
 
