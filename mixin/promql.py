@@ -54,6 +54,18 @@ class PromQL:
     def rate(self, metric: str, window: str | None = None, matchers: str = "") -> str:
         return f"rate({self.s(metric, matchers)}[{window or self.cfg.windows.rate}])"
 
+    def increase(self, metric: str, window: str, matchers: str = "") -> str:
+        """What ``metric`` (a counter) rose by over ``window``, meaning the same on Prometheus
+        and VictoriaMetrics: a series that already existed at the window's start takes
+        increase() (both engines see its rise from there); a series born inside the window
+        counts only what it rose after its first sample. increase() alone differs there:
+        Prometheus starts from the first sample, MetricsQL from 0, so on VictoriaMetrics an
+        XID or ECC counter first scraped at 1 - an error from before monitoring started -
+        would count as a new one."""
+        sel = self.s(metric, matchers)
+        return (f"(\n  increase({sel}[{window}])\n    and {sel} offset {window}\n"
+                f"  or {sel} - min_over_time({sel}[{window}])\n)")
+
     def per_gpu(self, op: str, expr: str, *extra: str) -> str:
         """``op by (<gpu_by>, extra...) (expr)``: one series per GPU (and extra labels),
         whichever exporter pod (instance) reported it."""

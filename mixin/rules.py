@@ -36,6 +36,13 @@ HEADER = f"""\
 # read only the shard's own nodes); groups named goodput.global.* run once, where every
 # shard's recorded series meet (a Prometheus federating the shards, a Thanos or Mimir ruler).
 # One Prometheus for the whole fleet simply loads them all.
+#
+# VictoriaMetrics (docs/install.md#victoriametrics): vmalert takes these files unchanged. It
+# reads a rule that another rule of the same group records as of that group's previous
+# evaluation (results are written asynchronously, and read -search.latencyOffset behind): a
+# rule reading another always comes after it, and such chained figures (models, tokens per
+# SM-second, the fleet and job figures) lag one evaluation on vmalert; hollow utilization reads
+# the counters so it is never older than the utilization beside it.
 """
 
 
@@ -94,9 +101,14 @@ Builder = Callable[[RuleCtx], str]
 # --- goodput.shard.gpu ------------------------------------------------------------------
 
 def _hollow(c: RuleCtx) -> str:
-    """Kernel time during which the SMs did nothing."""
-    return (f"clamp_min(\n  {c.rec(N.GPU_UTILIZATION)}\n    - {c.rec(N.GPU_SM_ACTIVE)}\n"
-            f"      / ({c.rec(N.GPU_PROFILED)} > 0),\n  0\n)\n")
+    """Kernel time during which the SMs did nothing. From the counters, not from the three
+    rules above it in this group: vmalert reads a rule of its own group as of the previous
+    evaluation (docs/install.md#victoriametrics), which would make hollow time one evaluation
+    older than the utilization it is read next to."""
+    util = c.counter("goodput_gpu_utilization_seconds_total")
+    sm = c.counter("goodput_gpu_sm_active_seconds_total")
+    profiled = c.counter("goodput_gpu_profiled_seconds_total")
+    return f"clamp_min(\n  {util}\n    - {sm}\n      / ({profiled} > 0),\n  0\n)\n"
 
 
 def _model_info(c: RuleCtx) -> str:
@@ -127,15 +139,18 @@ XID_CLASSES = (("other", ".*"), ("application", "13|31|43|45|68"),
 
 def _xid(c: RuleCtx) -> str:
     """XIDs per GPU and class. An XID seen for the first time creates its series at 1, which
-    increase() cannot see: count series that are new while an exporter of the node was up
-    (`* 1` drops the metric name). The full label set decides what is new, so a new exporter
-    pod's first XID counts too."""
+    an increase cannot see: series that are new while an exporter of the node was up count
+    whole (`* 1` drops the metric name). The full label set decides what is new, so a new
+    exporter pod's first XID counts too. A series born while no exporter of the node was up
+    (XIDs from before monitoring started) counts only what it rose after its first sample,
+    on VictoriaMetrics too (PromQL.increase)."""
     xid, window = c.q.s("goodput_gpu_xid_errors_total"), c.cfg.windows.xid
     build_info = c.q.s("goodput_exporter_build_info")
+    rose = c.q.increase("goodput_gpu_xid_errors_total", window).replace("\n", "\n    ")
     counted = (f"  sum by ({c.q.gpu_by}, xid) (\n"
-               f"    increase({xid}[{window}]) > 0\n    or (\n"
-               f"      {xid} * 1\n        unless {xid} offset {window}\n"
-               f"    ) and on ({c.q.node_key}) ({build_info} offset {window})\n  ),\n")
+               f"    (\n      {xid} * 1\n        unless {xid} offset {window}\n"
+               f"    ) and on ({c.q.node_key}) ({build_info} offset {window})\n"
+               f"    or {rose} > 0\n  ),\n")
     classes = ",\n".join(f'  "xid_class", "{name}", "xid", "{xids}")'
                          for name, xids in XID_CLASSES)
     return "label_replace(" * len(XID_CLASSES) + "\n" + counted + classes + "\n"

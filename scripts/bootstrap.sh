@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make this checkout runnable on a fresh Debian/Ubuntu machine: a virtualenv with the package
-# and its dev tools, and with --tools the real Prometheus tools the tests use (when missing).
+# and its dev tools, and with --tools the real Prometheus and VictoriaMetrics tools the tests
+# use (when missing).
 # --runtime installs the package with its runtime dependencies only (make run), unless the
 # dev install is already there. Idempotent: a second run only checks.
 set -euo pipefail
@@ -10,16 +11,17 @@ need_apt=()
 mode=dev
 [ "${1:-}" = "--runtime" ] && mode=runtime
 if [ "${1:-}" = "--tools" ]; then  # only the tests and the local stack need them
-  for tool in prometheus promtool prometheus-alertmanager amtool; do
+  for tool in prometheus promtool prometheus-alertmanager amtool victoria-metrics vmalert; do
     command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
   done
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
-  echo "bootstrap: installing prometheus and prometheus-alertmanager (missing: ${need_apt[*]})"
+  echo "bootstrap: installing prometheus, prometheus-alertmanager and victoria-metrics" \
+    "(missing: ${need_apt[*]})"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    prometheus prometheus-alertmanager >/dev/null
+    prometheus prometheus-alertmanager victoria-metrics >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -36,7 +36,19 @@ POD = "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
 # scoped by cluster too: a global ruler sees the GPU 0 of every cluster's node "n1".
 # CLUSTER, NODE, GPU, NAMESPACE and POD are replaced by the configured label names (_labels).
 SORT_PODS = '| sortByLabel "POD" | sortByLabel "NAMESPACE"'
-GPU_ARGS = "$labels.cluster $labels.node $labels.gpu"
+
+
+def query_args(*labels: str) -> str:
+    """printf arguments for a templated query, each label read as ``(or $labels.x "")``.
+
+    A label the alert lacks (cluster on a single-cluster setup, namespace on a Slurm or
+    process job) must format as "" on every engine: Prometheus gives "" for a missing key,
+    but vmalert gives nil, printf writes `%!q(<nil>)`, the query fails to parse and vmalert
+    drops the whole alert. `label=""` matches the label's absence on both."""
+    return " ".join(f'(or $labels.{label} "")' for label in labels)
+
+
+GPU_ARGS = query_args("cluster", "node", "gpu")
 GPU_MATCH = "{CLUSTER=%q,NODE=%q,GPU=%q}"
 PODS_QUERY = "group by (NAMESPACE, POD) (goodput_gpu_pod_info" + GPU_MATCH + ")"
 PODS_RANGE = fill('{{ range printf "${query}" ${args} | query ${sort} }}',

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mixin import names as N
-from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_value
+from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_args, query_value
 from mixin.templates import fill
 
 
@@ -84,7 +84,7 @@ def _waited_share(c: AlertCtx) -> str:
     job = f"{lb.cluster}=%q,{lb.job_source}=%q,{lb.namespace}=%q,{lb.job_id}=%q"
     query = (f"sum({N.JOB_WAITING_GPUS}{{{job}}}) / count(group by ({lb.node}, {lb.gpu}) "
              f"(goodput_gpu_job_info{{{job}}}))")
-    args = " ".join(["$labels.cluster $labels.job_source $labels.namespace $labels.job_id"] * 2)
+    args = " ".join([query_args("cluster", "job_source", "namespace", "job_id")] * 2)
     return fill('{{ with printf "${query}" ${args} | query }}The job\'s GPUs lost '
                 "{{ . | first | value | humanizePercentage }} of their time waiting on their "
                 "peers.{{ else }}No exporter of the job estimates its waiting time.{{ end }}",
@@ -132,8 +132,8 @@ def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
             f"  ({c.th(name, 'max_share_of_median')} * {c.rec(N.MODEL_TOKENS_PER_SM_MEDIAN)})\n"
             f"and on ({by_model})\n"
             f"  ({c.rec(N.MODEL_GPUS)} >= {c.th(name, 'min_fleet_gpus')})")
-    median = ('{{ with printf "${median}{CLUSTER=%q,model=%q}" $labels.cluster $labels.model'
-              ' | query }}{{ . | first | value | printf "%.1f" }}{{ end }}')
+    median = ('{{ with printf "${median}{CLUSTER=%q,model=%q}" ' + query_args("cluster", "model")
+              + ' | query }}{{ . | first | value | printf "%.1f" }}{{ end }}')
     return c.alert(
         name, expr,
         "GPU {{ $labels.gpu }} on {{ $labels.node }} makes far fewer tokens per SM-second than "

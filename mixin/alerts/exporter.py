@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from mixin import names as N
-from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, human, query_value
+from mixin.alerts.common import (
+    GPU_MATCH,
+    AlertBuilder,
+    AlertCtx,
+    human,
+    query_args,
+    query_value,
+)
 
 
 def profiling_unavailable(c: AlertCtx) -> dict[str, Any]:
@@ -68,9 +75,9 @@ def exporter_stale(c: AlertCtx) -> dict[str, Any]:
 
 def exporter_source_errors(c: AlertCtx) -> dict[str, Any]:
     name, window = "GoodputExporterSourceErrors", c.cfg.windows.source_errors
-    errors = c.q.s("goodput_exporter_source_errors_total")
+    errors = c.q.increase("goodput_exporter_source_errors_total", window)
     return c.alert(
-        name, f"sum by ({c.q.node_by}, source) (increase({errors}[{window}]))"
+        name, f"sum by ({c.q.node_by}, source) {errors}"
         f" >= {c.th(name, 'min_errors')}",
         "Source {{ $labels.source }} of the exporter on {{ $labels.node }} keeps failing",
         c.text("The {{ $labels.source }} source of the exporter on {{ $labels.node }} failed "
@@ -83,7 +90,7 @@ def serving_target_down(c: AlertCtx) -> dict[str, Any]:
     """Down as long as no exporter pod of the node reaches it."""
     name, up = "ServingTargetDown", c.q.s("goodput_serving_target_up")
     reason = ('{{ with printf "goodput_serving_target_error_info{CLUSTER=%q,NODE=%q,'
-              'target=%q}" $labels.cluster $labels.node $labels.target | query }}'
+              'target=%q}" ' + query_args("cluster", "node", "target") + ' | query }}'
               "reason: {{ (. | first).Labels.reason }}{{ else }}no reason reported{{ end }}")
     return c.alert(
         name, f"max by ({c.q.node_by}, target, engine, model) ({up}) == 0",

@@ -51,8 +51,8 @@ def power_brake(c: AlertCtx) -> dict[str, Any]:
 
 def ecc_uncorrectable(c: AlertCtx) -> dict[str, Any]:
     window = c.cfg.windows.ecc
-    ecc = c.q.s("goodput_gpu_ecc_errors_total", 'type="uncorrected"')
-    expr = c.q.per_gpu("sum", f"increase({ecc}[{window}])", "type") + " > 0"
+    rose = c.q.increase("goodput_gpu_ecc_errors_total", window, 'type="uncorrected"')
+    expr = c.q.per_gpu("sum", rose, "type") + " > 0"
     return c.alert(
         "GPUEccUncorrectable", c.q.with_pods(expr, ["type"]),
         "Uncorrectable ECC errors on GPU {{ $labels.gpu }} on {{ $labels.node }}",
