@@ -34,6 +34,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--listen", "listen", "HOST:PORT"),
     Flag("--simulate", "simulate"),
     Flag("--simulate-gpus", "simulate_gpus", "N"),
+    Flag("--simulate-engines", "simulate_engines"),
     Flag("--interval", "interval", "SECONDS"),
     Flag("--node-name", "node_name", "NAME"),
     Flag("--log-format", "log_format"),
@@ -218,9 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return top(argv[1:])
     args = parser().parse_args(argv)
+    tree = flags_to_tree(args)
     try:
         config_file = getattr(args, "config", None) or os.environ.get("GOODPUT_CONFIG")
-        settings = build(flags_to_tree(args), config_file=config_file)
+        settings = build(tree, config_file=config_file)
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -249,11 +251,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     sockets = listen(settings.listen, log)  # first: a taken port is the only thing said
     if sockets is None:
         return EXIT_USAGE
-    return _run(args, settings, (config_file, web_config_file), web_config, sockets)
+    if settings.simulate_engines:
+        try:
+            tree, settings = with_simulated_engines(tree, config_file)
+        except (OSError, ConfigError) as exc:
+            print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return _run(tree, settings, (config_file, web_config_file), web_config, sockets)
+
+
+def with_simulated_engines(tree: dict[str, Any], config_file: str | None) -> tuple[
+    dict[str, Any], Settings
+]:
+    """Start the simulated serving engines; the flags with their targets, and the settings
+    (a reload keeps the targets: they are part of the flags it re-reads)."""
+    from exporter.sim import engines
+
+    tree = {**tree, "serving": {**tree.get("serving", {}), "targets": engines.start()}}
+    return tree, build(tree, config_file=config_file)
 
 
 def _run(
-    args: argparse.Namespace,
+    tree: dict[str, Any],
     settings: Settings,
     files: tuple[str | None, str | None],
     web_config: webconfig.WebConfig,
@@ -279,7 +298,7 @@ def _run(
     from exporter.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
-    daemon.reload = Reloader(daemon, flags_to_tree(args), *files, web_layer)
+    daemon.reload = Reloader(daemon, tree, *files, web_layer)
     app = daemon.app(middlewares=[web_layer.middleware])
     app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.nvml.backend,
                                     sockets, web_config.ssl_context is not None))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +44,10 @@ def test_start_up_fits_a_screen_names_the_url_and_uses_words(tmp_path: Path) -> 
     assert names.index("started") <= 1  # only "listening" (port 0) may come first
     assert started["url"].startswith("http://127.0.0.1:") and started["gpus"] == 12
     assert started["profiling"] == "gpm on 12 GPUs" and started["serving_targets"] == 0
-    assert started["top"] == f"gpu-goodput-exporter top --url {started['url']}metrics"
+    program, *rest = shlex.split(started["top"])  # a command this install can run as typed
+    assert rest == ["top", "--url", f"{started['url']}metrics"] or rest[:3] == [
+        "-m", "exporter", "top"], started["top"]
+    assert shutil.which(program, path=ENV.get("PATH")) or (REPO / program).is_file(), program
     before_stop = names[: names.index("stopped")] if "stopped" in names else names
     assert len(before_stop) <= 24, names  # one screen: the start line and first verdicts
     for quiet in ("gpm_support", "profiling_source_selected", "nvml_ready", "source_ok"):

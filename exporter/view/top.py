@@ -121,7 +121,7 @@ def read(endpoint: Endpoint, rates: Rates) -> NodeView:
 def screen_lines(state: State, width: int, height: int) -> list[str]:
     """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
     rows = state.rows()
-    room = max(height - 4 - (1 if state.view.error else 0), 1)
+    room = max(height - 4 - (1 if state.view.error else 0) - len(state.view.jobs), 1)
     top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
     title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
              f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
@@ -146,6 +146,8 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
         curses.curs_set(0)
     screen.timeout(100)
     rates, due = Rates(min_seconds=min(interval, 1.0) * 0.9), 0.0
+    if not read(endpoint, rates).error:  # the first frame shows rates: two reads apart
+        time.sleep(rates.min_seconds)
     while True:
         if time.monotonic() >= due:
             state.view = read(endpoint, rates)
@@ -166,24 +168,32 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
 SETTLE_SECONDS = 10.0
 """--once waits at most this long for every GPU to have a verdict (a daemon just started
 says unknown for its first windows)."""
+ONCE_RATE_SECONDS = 6.0
+"""--once takes its rates over at least this long: the clock-event counter moves in ~5 s
+steps, so a shorter window can miss a throttled GPU's step."""
 
 
 def once(endpoint: Endpoint, state: State, interval: float, width: int) -> int:
-    """Print one frame after at least two reads (so rates are known) and, within
-    SETTLE_SECONDS, once every GPU has a regime."""
+    """Print one frame after reads ONCE_RATE_SECONDS apart (so rates are known) and, within
+    SETTLE_SECONDS, once every GPU has a regime; a daemon that cannot be read is one line on
+    standard error, not a frame around it."""
     rates = Rates(min_seconds=0.0)
     state.view = read(endpoint, rates)
-    deadline = time.monotonic() + SETTLE_SECONDS
+    start = time.monotonic()
     while not state.view.error:
         time.sleep(interval)
         state.view = read(endpoint, rates)
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
-        if settled or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:
             break
+    if state.view.error:
+        print(f"gpu-goodput-exporter top: cannot read {state.view.error}", file=sys.stderr)
+        return 1
     width = width or shutil.get_terminal_size((80, 24)).columns
     rows = state.rows()
     print("\n".join(line.rstrip() for line in frame(state.view, rows, width)))
-    return 1 if state.view.error else 0
+    return 0
 
 
 def quiet_logs() -> None:
