@@ -39,6 +39,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#111;background:#fff}
 h1{font-size:1.25em;margin:0 0 .3em}
 h2{font-size:1.05em;margin:1em 0 .3em}
 table{border-collapse:collapse;width:100%}
+table.jobs{width:auto}
 th,td{padding:.25em .5em;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
 th a{color:inherit}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -115,7 +116,7 @@ def _jobs(jobs: Sequence[JobRow]) -> str:
             f"<td>{escape(job.job_source)}</td><td>{escape(', '.join(job.gpus))}</td>"
             f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}</tr>")
     head = "".join(f"<th>{h}</th>" for h in JOB_HEADERS)
-    return (f"<h2>Multi-GPU jobs</h2><table><thead><tr>{head}</tr></thead>"
+    return (f'<h2>Multi-GPU jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
