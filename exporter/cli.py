@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import os
 import signal
 import socket
@@ -50,7 +51,21 @@ class Parser(argparse.ArgumentParser):
     """A usage error in one line naming the flag; the usage block is one --help away."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}{self.did_you_mean(message)} "
+                              "(see --help)\n")
+
+    def did_you_mean(self, message: str) -> str:
+        """``; did you mean --interval?`` for a misspelt flag, as the environment gets."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        words = message.partition(":")[2].split()
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for flag in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        return "; " + "; ".join(hints) if hints else ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -204,7 +219,9 @@ def listen(where: str, log: Any) -> list[socket.socket] | None:
     try:
         sockets = bind(host, port)
     except OSError as exc:  # the port is taken, or the address is not ours
-        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}",
+        hint = ("; another process holds it: choose another with --listen HOST:PORT "
+                "(make run LISTEN=HOST:PORT)" if exc.errno == errno.EADDRINUSE else "")
+        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}{hint}",
               file=sys.stderr)
         return None
     if port == 0:  # HOST:0: the port the kernel picked, for whoever started us

@@ -97,6 +97,16 @@ def test_usage_error_is_one_line() -> None:
         "(choose from 'json', 'console') (see --help)"]
 
 
+def test_a_misspelt_flag_gets_did_you_mean_like_a_misspelt_variable() -> None:
+    for argv, words in ((["--intervl", "2"], "--intervl: did you mean --interval?"),
+                        (["top", "--filtr=x"], "--filtr: did you mean --filter?")):
+        done = subprocess.run([sys.executable, "-m", "exporter", *argv], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert words in done.stderr and done.stderr.endswith("(see --help)\n"), done.stderr
+    assert cli.parser().did_you_mean("unrecognized arguments: --zzzzzz") == ""
+
+
 def test_an_ignored_variable_that_looks_like_a_typo_names_the_setting() -> None:
     assert cli.did_you_mean(["GOODPUT_INTERVL", "GOODPUT_PORT_9433_TCP",
                              "GOODPUT_SERVING__INTERVALL"]) == {"did_you_mean": {

@@ -368,3 +368,23 @@ async def test_the_landing_pages_first_load_shows_every_rate_the_daemon_has(
     assert "throttled: hw_thermal_slowdown" in row
     assert '<span class="muted">-</span>' not in row.split("</td>")[3]  # SM active
     assert '<a href="docs/top.md">top.md</a>' in html
+
+
+def test_top_once_against_a_stopped_daemon_prints_one_line_and_no_frame() -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "exporter", "top", "--once", "--url",
+                           f"http://127.0.0.1:{port}/metrics"], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"gpu-goodput-exporter top: cannot read http://127.0.0.1:{port}")

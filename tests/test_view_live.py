@@ -2,8 +2,8 @@
 in a real headless Chromium, both on the simulated node: every GPU shows its regime and why.
 
 Skipped where tmux or Chromium is not installed (CI installs both: .ci/run). With
-GOODPUT_UPDATE_SCREENSHOTS=1 the run rewrites docs/images/landing-page.png, landing-first-load.png and
-docs/images/top.txt, the pictures docs/top.md shows.
+GOODPUT_UPDATE_SCREENSHOTS=1 the run rewrites docs/images/landing-page.png,
+landing-first-load.png and top.txt, the pictures docs/top.md shows.
 """
 
 from __future__ import annotations
