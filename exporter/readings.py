@@ -408,6 +408,10 @@ class JobVerdict:
     wait_seconds: tuple[tuple[str, float], ...] = ()
     """(gpu, cumulative seconds it waited on its peers in this job), for every GPU of the
     job: rate() gives the share of time each GPU lost waiting."""
+    part_seconds: tuple[tuple[str, str, float], ...] = ()
+    """(gpu, part, cumulative seconds): where each GPU's time in this job went (working,
+    transferring, waiting, host_stalled, idle; exporter/model/jobs.py), the parts of one
+    GPU summing to its seconds in the job."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ def _jobs(url: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def test_a_new_identity_source_is_judged_like_any_other(lease_daemon: str) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 40  # a straggler is named once it has held 10 s
     while True:
         jobs = _jobs(lease_daemon)
         named = [labels["gpu"] for name, labels, v in jobs if name == "goodput_job_straggler"]
@@ -45,4 +45,6 @@ def test_a_new_identity_source_is_judged_like_any_other(lease_daemon: str) -> No
     info = {labels["gpu"]: (labels["job_source"], labels["job_id"])
             for name, labels, _ in jobs if name == "goodput_gpu_job_info"}
     assert info == {"9": ("lease", "lease-7"), "10": ("lease", "lease-7")}
-    assert named == ["9"] and waited["9"] == 0
+    # the straggler's own small kernels are hollow (a sync loop): a little of it reads as
+    # waiting, far less than its waiting peer's
+    assert named == ["9"] and waited["9"] < waited["10"] / 5

@@ -239,7 +239,7 @@ def test_waiting_rank_is_comm_wait_and_its_peer_the_straggler() -> None:
     """A verdict that depends on two GPUs' readings: the same window on GPU 0 means
     'waiting on GPU 1' only because GPU 1 of the same pod works hard."""
     node = Node(gpus=("0", "1"), pods=job("0", "1"))
-    verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
+    verdicts = node.run(12, {"0": WAITING, "1": STRAGGLER})
     assert verdicts.gpus["0"].regime == "comm_wait"
     assert verdicts.gpus["1"].regime == "compute_bound"
     assert not verdicts.gpus["0"].busy_unproductive  # waiting is not hollow work
@@ -271,7 +271,7 @@ def test_two_pods_of_one_job_are_one_job() -> None:
     node = Node(gpus=("0", "1"), pods=pods)
     node.store.publish(SourceResult(source="pod_labels", reading=PodJobs(
         {("ml", "train-0"): "train", ("ml", "train-1"): "train"})))
-    verdicts = node.run(4, {"0": WAITING, "1": STRAGGLER})
+    verdicts = node.run(12, {"0": WAITING, "1": STRAGGLER})
     (j,) = verdicts.jobs
     assert j.identity.key == ("kubernetes", "ml", "train")
     assert (j.gpus, j.straggler) == (("0", "1"), "1")
@@ -322,7 +322,7 @@ def test_a_hollow_rank_is_waiting_only_because_its_peer_works() -> None:
 
     clock = Clock()
     together = NodeModel(CFG, clock=clock)
-    for _ in range(4):
+    for _ in range(12):  # a straggler is named once it has held 10 s
         v = drive(together, clock, {"0": HOLLOW, "1": BUSY}, job("0", "1"))
     assert v.gpus["0"].regime == "comm_wait" and not v.gpus["0"].busy_unproductive
     assert v.gpus["1"].regime == "compute_bound"

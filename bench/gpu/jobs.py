@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import threading
@@ -31,19 +32,37 @@ from typing import Any
 
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.process import WorkloadProcess
-from testkit.harness import REPO, DaemonProcess, child_env, http_get
+from testkit.harness import REPO, DaemonProcess, child_env, free_port, http_get
 
-# row -> (workload, its options, what must hold)
+# row -> (workload, its options); how the row starts and what it expects: LAUNCH
 ROWS: dict[str, tuple[str, list[str]]] = {
-    "straggler_5x": ("job_straggler", ["--extra", "4"]),
-    "straggler_25pct": ("job_straggler", ["--extra", "0.25"]),
+    "rotating": ("job_rotating", ["--extra", "1.0"]),
+    "pipeline_gpipe": ("job_gpipe", ["--microbatches", "4", "--activation-mib", "32"]),
     "straggler_10pct": ("job_straggler", ["--extra", "0.10"]),
     "host_stall": ("job_host_stall", ["--stall-ms", "300"]),
+    "late_joiner": ("job_late", ["--late-s", "8"]),
     "balanced": ("job_balanced", []),
+    "comm_heavy": ("job_tp", ["--gemm-n", "4096", "--gemms", "1", "--allreduce-mib", "8",
+                              "--rounds", "4"]),
+    "back_to_back": ("job_rotating", ["--extra", "1.0"]),
+    "straggler_5x": ("job_straggler", ["--extra", "4"]),
+    "straggler_25pct": ("job_straggler", ["--extra", "0.25"]),
     "ddp_overlap": ("job_ddp", []),
     "p2p_copy": ("job_p2p", []),
     "pipeline_2stage": ("job_pipeline", ["--extra", "0.25"]),
 }
+LOST_ROWS = ("rotating", "pipeline_gpipe", "straggler_10pct", "host_stall", "late_joiner",
+             "balanced", "comm_heavy", "back_to_back")
+"""The [lost] report's rows (issue 42), the default."""
+TORCHRUN = {"rotating": "rdzv", "pipeline_gpipe": "plain", "straggler_10pct": "rdzv",
+            "host_stall": "plain", "late_joiner": "rdzv", "balanced": "plain",
+            "comm_heavy": "rdzv", "back_to_back": "plain"}
+"""Rows whose ranks the real torchrun starts: ``rdzv`` with --rdzv-id (its run id names the
+job), ``plain`` without (a Slurm step running torchrun: SLURM_JOB_ID names it)."""
+SKIP = {"late_joiner": 0.0}
+"""Rows judged from the start: the late rank's first seconds are the point."""
+BEFORE = {"back_to_back": ("job_straggler", ["--extra", "0.10"], 20.0)}
+"""Rows started right after another job on the same GPUs: (workload, options, seconds)."""
 MODES = ("pods", "slurm", "process")
 POD = ("bench", "trainer-0", "trainer")
 SLURM_JOB = "4242"
@@ -82,6 +101,10 @@ def scrape(text: str) -> dict[str, Any]:
                 out["stragglers"].append(s.labels.get("gpu"))
             elif s.name == "goodput_gpu_job_info":
                 out["job_info"][gpu] = f"{s.labels.get('job_source')}:{s.labels.get('job_id')}"
+            elif s.name == "goodput_gpu_job_seconds_total":
+                out.setdefault("parts", {}).setdefault(gpu, {})[s.labels.get("part")] = s.value
+            elif s.name == "goodput_gpu_link_peak_bytes_per_second" and gpu is not None:
+                row[f"peak_{s.labels.get('link')}"] = s.value
             elif s.name == "goodput_gpu_job_wait_seconds_total":
                 out["wait"][gpu] = s.value
                 out.setdefault("wait_job", {})[gpu] = s.labels.get("job_id")
@@ -124,7 +147,10 @@ def truth(events: Iterable[Mapping[str, Any]], ready: float, skip: float) -> dic
     seconds past ready and its last one (the ranks' own CUDA-event clocks)."""
     by_rank: dict[int, list[Mapping[str, Any]]] = {}
     for e in events:
-        if e.get("event") == "truth" and e.get("time", 0) >= ready + skip:
+        # the origin line each rank writes as it says ready may come just before the
+        # orchestrator reads ``ready``: a second of slack when judging from the start
+        slack = 0.0 if skip else 1.0
+        if e.get("event") == "truth" and e.get("time", 0) >= ready + skip - slack:
             by_rank.setdefault(int(e["rank"]), []).append(e)
     deltas: dict[int, dict[str, float]] = {}
     for rank, evs in by_rank.items():
@@ -142,12 +168,12 @@ def truth(events: Iterable[Mapping[str, Any]], ready: float, skip: float) -> dic
             deltas[rank]["pure_comm"] = pure * deltas[rank]["steps_per_second"]
     low = min((d["comm"] for d in deltas.values()), default=0.0)
     for d in deltas.values():
-        # waited on the job's slowest rank: comm time beyond the rank that waited least (in
-        # a collective, that rank's comm is the transfer alone); what a schedule makes every
-        # rank wait alike (a pipeline's fill and drain) shows in waited_absolute (beyond the
-        # transfer timed alone after a barrier), not here.
-        d["waited"] = max(d["comm"] - low, 0.0)
-        d["waited_absolute"] = max(d["comm"] - min(d.get("pure_comm", low), low), 0.0)
+        # waited: comm time beyond the transfer alone (timed after a barrier, no rank
+        # late), whatever made the rank wait: a slow peer, a rotating heavy rank, a
+        # pipeline's fill and drain. waited_relative is beyond the rank that waited least
+        # (what the exporter measured before issue 42).
+        d["waited"] = max(d["comm"] - d.get("pure_comm", low), 0.0)
+        d["waited_relative"] = max(d["comm"] - low, 0.0)
     return {str(r): {k: round(v, 4) for k, v in d.items()} for r, d in sorted(deltas.items())}
 
 
@@ -178,8 +204,21 @@ def judge(windows: list[dict[str, Any]], ready: float, skip: float, gpus: list[s
         waits = [(w["t"], w["wait"][gpu]) for w in steady if gpu in w["wait"]]
         if len(waits) >= 2 and waits[-1][0] > waits[0][0]:
             g["waited"] = round((waits[-1][1] - waits[0][1]) / (waits[-1][0] - waits[0][0]), 4)
+        g["split"] = split(steady, gpu)
         out[gpu] = g
     return out
+
+
+def split(windows: list[dict[str, Any]], gpu: str) -> dict[str, float]:
+    """Each part's share of the GPU's job seconds between the first and last window that
+    carry the split counters (goodput_gpu_job_seconds_total)."""
+    rows = [w.get("parts", {}).get(gpu) for w in windows]
+    rows = [r for r in rows if r]
+    if len(rows) < 2:
+        return {}
+    delta = {p: rows[-1].get(p, 0.0) - rows[0].get(p, 0.0) for p in rows[-1]}
+    total = sum(delta.values())
+    return {p: round(v / total, 4) for p, v in sorted(delta.items())} if total > 0 else {}
 
 
 def _usual(values: Iterable[Mapping[str, str]]) -> dict[str, str]:
@@ -189,33 +228,70 @@ def _usual(values: Iterable[Mapping[str, str]]) -> dict[str, str]:
     return json.loads(max(set(seen), key=seen.count)) if seen else {}
 
 
+def launch(name: str, workload: str, opts: list[str], args: argparse.Namespace,
+           job_id: str) -> tuple[list[str], dict[str, str]]:
+    """The row's command and environment: the real torchrun for the [lost] rows (with
+    --rdzv-id, the run id names the job; without, SLURM_JOB_ID does, as under srun), else
+    the workload spawning its own ranks."""
+    env = {**NO_MULTICAST, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    extra = ["--dry-run"] if args.simulate else []
+    body = [workload, "--seconds", str(args.seconds + SKIP.get(name, 0) + 30), *opts, *extra]
+    mode = TORCHRUN.get(name) if not args.simulate and not args.no_torchrun else None
+    if mode is None:
+        env.update(SLURM_JOB_ID=job_id, SLURM_JOB_NAME=f"bench-{name}")
+        return command(*body), child_env(env)
+    runner = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    port = str(free_port())
+    cmd = [runner, "--nproc-per-node", str(len(_uuids(False)))]
+    if mode == "rdzv":
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                "--rdzv-id", f"lost-{name}-{job_id}"]
+    else:
+        cmd += ["--master-addr", "127.0.0.1", "--master-port", port]
+        env.update(SLURM_JOB_ID=job_id, SLURM_JOB_NAME=f"bench-{name}")
+    return [*cmd, "-m", "bench.gpu.workloads", *body], child_env(env)
+
+
+def run_before(name: str, args: argparse.Namespace, log: Any, lock: threading.Lock) -> None:
+    """The job that ran on the same GPUs right before this row's (BEFORE)."""
+    workload, opts, seconds = BEFORE[name]
+    cmd, env = launch("before", workload, opts, args, str(int(SLURM_JOB) - 1))
+    proc = WorkloadProcess(f"{name}-before", cmd, REPO, env, log, lock)
+    try:
+        if proc.wait_ready(args.ready_timeout):
+            time.sleep(seconds)
+    finally:
+        proc.stop()
+
+
 def run_row(name: str, args: argparse.Namespace, watches: list[Watch], log: Any,
             lock: threading.Lock) -> dict[str, Any]:
     workload, opts = ROWS[name]
-    env = child_env({**NO_MULTICAST, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                     "SLURM_JOB_ID": SLURM_JOB, "SLURM_JOB_NAME": f"bench-{name}"})
-    extra = ["--dry-run"] if args.simulate else []
-    cmd = command(workload, "--seconds", str(args.seconds), *opts, *extra)
+    if name in BEFORE:
+        run_before(name, args, log, lock)
+    cmd, env = launch(name, workload, opts, args, SLURM_JOB)
+    skip = SKIP.get(name, args.skip)
     proc = WorkloadProcess(name, cmd, REPO, env, log, lock)
-    row: dict[str, Any] = {"workload": workload, "options": opts}
+    row: dict[str, Any] = {"workload": workload, "options": opts, "command": cmd[:6],
+                           "skip": skip}
     try:
         if not proc.wait_ready(args.ready_timeout):
             row["error"] = (proc.event("error") or {}).get("error", "no ready")
             return row
         ready = time.time()
         marks = {w.mode: len(w.windows) for w in watches}
-        while time.time() < ready + args.seconds and proc.proc.poll() is None:
+        while time.time() < ready + args.seconds + skip and proc.proc.poll() is None:
             time.sleep(0.5)
     finally:
         proc.stop()
     info = (proc.event("ready") or {}).get("info", {})
     row["info"] = {k: v for k, v in info.items() if k != "devices"}
-    row["truth"] = truth(proc.events, ready, args.skip)
+    row["truth"] = truth(proc.events, ready, skip)
     gpus = [str(i) for i in range(int(info.get("world") or 2))]
     row["modes"] = {}
     for w in watches:
         windows = w.windows[marks[w.mode]:]
-        row["modes"][w.mode] = judge(windows, ready, args.skip, gpus)
+        row["modes"][w.mode] = judge(windows, ready, skip, gpus)
         row["modes"][w.mode]["raw"] = windows
     return row
 
@@ -226,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=45.0, help="steady seconds per row")
     p.add_argument("--skip", type=float, default=8.0, help="seconds after ready not judged")
     p.add_argument("--ready-timeout", type=float, default=120.0)
-    p.add_argument("--rows", default=",".join(ROWS))
+    p.add_argument("--rows", default=",".join(LOST_ROWS), help=f"of {', '.join(ROWS)}")
+    p.add_argument("--no-torchrun", action="store_true", help="spawn ranks, no torchrun")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--daemon-args", default="", help="extra daemon arguments (all modes)")
     p.add_argument("--simulate", action="store_true")

@@ -68,19 +68,36 @@ class ModelConfig(Section):
     host_bound by copy-engine time, never launch_bound or hollow_busy."""
     straggler_gap: float = Field(default=0.05, ge=0, le=1)
     """A GPU of a multi-GPU job holds the job back when a peer exchanging data over its links
-    spends at least this much more of its time in kernels that leave the SMs empty (hollow:
-    kernel time minus SM active, smoothed over ``straggler_window_seconds``): the peer waits
-    for it in collectives. Measured on two H200: 0.17 for a peer doing 10 % more work, under
-    0.03 for a balanced pair (docs/efficiency.md)."""
-    straggler_window_seconds: float = Field(default=20.0, ge=1, le=600)
-    """Time constant of the smoothing behind the straggler comparison."""
+    waits at least this much more of its time than it does (and at least twice as much),
+    for ``straggler_confirm_seconds`` on end. Measured on four H200: 0.17-0.19 for peers of
+    a rank doing 10 % more work, under 0.03 between the ranks of a balanced job
+    (docs/efficiency.md)."""
+    straggler_window_seconds: float = Field(default=3.0, ge=1, le=600)
+    """Time constant of the smoothing behind the straggler comparison (a running mean over
+    a job's first seconds, so no one window weighs more than the others)."""
+    straggler_confirm_seconds: float = Field(default=10.0, ge=0, le=3600)
+    """A straggler is named once the same GPU has held the others back this long without a
+    break, and dropped once it has not for ``straggler_window_seconds``: imbalance that
+    moves between ranks, a late joiner's first seconds and a job's start name nobody."""
     collective_sm_active: float = Field(default=0.18, ge=0, lt=1)
-    """SM active of a rank spinning in a collective (NCCL keeps some SMs resident): a
-    waiting rank's excess hollow time divided by (1 - this) is its waited share. 0.18-0.19
-    measured on H200 (NCCL all-reduce, 2 ranks, a rank waiting 82-96 % of the time)."""
+    """SM active of a rank spinning in a collective (NCCL keeps some SMs resident), used when
+    the tensor pipes cannot tell it: 0.18-0.20 measured on H200 (NCCL all-reduce, a rank
+    waiting 82-96 % of the time)."""
     p2p_sm_active: float = Field(default=0.0, ge=0, lt=1)
     """The same for a rank whose link traffic goes one way (a pipeline stage blocked in a
     send or receive): NCCL's point-to-point kernels keep almost no SM busy."""
+    own_hollow_ratio: float = Field(default=0.04, ge=0, lt=0.5)
+    """Hollow time of a job's own compute kernels per second of them (GEMMs leave a few
+    per cent of the SMs empty at their edges): 0.04-0.07 measured for 8192-square bf16
+    GEMMs on H200. Subtracted before hollow time is read as waiting."""
+    tensor_per_compute_second: float = Field(default=0.95, gt=0, le=1)
+    """Tensor-pipe activity per second of a job's GEMMs; with it the tensor counter tells
+    compute from collective time, and so how many SMs a waiting kernel keeps busy."""
+    collective_link_bytes_per_second: float = Field(default=120e9, gt=0)
+    """Bytes per second one direction of a GPU's NVLink carries while a collective's
+    transfer runs (NCCL on H200: 143-300 GB/s measured by the ranks for 8-128 MiB
+    all-reduces; the lower figure keeps small collectives' transfer out of waiting). Link
+    bytes over this are transfer time, not waiting."""
     comm_wait_share_min: float = Field(default=0.5, ge=0, le=1)
     """A rank that waits on its job's straggler for at least this share of the time reads
     comm_wait; one that waits less keeps its own regime (the counter still counts it)."""

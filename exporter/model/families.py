@@ -135,6 +135,11 @@ def _waited(v: NodeVerdicts) -> Iterable[Row]:
     return (((*j.identity.key, gpu), seconds) for j in v.jobs for gpu, seconds in j.wait_seconds)
 
 
+def _parts(v: NodeVerdicts) -> Iterable[Row]:
+    return (((*j.identity.key, gpu, part), seconds)
+            for j in v.jobs for gpu, part, seconds in j.part_seconds)
+
+
 def _identity(identity: JobIdentity) -> Iterable[Row]:
     return ((identity.key, 1.0),)
 
@@ -166,17 +171,19 @@ NODE = NodeFamilies[NodeVerdicts](
         Family(
             "goodput_job_gpus",
             "gauge",
-            "GPUs of this node held by one multi-GPU job, judged together. The job is "
-            "(job_source, namespace, job_id) as on goodput_gpu_job_info.",
+            "GPUs of this node held by one distributed job, judged together: two or more "
+            "GPUs here, or one of a Slurm, MPI, torchrun or HPC-mapped job (its peers may "
+            "be on other nodes). The job is (job_source, namespace, job_id) as on "
+            "goodput_gpu_job_info.",
             _jobs,
             labels=JOB_LABELS,
         ),
         Family(
             "goodput_job_straggler",
             "gauge",
-            "1 for the GPU of a multi-GPU job that holds the job back: it works measurably "
-            "more than its peers, which wait for it in collectives (comm_wait). No series "
-            "while the job is balanced.",
+            "1 for the GPU of a multi-GPU job that holds the job back: it waits least while "
+            "its peers wait measurably more for it, persistently (a rank that only waits is "
+            "never named). No series while the job is balanced or its imbalance moves.",
             _stragglers,
             labels=(*JOB_LABELS, "gpu"),
         ),
@@ -188,6 +195,18 @@ NODE = NodeFamilies[NodeVerdicts](
             "GPUs lost waiting; docs/efficiency.md says how it is estimated.",
             _waited,
             labels=(*JOB_LABELS, "gpu"),
+            unit="seconds",
+        ),
+        Family(
+            "goodput_gpu_job_seconds_total",
+            "counter",
+            "Seconds this GPU spent in its distributed job (goodput_job_gpus), by part: "
+            "working (its own kernels), transferring (link bytes a collective needs, "
+            "copy engines), waiting (on its peers; as goodput_gpu_job_wait_seconds_total), "
+            "host_stalled (no kernel resident) and idle (no process). One GPU's parts sum "
+            "to its seconds in the job; docs/efficiency.md says how each is estimated.",
+            _parts,
+            labels=(*JOB_LABELS, "gpu", "part"),
             unit="seconds",
         ),
     ),

@@ -1,28 +1,41 @@
-"""Stragglers by comparison: the GPUs of one job judged against each other.
+"""The GPUs of one job judged together: how much of each GPU's time went to waiting on its
+peers, where it went otherwise, and which GPU, if any, everyone waits for.
 
-In a synchronous job (data parallel, tensor parallel, a pipeline) every rank's step lasts as
-long as the slowest rank's. A rank that finishes early does not go idle: it enters the next
-collective, whose kernel stays resident and spins until the last rank arrives. So the time
-a GPU waits on its peers is kernel time that does no work: *hollow* time, kernel time minus
-SM active. The rank everyone waits for has the least of it (it works, or it is stalled on
-its host with no kernel resident at all); each other rank's excess over it, scaled by how
-few SMs a spinning collective occupies, is the share of time it waited.
+In a synchronous job (data parallel, tensor parallel, a pipeline) a rank that is ready early
+does not go idle: it enters the next collective or receive, whose kernel stays resident and
+spins until its peers arrive. So waiting is kernel time that does no work: *hollow* time,
+kernel time minus SM active. Hollow time has three sources, and waiting is what is left of
+it once the other two are taken out (:func:`waiting`):
 
-Measured on two H200 (docs/validation/jobs-h200.md): excess hollow time 0.66 / 0.26 / 0.17
-for a peer doing 5x / 25 % / 10 % more work, 0.79 for a peer stalled on its host, under 0.03
-for a balanced pair or DDP; the waited shares it gives are checked there against the ranks'
-own CUDA-event truth.
+- the job's own kernels' hollow time (a GEMM leaves a few per cent of the SMs empty at its
+  edges): ``own_hollow_ratio`` of kernel time;
+- the transfer a collective really needs: link bytes at what one direction of the link
+  carries while a collective runs (``collective_link_bytes_per_second``);
+- the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
+  some SMs busy (the share is read from the tensor pipes where the job computes with them,
+  else ``collective_sm_active``), a point-to-point receive almost none.
 
-Where it can be fooled (docs/efficiency.md): hollow kernels that are not collectives (a rank
-launching tiny kernels next to a peer that computes) read as waiting when link counters are
-unknown; a GPU shared with another job's kernels; peers on other nodes are judged by the
-rules, not here.
+This measures waiting against what the GPU would need with no peer to wait for, not against
+the least-waiting peer, so imbalance that moves between ranks and a pipeline's fill and
+drain bubbles count: every rank waits, and every rank's waiting is counted. The excess over
+the least-hollow peer is kept as a floor (where one rank is the slow one, it is the most
+direct evidence there is).
+
+Measured on four H200 (docs/validation/lost-h200.md): waited shares within 0.04 of the
+ranks' own CUDA-event timing for rotating imbalance (0.35), a 4-stage pipeline (0.44), a
+10 % straggler (0.18), a host stall (0.96), balanced compute and tensor-parallel-like jobs.
+
+The straggler is the GPU everyone waits for: the one that waits least while a peer exchanging
+data waits at least ``straggler_gap`` more and twice as much, held for
+``straggler_confirm_seconds`` on end. Where it can be fooled (docs/efficiency.md): a job
+whose own kernels are hollow by nature (tiny kernels) reads as waiting; a GPU shared with
+another job's kernels; collective traffic over PCIe or a NIC is not subtracted as transfer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.config import ModelConfig
 from exporter.model.core import (
@@ -36,6 +49,7 @@ from exporter.model.core import (
     Assessment,
     Window,
     bus_fed,
+    copy_time,
     kernel_time,
 )
 
@@ -44,6 +58,11 @@ CAN_WAIT = frozenset({LAUNCH_BOUND, HOST_BOUND, COMPUTE_BOUND, "memory_bound", "
 mostly-waiting rank with some GEMMs compute_bound."""
 CAN_HOLD_BACK = CAN_WAIT | {ALLOCATED_IDLE}
 """A rank stalled on its host can have no kernel resident at all: allocated_idle."""
+
+WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PART = (
+    "working", "transferring", "waiting", "host_stalled", "idle")
+PARTS: tuple[str, ...] = (WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PART)
+"""Where a job's GPU-seconds go; each GPU's parts sum to its seconds in the job."""
 
 
 def hollow(w: Window, a: Assessment) -> float | None:
@@ -64,40 +83,136 @@ def exchanging(w: Window, cfg: ModelConfig) -> bool:
     )
 
 
-def spin_sm_active(w: Window, cfg: ModelConfig) -> float:
-    """SM active of this GPU's kernel while it spins waiting: a collective (all-reduce: data
-    both ways on the links) keeps several SMs resident, a point-to-point send or receive
-    (data one way: a pipeline stage) almost none."""
+def _directions(w: Window, link: str | None = None) -> tuple[float, float]:
     rates: dict[str, float] = {}
-    for _link, direction, rate in w.bus_bytes_per_second:
-        rates[direction] = rates.get(direction, 0.0) + max(rate, 0.0)
-    rx, tx = rates.get("rx", 0.0), rates.get("tx", 0.0)
+    for name, direction, rate in w.bus_bytes_per_second:
+        if link is None or name == link:
+            rates[direction] = rates.get(direction, 0.0) + max(rate, 0.0)
+    return rates.get("rx", 0.0), rates.get("tx", 0.0)
+
+
+def transfer_time(w: Window, cfg: ModelConfig) -> float:
+    """Share of the window a collective needs to move this GPU's NVLink bytes (the busier
+    direction at ``collective_link_bytes_per_second``)."""
+    rx, tx = _directions(w, "nvlink")
+    busier = max(rx, tx)
+    if not busier and w.nvlink_bytes_per_second:
+        busier = w.nvlink_bytes_per_second / 2  # both directions summed, split unknown
+    return min(busier / cfg.collective_link_bytes_per_second, 1.0)
+
+
+def spin_sm_active(w: Window, cfg: ModelConfig) -> float:
+    """SM active of this GPU's kernels while they wait or transfer. Where the job computes
+    on the tensor pipes, what SM activity its compute does not explain belongs to the
+    collective (measured, whatever NCCL does); else a collective's typical share (data both
+    ways on the links) or almost none for a one-way send or receive (a pipeline stage)."""
+    busy = kernel_time(w, usable=True)
+    if busy is not None and w.sm_active is not None and (w.tensor_active or 0.0) >= 0.1:
+        compute = min((w.tensor_active or 0.0) / cfg.tensor_per_compute_second, busy)
+        if busy - compute > 0.05:
+            rest = w.sm_active - (1.0 - cfg.own_hollow_ratio) * compute
+            return min(max(rest / (busy - compute), 0.0), 0.3)
+    rx, tx = _directions(w)
     one_way = max(rx, tx) >= cfg.bus_floor_bytes_per_second and min(rx, tx) < 0.1 * max(rx, tx)
     return min(cfg.p2p_sm_active if one_way else cfg.collective_sm_active, 0.99)
 
 
+def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig) -> float:
+    """Share of the window this GPU's kernels waited on its peers: hollow time beyond its own
+    kernels' and the transfer's, corrected for the SMs a waiting kernel keeps busy; at least
+    its excess hollow time over the least-hollow peer (``floor_excess``)."""
+    busy = kernel_time(w, usable=True) or 0.0
+    spin = spin_sm_active(w, cfg)
+    own = cfg.own_hollow_ratio
+    moving = transfer_time(w, cfg)
+    beyond_own = max(h - own * busy, 0.0) / max(1.0 - spin - own, 0.01)
+    absolute = min(max(beyond_own - moving, 0.0), max(busy - moving, 0.0))
+    return min(max(absolute, floor_excess / max(1.0 - spin, 0.01)), busy)
+
+
+def split(w: Window, waited: float, cfg: ModelConfig) -> dict[str, float] | None:
+    """This window's share of each part (summing to 1); None when kernel time is unknown.
+    No compute process on the GPU: idle. No kernel resident otherwise: stalled on the host
+    (copy-engine time aside, which is transfer)."""
+    busy = kernel_time(w, usable=True)
+    if busy is None:
+        return None
+    busy = min(max(busy, 0.0), 1.0)
+    if w.processes == 0 and busy == 0.0:
+        return {**dict.fromkeys(PARTS, 0.0), IDLE_PART: 1.0}
+    copies = min(max(copy_time(w) or 0.0, 0.0), 1.0 - busy)
+    waited = min(max(waited, 0.0), busy)
+    moving = min(transfer_time(w, cfg), busy - waited)
+    return {
+        WORKING: busy - waited - moving,
+        TRANSFERRING: moving + copies,
+        WAITING: waited,
+        HOST_STALLED: 1.0 - busy - copies,
+        IDLE_PART: 0.0,
+    }
+
+
+@dataclass
+class Smoothed:
+    """An exponential average with time constant ``tau`` that is a plain mean until ``tau``
+    seconds have been seen: a job's first window weighs no more than the next ones."""
+
+    value: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, x: float, seconds: float, tau: float) -> float:
+        self.seconds += seconds
+        weight = seconds / max(min(self.seconds, tau), 1e-9)
+        self.value += min(weight, 1.0) * (x - self.value)
+        return self.value
+
+
 @dataclass
 class JobTracker:
-    """Smoothed hollow time per GPU of one job, and the straggler it names (hysteresis)."""
+    """One job's memory between windows: smoothed waiting per GPU and the straggler streak."""
 
-    smoothed: dict[str, float]
+    smoothed: dict[str, Smoothed] = field(default_factory=dict)
     straggler: str = ""
+    candidate: str = ""
+    held: float = 0.0
+    """Seconds ``candidate`` has held the others back without a break."""
+    released: float = 0.0
+    """Seconds the named straggler has not."""
 
-    def update(self, gpu: str, value: float, seconds: float, cfg: ModelConfig) -> float:
-        """Exponential average with time constant ``straggler_window_seconds``."""
-        alpha = min(seconds / max(cfg.straggler_window_seconds, 1e-9), 1.0)
-        old = self.smoothed.get(gpu)
-        new = value if old is None else old + alpha * (value - old)
-        self.smoothed[gpu] = new
-        return new
+    def reset(self) -> None:
+        """A new job on the same identity (its processes all ended): nothing carries over."""
+        self.smoothed.clear()
+        self.straggler, self.candidate, self.held, self.released = "", "", 0.0, 0.0
+
+    def level(self, gpu: str, value: float, seconds: float, cfg: ModelConfig) -> float:
+        return self.smoothed.setdefault(gpu, Smoothed()).add(
+            value, seconds, cfg.straggler_window_seconds)
+
+    def name(self, candidate: str, seconds: float, cfg: ModelConfig) -> str:
+        """Name ``candidate`` ("" for none this window) once it has held long enough; keep a
+        named straggler through a short break."""
+        if candidate and candidate == self.candidate:
+            self.held += seconds
+        else:
+            self.candidate, self.held = candidate, (seconds if candidate else 0.0)
+        if candidate and self.held >= cfg.straggler_confirm_seconds:
+            self.straggler, self.released = candidate, 0.0
+        elif self.straggler and candidate != self.straggler:
+            self.released += seconds
+            if self.released >= cfg.straggler_window_seconds:
+                self.straggler, self.released = "", 0.0
+        return self.straggler
 
 
 @dataclass(frozen=True)
 class JobJudgement:
     straggler: str
     waiting: frozenset[str]
+    """GPUs that wait on the named straggler."""
     waited_share: Mapping[str, float]
-    """gpu -> estimated share of the window it waited on its peers (0 for the straggler)."""
+    """gpu -> estimated share of the window it waited on its peers."""
+    parts: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """gpu -> this window's share of each of :data:`PARTS` (GPUs with known kernel time)."""
 
 
 def judge(
@@ -106,35 +221,53 @@ def judge(
     seconds: float,
     cfg: ModelConfig,
 ) -> JobJudgement:
-    """Compare the job's GPUs: the one with the least smoothed hollow time holds the others
-    back when some peer exceeds it by ``straggler_gap`` while exchanging data."""
-    levels: dict[str, float] = {}
-    now: dict[str, float] = {}
+    """Each GPU's waiting and time split for this window, and the job's straggler."""
+    if job and all(w.processes == 0 for w, _a in job.values()):
+        tracker.reset()
+    hollows = {g: h for g, (w, a) in job.items()
+               if (h := hollow(w, a)) is not None and a.regime in CAN_HOLD_BACK}
+    low = min(hollows.values(), default=0.0)
+    shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():
-        h = hollow(w, a)
-        if h is not None and a.regime in CAN_HOLD_BACK:
-            now[gpu] = h
-            levels[gpu] = tracker.update(gpu, h, seconds, cfg)
+        can = gpu in hollows and a.regime in CAN_WAIT and exchanging(w, cfg)
+        shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg) if can else 0.0
+    levels = {g: tracker.level(g, shares[g], seconds, cfg) for g in hollows}
     for gone in set(tracker.smoothed) - set(levels):
         tracker.smoothed.pop(gone)
+    candidate, waiters = _candidate(levels, shares, job, cfg)
+    straggler = tracker.name(candidate, seconds, cfg)
+    if straggler != candidate:
+        waiters = _waiters(straggler, levels, shares, job, cfg) if straggler in levels else set()
+    parts = {g: p for g, (w, _a) in job.items() if (p := split(w, shares[g], cfg)) is not None}
+    return JobJudgement(straggler, frozenset(waiters if straggler else ()), shares, parts)
+
+
+def _candidate(
+    levels: Mapping[str, float],
+    shares: Mapping[str, float],
+    job: Mapping[str, tuple[Window, Assessment]],
+    cfg: ModelConfig,
+) -> tuple[str, set[str]]:
+    """The GPU that waits least, if some peer waits on it this window, and those peers."""
     if len(levels) < 2:
-        tracker.straggler = ""
-        return JobJudgement("", frozenset(), {g: 0.0 for g in job})
+        return "", set()
     low = min(levels, key=lambda g: (levels[g], g))
-    kept = tracker.straggler
-    if kept in levels and levels[kept] - levels[low] < cfg.straggler_gap / 2:
-        low = kept  # keep the one named while it is about as low as the lowest
-    excess = {g: max(levels[g] - levels[low], 0.0) for g in levels}
-    waiting_on = {
-        g for g in excess
-        if g != low and job[g][1].regime in CAN_WAIT and exchanging(job[g][0], cfg)
+    waiters = _waiters(low, levels, shares, job, cfg)
+    return (low, waiters) if waiters else ("", set())
+
+
+def _waiters(
+    straggler: str,
+    levels: Mapping[str, float],
+    shares: Mapping[str, float],
+    job: Mapping[str, tuple[Window, Assessment]],
+    cfg: ModelConfig,
+) -> set[str]:
+    """Peers whose smoothed waiting exceeds the straggler's by ``straggler_gap`` and is at
+    least twice it: waiting alike (rotating imbalance, bubbles) names nobody."""
+    base = levels[straggler]
+    return {
+        g for g, level in levels.items()
+        if g != straggler and shares[g] > 0.0 and level - base >= cfg.straggler_gap
+        and base <= level / 2 and exchanging(job[g][0], cfg)
     }
-    named = tracker.straggler == low
-    threshold = cfg.straggler_gap / 2 if named else cfg.straggler_gap
-    waiting = frozenset(g for g in waiting_on if excess[g] >= threshold)
-    tracker.straggler = low if waiting else ""
-    # Who waits on whom comes from the smoothed levels; how long, from this window's own
-    # values: a job that just started is counted at once, not as the average catches up.
-    shares = {g: min(max(now[g] - now[low], 0.0) / (1.0 - spin_sm_active(job[g][0], cfg)), 1.0)
-              if g in waiting_on else 0.0 for g in job}
-    return JobJudgement(tracker.straggler, waiting, shares)

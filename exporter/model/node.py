@@ -10,7 +10,7 @@ together (a rank waiting in a collective is judged against its peers), then debo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import structlog
@@ -24,13 +24,18 @@ from exporter.model.core import (
     Window,
     assess,
 )
-from exporter.model.jobs import JobTracker, judge
+from exporter.model.jobs import PARTS, JobTracker, judge
 from exporter.model.windows import WindowBuilder
 from exporter.readings import GpuVerdict, JobIdentity, JobVerdict, NodeVerdicts
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange
 
 log = structlog.get_logger("model")
+
+SPANS_NODES = frozenset({"slurm", "mpi", "torchrun", "hpc"})
+"""Identity sources of launchers that start ranks across nodes: their jobs are judged even
+with one GPU on this node (its waiting and split need no peer here; the rules compare the
+nodes). A pod or a process session alone on one GPU is a single-GPU program."""
 
 class NodeModel:
     """Carries the per-GPU memory (hysteresis, counter history) between steps."""
@@ -44,6 +49,7 @@ class NodeModel:
         self._regime_seconds: dict[str, dict[str, float]] = {}
         self._trackers: dict[JobIdentity, JobTracker] = {}
         self._waited: dict[tuple[JobIdentity, str], float] = {}
+        self._parts: dict[tuple[JobIdentity, str, str], float] = {}
         self._last_now: float | None = None
         self._log = OnChange(log)
 
@@ -82,12 +88,13 @@ class NodeModel:
     ) -> tuple[tuple[JobVerdict, ...], dict[str, tuple[str, ...]]]:
         """Judge the GPUs of each multi-GPU job together (``snap.jobs``: whatever source
         named the job, exporter/model/jobs.py): name its straggler, count each GPU's
-        waited seconds, and turn the mostly-waiting ranks into comm_wait."""
+        waited seconds and time split, and turn the mostly-waiting ranks into comm_wait."""
         by_job: dict[JobIdentity, list[str]] = {}
         for gpu, identity in snap.jobs.items():
             if gpu in assessed:
                 by_job.setdefault(identity, []).append(gpu)
-        by_job = {job: sorted(gpus) for job, gpus in by_job.items() if len(gpus) >= 2}
+        by_job = {job: sorted(gpus) for job, gpus in by_job.items()
+                  if len(gpus) >= 2 or job.source in SPANS_NODES}
         self._forget(set(by_job))
         jobs = [self._judge_job(job, gpus, assessed, seconds)
                 for job, gpus in sorted(by_job.items(), key=lambda kv: kv[0].key)]
@@ -101,7 +108,7 @@ class NodeModel:
         assessed: dict[str, tuple[Window, Assessment]],
         seconds: float,
     ) -> JobVerdict:
-        tracker = self._trackers.setdefault(identity, JobTracker({}))
+        tracker = self._trackers.setdefault(identity, JobTracker())
         judgement = judge({g: assessed[g] for g in gpus}, tracker, seconds, self.cfg)
         waited: list[tuple[str, float]] = []
         for gpu in gpus:
@@ -109,9 +116,11 @@ class NodeModel:
             total = self._waited.get((identity, gpu), 0.0) + share * seconds
             self._waited[(identity, gpu)] = total
             waited.append((gpu, total))
-            if gpu in judgement.waiting:
+            self._add_parts(identity, gpu, judgement.parts.get(gpu), seconds)
+            mostly = share >= self.cfg.comm_wait_share_min
+            if gpu in judgement.waiting or mostly:
                 w, a = assessed[gpu]
-                regime = COMM_WAIT if share >= self.cfg.comm_wait_share_min else a.regime
+                regime = COMM_WAIT if mostly else a.regime
                 assessed[gpu] = (w, replace(a, regime=regime, hollow_busy=False))
         self._log(
             ("straggler", identity.key),
@@ -122,7 +131,18 @@ class NodeModel:
             namespace=identity.namespace,
             job_id=identity.job_id,
         )
-        return JobVerdict(identity, tuple(gpus), judgement.straggler, tuple(waited))
+        parts = tuple((gpu, part, self._parts.get((identity, gpu, part), 0.0))
+                      for gpu in gpus for part in PARTS if (identity, gpu, PARTS[0]) in self._parts)
+        return JobVerdict(identity, tuple(gpus), judgement.straggler, tuple(waited), parts)
+
+    def _add_parts(self, identity: JobIdentity, gpu: str, shares: Mapping[str, float] | None,
+                   seconds: float) -> None:
+        """Integrate this window's split (nothing when kernel time is unknown)."""
+        if shares is None:
+            return
+        for part in PARTS:
+            key = (identity, gpu, part)
+            self._parts[key] = self._parts.get(key, 0.0) + shares.get(part, 0.0) * seconds
 
     def _forget(self, live: set[JobIdentity]) -> None:
         """Drop the memory of jobs that ended (their counters go with their series)."""
@@ -130,6 +150,8 @@ class NodeModel:
             del self._trackers[job]
         for key in [k for k in self._waited if k[0] not in live]:
             del self._waited[key]
+        for part_key in [k for k in self._parts if k[0] not in live]:
+            del self._parts[part_key]
 
     def _verdict(self, gpu: str, v: Verdict, seconds: float, peers: tuple[str, ...]) -> GpuVerdict:
         total = self._unproductive.get(gpu, 0.0) + (seconds if v.busy_unproductive else 0.0)

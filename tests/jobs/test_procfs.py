@@ -27,12 +27,14 @@ def proc(
     cgroup: str = "0::/user.slice/user-1000.slice/session-3.scope\n",
     session: int | None = None,
     start: int = 500,
+    parent: int = 1,
 ) -> Path:
     """One fake /proc/<pid>: stat, cgroup, environ (a dict, or raw bytes as given)."""
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
     sid = pid if session is None else session
-    fields = ["S", "1", str(sid), str(sid), "0", "-1", "4194560", *["0"] * 12, str(start), "0"]
+    fields = ["S", str(parent), str(sid), str(sid), "0", "-1", "4194560", *["0"] * 12,
+              str(start), "0"]
     (d / "stat").write_text(f"{pid} (py (worker) 1) {' '.join(fields)}\n")
     (d / "cgroup").write_text(cgroup)
     raw = env if isinstance(env, bytes) else b"".join(
@@ -119,6 +121,27 @@ def test_plain_processes_are_their_session(tmp_path: Path) -> None:
         "2": JobIdentity("process", "n1/300"),
         "3": JobIdentity("process", "n1/400-7"),
         "4": JobIdentity("process", "n1/500-8"),
+    }
+
+
+def test_the_ranks_torchrun_starts_in_sessions_of_their_own_are_one_job(tmp_path: Path) -> None:
+    """torchrun's agent (in the shell's session, leading none) starts each worker in a new
+    session: the workers are its session's job, as spawned ranks would be. A terminal
+    multiplexer's panes (sessions under a server that leads its own) stay apart."""
+    proc(tmp_path, 100, start=900)  # the shell
+    proc(tmp_path, 600, session=100, start=960, parent=100)  # torchrun's agent, no GPU
+    proc(tmp_path, 601, start=961, parent=600)  # worker: leads its own session
+    proc(tmp_path, 602, start=962, parent=600)
+    proc(tmp_path, 700, start=10)  # a tmux server: leads its session
+    proc(tmp_path, 701, start=11, parent=700)  # a pane's program: its own session
+    proc(tmp_path, 702, start=12, parent=700)
+    listed = [("0", 601), ("1", 602), ("2", 701), ("3", 702)]
+    got = jobs(source(tmp_path, listed, environ=False).poll_blocking())
+    assert got == {
+        "0": JobIdentity("process", "n1/100-900"),
+        "1": JobIdentity("process", "n1/100-900"),
+        "2": JobIdentity("process", "n1/701-11"),
+        "3": JobIdentity("process", "n1/702-12"),
     }
 
 
@@ -245,6 +268,6 @@ def test_several_jobs_on_one_gpu_pick_the_strongest_and_count_once(tmp_path: Pat
 def test_stat_with_a_hostile_command_name() -> None:
     text = "5 (a) b) c (d) R 1 2 3 " + " ".join(["0"] * 15) + " 42 0\n"
     stat = ident.parse_stat(text)
-    assert stat == ident.Stat(session=3, start_ticks=42)
+    assert stat == ident.Stat(session=3, start_ticks=42, parent=1)
     assert ident.parse_stat("garbage") is None
     assert ident.parse_stat("1 (x) S 1 2 notanumber " + "0 " * 20) is None

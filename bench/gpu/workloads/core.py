@@ -143,21 +143,25 @@ def per_second(amount: float, seconds: float) -> float:
 # --- NCCL ranks, one process per GPU ------------------------------------------------------------
 
 def join_ranks(rank: int, world: int, port: int) -> tuple[Any, Any, Any, threading.Event]:
-    """In a spawned rank: NVLink multicast off, this rank's GPU selected, NCCL joined.
+    """In a spawned rank (or one torchrun started): NVLink multicast off, this rank's GPU
+    selected, NCCL joined.
     Returns (torch, torch.distributed, the device, an event SIGTERM/SIGINT set)."""
     import os
     import signal
 
     os.environ.update(NO_MULTICAST)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    launched = "LOCAL_RANK" in os.environ  # torchrun set the rendezvous and the local rank
+    if not launched:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch
     import torch.distributed as dist
 
     local_stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
     signal.signal(signal.SIGINT, lambda *_: local_stop.set())
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
+    local = int(os.environ["LOCAL_RANK"]) if launched else rank
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     return torch, dist, dev, local_stop
 

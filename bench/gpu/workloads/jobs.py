@@ -48,6 +48,19 @@ WORKLOADS: dict[str, tuple[int, str, str]] = {
     "job_pipeline": (2, "two-stage pipeline: the heavier stage is the straggler",
                      "rank 0 computes stage 1 of each micro-batch and sends its activation "
                      "to rank 1, which computes stage 2 ((1 + --extra) times the work)"),
+    "job_rotating": (2, "no straggler, yet every rank waits about a third of its time",
+                     "job_balanced, but each step one rank (in turn) runs (1 + --extra) times "
+                     "the GEMMs: imbalance that moves (variable sequence lengths, MoE routing)"),
+    "job_gpipe": (2, "no straggler: every stage waits alike in the fill and drain bubbles",
+                  "one stage per rank, GPipe schedule: --microbatches forward through the "
+                  "stages (send/recv of an activation), then backward in reverse"),
+    "job_tp": (2, "no straggler: balanced, mostly transfer (tensor-parallel-like)",
+               "--rounds x (--gemms GEMMs of --gemm-n, then an --allreduce-mib all-reduce) "
+               "per step, equal work on every rank"),
+    "job_late": (2, "the last rank joins --late-s late; then balanced, no straggler",
+                 "job_balanced, but the last rank sleeps --late-s on its host before its "
+                 "first step (a slow loader or checkpoint read): its peers wait in the "
+                 "first all-reduce"),
     "job_p2p": (2, "transfer_bound on both GPUs (NVLink), no straggler",
                 "one process copies a --chunk-mib buffer from GPU 0 to GPU 1 back to back "
                 "(peer-to-peer over NVLink, no kernels of its own on GPU 1)"),
@@ -59,6 +72,7 @@ class Timer:
 
     def __init__(self, torch: Any, rank: int, every: float) -> None:
         self.torch, self.rank, self.every = torch, rank, every
+        self.pure: float | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -84,8 +98,12 @@ class Timer:
             self.emit()
 
     def emit(self, **extra: Any) -> None:
+        """One cumulative truth line; each carries the transfer alone per step, so a rank
+        whose last line is lost when its launcher stops it still has it."""
         emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
-             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()}, **extra)
+             **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
+             **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
+             **extra)
 
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
@@ -112,36 +130,47 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         step()
     want_stop()
-    pure = pure_comm(torch, dist, rank, kind, args, a.device)
+    pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
+    timer.pure = pure
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
         emit("ready", info={"world": world, "kind": kind, "extra": args.extra,
                             "stall_ms": args.stall_ms, "gemm_n": args.gemm_n,
                             "gemms_per_unit": args.gemms, "units": args.units,
-                            "allreduce_mib": args.allreduce_mib,
+                            "allreduce_mib": args.allreduce_mib, "rounds": args.rounds,
+                            "microbatches": args.microbatches, "late_s": args.late_s,
+                            "launcher": "torchrun" if _torchrun() else "spawn",
                             "straggler_rank": straggler_rank(kind, args, world),
                             "devices": [device_info(torch, i) for i in range(world)]})
+    timer.emit()  # the origin: a late rank's first seconds count from here
+    if kind == "job_late" and rank == world - 1 and args.late_s > 0:
+        t = time.monotonic()
+        time.sleep(args.late_s)  # host time before the first step: its peers wait on it
+        timer.totals["stall"] += time.monotonic() - t
     while True:
         step()
         timer.step_done()
         if want_stop():
             break
-    timer.emit(pure_comm_per_step_s=pure)
+    timer.emit()
     dist.destroy_process_group()
 
 
-def pure_comm(torch: Any, dist: Any, rank: int, kind: str, args: argparse.Namespace,
-              device: Any, reps: int = 5) -> float:
+def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
+              args: argparse.Namespace, device: Any, reps: int = 5) -> float:
     """Seconds one step's communication takes when no rank is late (after a barrier, with
     no compute): what the truth subtracts from a rank's comm time to get its waiting."""
-    if kind == "job_pipeline":
+    if kind in ("job_pipeline", "job_gpipe"):
         act = torch.ones(args.activation_mib * 2**20 // 2, device=device, dtype=torch.bfloat16)
-        op = (lambda: dist.send(act, 1)) if rank == 0 else (lambda: dist.recv(act, 0))
-        per_step = args.microbatches
+        # one activation between ranks 0 and 1, timed on both (send on 0, recv on 1); every
+        # rank's step has as many such transfers as it has sends and receives
+        op = ((lambda: dist.send(act, 1)) if rank == 0 else
+              (lambda: dist.recv(act, 0)) if rank == 1 else (lambda: None))
+        per_step = p2p_ops(kind, rank, world, args.microbatches)
     else:
         buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=device, dtype=torch.float32)
-        op, per_step = (lambda: dist.all_reduce(buf)), 1
+        op, per_step = (lambda: dist.all_reduce(buf)), max(args.rounds, 1)
     total = 0.0
     for _ in range(reps):
         dist.barrier()
@@ -153,7 +182,19 @@ def pure_comm(torch: Any, dist: Any, rank: int, kind: str, args: argparse.Namesp
         end.record()
         end.synchronize()
         total += start.elapsed_time(end) / 1000.0
+    if kind in ("job_pipeline", "job_gpipe"):  # ranks past 1 timed nothing: use rank 1's
+        times = [torch.tensor([total / reps], device=device)]
+        dist.broadcast(times[0], 1 if world > 1 else 0)
+        return float(times[0].item()) * per_step
     return total / reps * per_step
+
+
+def p2p_ops(kind: str, rank: int, world: int, microbatches: int) -> int:
+    """Sends plus receives of one rank in one step."""
+    if kind == "job_pipeline":
+        return microbatches
+    neighbours = (rank > 0) + (rank < world - 1)
+    return 2 * microbatches * neighbours  # forward and backward, each neighbour once
 
 
 def straggler_rank(kind: str, args: argparse.Namespace, world: int) -> int | None:
@@ -271,17 +312,115 @@ def pipeline_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.N
     return step
 
 
+def rotating_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+                  a: Any, b: Any, timer: Timer) -> Step:
+    """Each step one rank, in turn, runs (1 + --extra) times the GEMMs: on average every
+    rank does the same work, yet each waits for that step's heavy rank."""
+    buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
+    base = args.units * args.gemms
+    heavy = round(base * (1.0 + (args.extra if args.extra > 0 else 1.0)))
+    count = [0]
+
+    def step() -> None:
+        mine = heavy if count[0] % world == rank else base
+        count[0] += 1
+        e0 = timer.event()
+        _gemms(a, b, mine)
+        e1 = timer.event()
+        dist.all_reduce(buf)
+        e2 = timer.event()
+        buf.mul_(1.0 / world)
+        e2.synchronize()
+        timer.add("compute", e0, e1)
+        timer.add("comm", e1, e2)
+
+    return step
+
+
+def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+            a: Any, b: Any, timer: Timer) -> Step:
+    """--rounds x (GEMMs, then a small all-reduce): balanced, communication-heavy."""
+    buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
+
+    def step() -> None:
+        marks = []
+        for _ in range(max(args.rounds, 1)):
+            e0 = timer.event()
+            _gemms(a, b, args.units * args.gemms)
+            e1 = timer.event()
+            dist.all_reduce(buf)
+            marks.append((e0, e1, timer.event()))
+        marks[-1][2].synchronize()
+        for e0, e1, e2 in marks:
+            timer.add("compute", e0, e1)
+            timer.add("comm", e1, e2)
+
+    return step
+
+
+def gpipe_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
+               a: Any, b: Any, timer: Timer) -> Step:
+    """One stage per rank: --microbatches forward (receive from the previous stage, compute,
+    send to the next), then backward the other way. Each stage idles while the pipeline
+    fills and drains: (stages - 1) / (microbatches + stages - 1) of a step in theory."""
+    act = torch.ones(args.activation_mib * 2**20 // 2, device=a.device, dtype=torch.bfloat16)
+    work = args.units * args.gemms
+    first, last = rank == 0, rank == world - 1
+
+    def phase(src: int | None, dst: int | None, marks: list[tuple[str, Any, Any]]) -> None:
+        for _ in range(args.microbatches):
+            if src is not None:
+                e0 = timer.event()
+                dist.recv(act, src)
+                marks.append(("comm", e0, timer.event()))
+            e0 = timer.event()
+            _gemms(a, b, work)
+            marks.append(("compute", e0, timer.event()))
+            if dst is not None:
+                e0 = timer.event()
+                dist.send(act, dst)
+                marks.append(("comm", e0, timer.event()))
+
+    def step() -> None:
+        marks: list[tuple[str, Any, Any]] = []
+        phase(None if first else rank - 1, None if last else rank + 1, marks)
+        phase(None if last else rank + 1, None if first else rank - 1, marks)
+        marks[-1][2].synchronize()
+        for phase_name, e0, e1 in marks:
+            timer.add(phase_name, e0, e1)
+
+    return step
+
+
 STEPS: dict[str, Callable[..., Step]] = {
     "job_straggler": straggler_step,
     "job_balanced": balanced_step,
     "job_host_stall": host_stall_step,
     "job_ddp": ddp_step,
     "job_pipeline": pipeline_step,
+    "job_rotating": rotating_step,
+    "job_tp": tp_step,
+    "job_gpipe": gpipe_step,
+    "job_late": balanced_step,
 }
+
+
+def _torchrun() -> bool:
+    """Started by torchrun (or any launcher that sets the torch.distributed variables)."""
+    import os
+
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def _spawn(kind: str) -> Callable[[Stop, argparse.Namespace], dict[str, Any]]:
     def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+        import os
+
+        if _torchrun():  # this process is one rank; the launcher started the others
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            seconds = max(1.0, stop.deadline - time.monotonic())
+            _rank_main(rank, world, 0, args, kind, stop.event, seconds)
+            return {"kind": kind, "world": world, "rank": rank, "launcher": "torchrun"}
         import torch
 
         world = min(torch.cuda.device_count(), args.world or torch.cuda.device_count())
@@ -336,6 +475,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=int, default=4, help="micro-batches (job_pipeline)")
     p.add_argument("--activation-mib", type=int, default=64, help="activation (job_pipeline)")
     p.add_argument("--chunk-mib", type=int, default=512, help="copy size (job_p2p)")
+    p.add_argument("--rounds", type=int, default=1, help="GEMMs + all-reduce rounds (job_tp)")
+    p.add_argument("--late-s", type=float, default=8.0, help="late start (job_late)")
     p.add_argument("--world", type=int, default=0, help="ranks (0: every GPU)")
     p.add_argument("--truth-every", type=float, default=2.0, help="seconds between truths")
 

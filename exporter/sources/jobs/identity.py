@@ -99,6 +99,8 @@ class Stat:
     session: int
     start_ticks: int
     """Clock ticks after boot the process started: with the pid, unique on the node."""
+    parent: int = 0
+    """The parent's pid (0 when not known)."""
 
 
 def parse_stat(text: str) -> Stat | None:
@@ -109,7 +111,7 @@ def parse_stat(text: str) -> Stat | None:
     if not paren or len(fields) < 20:
         return None
     try:
-        return Stat(session=int(fields[3]), start_ticks=int(fields[19]))
+        return Stat(session=int(fields[3]), start_ticks=int(fields[19]), parent=int(fields[1]))
     except ValueError:
         return None
 

@@ -176,9 +176,16 @@ class ProcJobSource(BlockingSource):
         return ident.environ_variables(raw, truncated)
 
     def _session(self, pid: int, stat: ident.Stat) -> tuple[int, int | None]:
-        """(session id, its leader's start ticks or None when the leader is gone)."""
+        """(session id, its leader's start ticks or None when the leader is gone). A
+        process that leads a session of its own under a parent that leads none (torchrun's
+        agent starts every worker so) belongs to its parent's session: the ranks of one
+        launch are one job, as they are when spawned without a session of their own."""
         if stat.session <= 0:  # no session visible from here: the process is its own job
             return pid, stat.start_ticks
+        if stat.session == pid and stat.parent > 1:
+            parent = self._stat_of(stat.parent)
+            if parent is not None and 0 < parent.session != stat.parent:
+                return self._session(stat.parent, parent)
         try:
             raw, _ = read_capped(os.path.join(self._root, str(stat.session), "stat"), MAX_SMALL)
         except (Gone, PermissionError):
@@ -187,6 +194,14 @@ class ProcJobSource(BlockingSource):
         if leader is None or leader.session != stat.session:
             return stat.session, None
         return stat.session, leader.start_ticks
+
+    def _stat_of(self, pid: int) -> ident.Stat | None:
+        """Another process's stat (a parent's), None when gone, hidden or unreadable."""
+        try:
+            raw, _ = read_capped(os.path.join(self._root, str(pid), "stat"), MAX_SMALL)
+        except (Gone, PermissionError):
+            return None
+        return ident.parse_stat(raw.decode("ascii", "replace"))
 
     def _assign(
         self, per_gpu: Mapping[str, set[JobIdentity]], errors: dict[str, int]
