@@ -317,8 +317,8 @@ def test_a_multi_gpu_job_shows_its_gpus_straggler_and_time_split() -> None:
                                                                   ("9", "10"), "9")
     assert job.split_text() == "work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00"
     lines = frame(view, view.rows, 80)
-    assert any(line.startswith(" job 4242 (slurm) GPUs 9,10 straggler 9  work 0.30")
-               for line in lines), lines
+    assert " job 4242 (slurm) GPUs 9*,10  work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00" \
+        in [line.rstrip() for line in lines], lines
     assert not any(" job " in line for line in frame(view, arrange(view.rows, "gpu", "3"), 80))
     page = render(view, arrange(view.rows, "gpu", "4242"), "gpu", "4242")
     assert "<h2>Multi-GPU jobs</h2>" in page and "<td>9, 10</td>" in page

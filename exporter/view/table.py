@@ -140,9 +140,10 @@ def jobs_of(view: NodeView, rows: Sequence[GpuRow]) -> list[JobRow]:
 
 
 def job_line(job: JobRow) -> str:
-    """``job 4242 (slurm) GPUs 9,10 straggler 9  work 0.61 xfer 0.05 ...``"""
-    return (f" job {job.name} ({job.job_source}) GPUs {','.join(job.gpus)} "
-            f"straggler {job.straggler or '-'}  {job.split_text()}")
+    """`` job 4242 (slurm) GPUs 9*,10  work 0.61 xfer 0.05 wait 0.33 host 0.01 idle 0.00``:
+    fits 80 columns for a short job id; ``*`` marks the straggler, as in the GPU column."""
+    gpus = ",".join(f"{g}*" if g == job.straggler else g for g in job.gpus)
+    return f" job {job.name} ({job.job_source}) GPUs {gpus}  {job.split_text()}"
 
 
 def _title(view: NodeView, shown: int) -> str:
