@@ -388,3 +388,27 @@ def test_top_once_against_a_stopped_daemon_prints_one_line_and_no_frame() -> Non
     assert done.returncode == 1 and done.stdout == "", done.stdout
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"gpu-goodput-exporter top: cannot read http://127.0.0.1:{port}")
+
+
+async def test_docs_are_served_from_a_checkout_only_by_their_listed_names(
+        tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from exporter.view import docs
+
+    assert "top.md" in docs.available() and "jobs.md" in docs.available()  # this checkout
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    (tmp_path / "secret.txt").write_text("no\n")
+    assert docs.available(tmp_path / "docs") == {}  # not this project's: an installed package
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "gpu-goodput-exporter"\n')
+    app = web.Application()
+    assert docs.add_routes(app, tmp_path / "docs") == ["a.md"]
+    async with TestClient(TestServer(app)) as client:
+        page = await client.get("/docs/a.md")
+        assert page.status == 200 and await page.text() == "# A\n"
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        for bad in ("/docs/b.md", "/docs/..%2Fsecret.txt", "/docs/%2E%2E/secret.txt"):
+            answer = await client.get(bad)
+            assert answer.status == 404 and "no" != await answer.text(), bad
+        assert "/docs/a.md" in await (await client.get("/docs/")).text()
