@@ -270,21 +270,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if settings.simulate_engines:
         try:
-            tree, settings = with_simulated_engines(tree, config_file)
+            tree, settings = with_simulated_engines(tree, config_file, settings.simulate_gpus)
         except (OSError, ConfigError) as exc:
             print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
             return EXIT_USAGE
     return _run(tree, settings, (config_file, web_config_file), web_config, sockets)
 
 
-def with_simulated_engines(tree: dict[str, Any], config_file: str | None) -> tuple[
+def with_simulated_engines(tree: dict[str, Any], config_file: str | None, gpus: int) -> tuple[
     dict[str, Any], Settings
 ]:
-    """Start the simulated serving engines; the flags with their targets, and the settings
-    (a reload keeps the targets: they are part of the flags it re-reads)."""
+    """Start the simulated serving engines of the node's first ``gpus`` GPUs; the flags with
+    their targets, and the settings (a reload keeps the targets: they are flags to it)."""
     from exporter.sim import engines
 
-    tree = {**tree, "serving": {**tree.get("serving", {}), "targets": engines.start()}}
+    wanted = tuple(e for e in engines.ENGINES if int(e.gpu) < gpus)
+    tree = {**tree, "serving": {**tree.get("serving", {}), "targets": engines.start(wanted)}}
     return tree, build(tree, config_file=config_file)
 
 

@@ -113,3 +113,16 @@ def test_an_ignored_variable_that_looks_like_a_typo_names_the_setting() -> None:
         "GOODPUT_INTERVL": "GOODPUT_INTERVAL",
         "GOODPUT_SERVING__INTERVALL": "GOODPUT_SERVING__INTERVAL"}}
     assert cli.did_you_mean(["GOODPUT_SERVICE_HOST"]) == {}
+
+
+def test_make_runs_node_serves_and_scrapes_two_simulated_engines(tmp_path: Path) -> None:
+    lines = _first_seconds(tmp_path, "--simulate-engines", seconds=5.0)
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    started = next(e for e in events if e["event"] == "started")
+    assert started["serving_targets"] == 2
+    up = sorted((e["models"][0], e["gpus"]) for e in events
+                if e["event"] == "serving_target_up")
+    assert up == [("sim/llama-3-8b", ["3"]), ("sim/mixtral-8x7b", ["2"])], events
+    assert not any(e["event"] == "serving_target_unattributed" for e in events)
+    few = _first_seconds(tmp_path, "--simulate-engines", "--simulate-gpus", "2", seconds=3.0)
+    assert '"serving_targets": 0' in next(x for x in few if '"started"' in x)

@@ -410,5 +410,5 @@ async def test_docs_are_served_from_a_checkout_only_by_their_listed_names(
         assert page.headers["X-Content-Type-Options"] == "nosniff"
         for bad in ("/docs/b.md", "/docs/..%2Fsecret.txt", "/docs/%2E%2E/secret.txt"):
             answer = await client.get(bad)
-            assert answer.status == 404 and "no" != await answer.text(), bad
+            assert answer.status == 404 and "no\\n" not in await answer.text(), bad
         assert "/docs/a.md" in await (await client.get("/docs/")).text()
