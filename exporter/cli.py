@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 from exporter import __version__, webconfig
 from exporter.collectors.base import Flag
 from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
+from exporter.devices import DeviceSelectionError
 from exporter.interpreter import shorten_switch_interval
 from exporter.logging import configure
 from exporter.memory import tune_malloc
@@ -38,6 +39,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--simulate-engines", "simulate_engines"),
     Flag("--interval", "interval", "SECONDS"),
     Flag("--node-name", "node_name", "NAME"),
+    Flag("--devices", "devices", "LIST"),
     Flag("--log-format", "log_format"),
     Flag("--log-level", "log_level"),
     Flag("--extended-metrics", "extended_metrics"),
@@ -308,6 +310,9 @@ def _run(
             "To try the exporter without a GPU, run with --simulate.",
             file=sys.stderr,
         )
+        return EXIT_USAGE
+    except DeviceSelectionError as exc:
+        print(f"gpu-goodput-exporter: --devices: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if web_config.basic_auth is not None:
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(

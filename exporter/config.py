@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from exporter import names, yamlfile
+from exporter import devices, names, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -81,6 +81,9 @@ class CoreSettings(Section):
         max_length=MAX_NODE_NAME_CHARS,
     )
     """Value of the node label (default $NODE_NAME or the hostname)."""
+    devices: list[str] = Field(default_factory=list)
+    """GPUs this daemon owns, as NVML indices (0, 0-3) or UUIDs, comma-separated (default
+    all): two daemons with different node names can each own part of one host."""
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
     """Number of simulated GPUs."""
@@ -120,6 +123,12 @@ class CoreSettings(Section):
             raise ValueError("needs simulate (the engines feed the simulated node's GPUs 2 "
                              "and 3): add --simulate")
         return value
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _parse_devices(cls, value: object) -> list[str]:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return devices.parse(items)
 
     @field_validator("listen")
     @classmethod

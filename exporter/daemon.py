@@ -46,7 +46,7 @@ def open_nvml(settings: Settings) -> NvmlSession:
         import pynvml
 
         nvml, backend = pynvml, "nvml"
-    session = NvmlSession(nvml, backend)
+    session = NvmlSession(nvml, backend, settings.devices)
     session.open()
     return session
 

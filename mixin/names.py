@@ -25,7 +25,8 @@ GPU_XID = "goodput:gpu_xid_errors:increase10m"
 # Per node and scrape target (goodput.shard.node, goodput.shard.serving).
 EXPORTER_NODE = "goodput:exporter_node:info"
 REGIME_GPUS = "goodput:regime_gpus:sum"
-NODE_JOB_WAITING_GPUS = "goodput:node_job_waiting_gpus:rate5m"
+JOB_GPU_WAITING = "goodput:job_gpu_waiting:ratio_rate5m"
+NODE_JOB_GPU_SECONDS = "goodput:node_job_gpu_seconds:rate5m"
 MODEL_TTFT_BUCKET = "goodput:model_ttft_seconds_bucket:rate5m"
 
 # Fleet-wide (goodput.global.fleet).
@@ -43,6 +44,7 @@ MODEL_TOKENS_PER_SM_MEDIAN = "goodput:model_tokens_per_sm_second:median_rate5m"
 MODEL_GPUS = "goodput:model_gpus:count"
 
 # Training jobs (goodput.global.job).
-JOB_GPU_SM_ACTIVE = "goodput:job_gpu_sm_active:ratio_rate5m"
 JOB_STRAGGLER = "goodput:job_straggler:gap_rate5m"
+JOB_GPU_SECONDS = "goodput:job_gpu_seconds:rate5m"
 JOB_WAITING_GPUS = "goodput:job_waiting_gpus:rate5m"
+JOB_WAITING = "goodput:job_waiting:ratio_rate5m"

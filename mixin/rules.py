@@ -189,18 +189,36 @@ def _ttft(c: RuleCtx) -> str:
             f'  rate({{__name__=~"{TTFT_BUCKETS}"}}[{c.cfg.windows.rate}])\n)\n')
 
 
-def _node_job_waiting(c: RuleCtx) -> str:
-    """GPUs of the node lost waiting on their job's peers, per job: the rate of the seconds
-    each GPU waited (goodput_gpu_job_wait_seconds_total), summed over the node's GPUs of the
-    job and over the exporter pods that counted them."""
-    waited = c.q.rate("goodput_gpu_job_wait_seconds_total")
-    return f"sum by ({c.q.node_by}, {', '.join(c.q.job_labels)}) ({waited})"
+JOB_SECONDS = "goodput_gpu_job_seconds_total"
+"""Each GPU's seconds in its multi-GPU job, split by ``part`` (working, transferring,
+waiting, host_stalled, idle): the node model's split, the parts summing to the GPU's time in
+the job."""
+
+
+def _job_gpu_waiting(c: RuleCtx) -> str:
+    """Each job GPU's waiting share: its waiting seconds over its seconds in the job. The
+    straggler rule compares it across the job's nodes: the evidence the node model uses
+    (hollow kernel time beyond the job's own kernels and transfers), never SM activity, on
+    which a rank spinning in a collective reads busier than a straggler stalled on its
+    host."""
+    keep = ", ".join(c.q.job_labels)
+    waiting = c.q.per_gpu("sum", c.q.rate(JOB_SECONDS, matchers='part="waiting"'), keep)
+    total = c.q.per_gpu("sum", c.q.rate(JOB_SECONDS), keep)
+    return f"{waiting}\n  /\n({total} > 0)\n"
+
+
+def _node_job_seconds(c: RuleCtx) -> str:
+    """A job's GPU time on the node, per part: GPU-seconds a second (GPUs), summed over the
+    node's GPUs of the job and over the exporter pods that counted them."""
+    keep = ", ".join([*c.q.job_labels, "part"])
+    return f"sum by ({c.q.node_by}, {keep}) ({c.q.rate(JOB_SECONDS)})"
 
 
 NODE_RULES: list[tuple[str, Builder]] = [
     (N.EXPORTER_NODE, _exporter_node),
     (N.REGIME_GPUS, _regime_gpus),
-    (N.NODE_JOB_WAITING_GPUS, _node_job_waiting),
+    (N.JOB_GPU_WAITING, _job_gpu_waiting),
+    (N.NODE_JOB_GPU_SECONDS, _node_job_seconds),
 ]
 SERVING_RULES: list[tuple[str, Builder]] = [(N.MODEL_TTFT_BUCKET, _ttft)]
 
@@ -300,52 +318,47 @@ MODEL_RULES: list[tuple[str, Builder]] = [
 
 # --- goodput.global.job ---------------------------------------------------------------------
 
-def _job_info(c: RuleCtx) -> str:
-    """goodput_gpu_job_info of the GPUs of jobs of two GPUs or more (on any node), one series
-    per (GPU, job) whichever exporter pods report it. Single-GPU jobs (most `process` ones)
-    have no peers to wait on: leaving them out keeps the per-GPU job rule to the GPUs of
-    multi-GPU jobs (docs/scaling.md)."""
-    info = f"group by ({c.q.job_gpu_by}) ({c.q.s('goodput_gpu_job_info')})"
-    return f"{info}\n    and on ({c.q.job_by})\n    (count by ({c.q.job_by}) ({info}) > 1)"
-
-
-def _job_sm_active(c: RuleCtx) -> str:
-    """Each GPU of a multi-GPU job (its key from goodput_gpu_job_info: Kubernetes, Slurm,
-    torchrun, MPI or a process tree alike, on any node) with its SM activity."""
-    return (f"{c.q.sm_active_ratio()}\n  * on ({c.q.gpu_key}) group_right ()\n"
-            f"  (\n    {_job_info(c)}\n  )\n")
-
-
 def _job_straggler(c: RuleCtx) -> str:
-    """For the busiest GPU of every multi-GPU job (strictly busier than its least busy GPU)
-    and for every GPU its node's model names (goodput_job_straggler, which sees collective
-    traffic and host stalls the SM comparison cannot): how much more of the time its SMs were
-    busy than the average of the job's other GPUs, (n x own - sum) / (n - 1); they wait on it
-    in collectives. Negative for a GPU the node names that stalls on its host. GPUJobStraggler
-    applies the threshold."""
+    """The straggler of every job of two GPUs or more, on any node: the GPU everyone waits
+    for waits least. Recorded for the job's least-waiting GPU when its own waiting share is at
+    most half of the most-waiting peer's (a rotating imbalance, where every rank waits alike,
+    records nothing), and for every GPU its node's model names (goodput_job_straggler): how
+    much less of its time it waited than that peer. GPUJobStraggler applies the threshold."""
     job, key = c.q.job_by, c.q.job_gpu_by
-    sm = c.rec(N.JOB_GPU_SM_ACTIVE)
-    count = f"count by ({job}) ({sm})"
-    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')})"
-    return (f"(\n  {sm}\n    * on ({job}) group_left () {count}\n"
-            f"  - on ({job}) group_left () sum by ({job}) ({sm})\n)\n"
-            f"  / on ({job}) group_left () ({count} - 1 > 0)\n"
+    waiting = c.rec(N.JOB_GPU_WAITING)
+    jobs = f"{waiting}\n  and on ({job}) (count by ({job}) ({waiting}) > 1)"
+    peak = f"max by ({job}) ({waiting})"
+    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
+    return (f"(\n  {peak}\n  - on ({job}) group_right ()\n  {jobs}\n)\n"
             f"and on ({key})\n(\n"
-            f"  {sm} == on ({job}) group_left () max by ({job}) ({sm})\n"
-            f"    > on ({job}) group_left () min by ({job}) ({sm})\n"
-            f"  or on ({key})\n  {named} == 1\n)\n")
+            f"  {waiting} == on ({job}) group_left () min by ({job}) ({waiting})\n"
+            f"    <= on ({job}) group_left () (0.5 * {peak} > 0)\n"
+            f"  or on ({key})\n  {named}\n)\n")
+
+
+def _job_seconds(c: RuleCtx) -> str:
+    """A job's GPU time per part, every node of the job summed: GPUs working, transferring,
+    waiting on peers, stalled on the host and idle; the parts add up to the job's GPUs."""
+    return f"sum by ({c.q.job_by}, part) ({c.rec(N.NODE_JOB_GPU_SECONDS)})"
 
 
 def _job_waiting(c: RuleCtx) -> str:
-    """GPUs lost waiting per job, every node of the job summed: x 3600 is GPU-seconds lost an
-    hour; divided by the job's GPUs, the job's waited share."""
-    return f"sum by ({c.q.job_by}) ({c.rec(N.NODE_JOB_WAITING_GPUS)})"
+    """GPUs lost waiting per job: x 3600 is GPU-seconds lost an hour."""
+    waiting = c.rec(N.JOB_GPU_SECONDS, 'part="waiting"')
+    return f"sum by ({c.q.job_by}) ({waiting})"
+
+
+def _job_waiting_share(c: RuleCtx) -> str:
+    """The share of the job's GPU time lost waiting on its peers (GPUJobLosingToWaiting)."""
+    total = f"sum by ({c.q.job_by}) ({c.rec(N.JOB_GPU_SECONDS)})"
+    return f"{c.rec(N.JOB_WAITING_GPUS)}\n  / on ({c.q.job_by})\n({total} > 0)\n"
 
 
 JOB_RULES: list[tuple[str, Builder]] = [
-    (N.JOB_GPU_SM_ACTIVE, _job_sm_active),
     (N.JOB_STRAGGLER, _job_straggler),
+    (N.JOB_GPU_SECONDS, _job_seconds),
     (N.JOB_WAITING_GPUS, _job_waiting),
+    (N.JOB_WAITING, _job_waiting_share),
 ]
 
 

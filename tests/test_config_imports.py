@@ -15,10 +15,10 @@ from exporter.sources.serving import engines
 from tests.conftest import REPO
 
 # What importing the settings may load: the registry, the declarations, the readings they
-# name, the section base and the profiling mode list (a leaf).
+# name, the section base, the profiling mode list and the GPU selection's parser (leaves).
 ALLOWED = {
     "exporter", "exporter.config", "exporter.config_messages", "exporter.names",
-    "exporter.yamlfile",
+    "exporter.yamlfile", "exporter.devices",
     "exporter.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",

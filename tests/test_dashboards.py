@@ -203,12 +203,13 @@ def test_empty_panels_say_why_on_a_bare_node(bare_prom: tuple[PrometheusServer, 
 
 
 def test_job_stragglers_tell_no_job_from_no_straggler() -> None:
-    """Empty means no multi-GPU job is known (the no-data text says what identifies jobs);
-    a known job always has a row, its lead coloured from the alert's threshold."""
+    """Empty means no multi-GPU job is known (the no-data text says what identifies jobs),
+    or no GPU of a job waits at most half as much as its peers; the gap is coloured from the
+    alert's threshold."""
     board = load(OUT / "goodput-fleet.json")
     panel = next(p for p in panels(board) if p["title"] == "Job stragglers")
     assert "No multi-GPU job known" in panel["fieldConfig"]["defaults"]["noValue"]
-    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     steps = [prop["value"]["steps"] for o in panel["fieldConfig"]["overrides"]
              for prop in o["properties"] if prop["id"] == "thresholds"]
     assert steps == [[{"color": "green"}, {"color": "red", "value": threshold}]]
@@ -221,12 +222,26 @@ def test_job_stragglers_name_the_simulated_straggler(prom: tuple[PrometheusServe
     server, end = prom
     expr = substitute(_target("goodput-fleet", "Job stragglers"))
     rows = {s["metric"]["gpu"]: float(s["value"][1]) for s in _query(server, expr, end)}
-    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     assert set(rows) == {"2"} and rows["2"] >= threshold
     hours = _query(server, substitute(_target("goodput-fleet", "GPU-hours lost waiting, by job")),
                    end)
     assert [s["metric"]["job_id"] for s in hours] == ["llama-train"]
     assert float(hours[0]["value"][1]) > 0
+
+
+@pytest.mark.integration
+def test_job_time_split_stacks_each_jobs_parts(prom: tuple[PrometheusServer, float]) -> None:
+    """The simulated node's job: GPU 2 works all the time, GPU 5 waits 0.6 of it; one bar
+    for the job, its parts adding up to its 2 GPUs, 30 % of them waiting."""
+    server, end = prom
+    rows = _query(server, substitute(_target("goodput-fleet", "Time split of each job")), end)
+    assert {r["metric"]["job_key"] for r in rows} == {"kubernetes inference llama-train"}
+    parts = {r["metric"]["part"]: float(r["value"][1]) for r in rows}
+    assert set(parts) == {"working", "waiting"}
+    # Averaged over the 30 backfilled minutes, the first rate window of which reads low.
+    assert 1.7 < sum(parts.values()) <= 2.0001
+    assert parts["waiting"] / sum(parts.values()) == pytest.approx(0.3, abs=0.01)
 
 
 # --- Grafana dashboard-linter's rules, applied to every panel of every dashboard ----------

@@ -205,3 +205,21 @@ def test_one_gpu_of_a_slurm_job_is_split_a_lone_process_is_not() -> None:
     lone.store.publish(SourceResult(source="jobs", reading=JobAssignments(
         "process", {"0": JobIdentity("process", "vm/4101-1")})))
     assert lone.run(5, {"0": waiting}).jobs == ()
+
+
+def test_ranks_waiting_for_a_late_joiner_wait_though_no_bytes_move() -> None:
+    """The first all-reduce of a job whose last rank is still loading: its peers' kernels
+    spin (SM 0.2) with no NVLink traffic at all, the late rank runs nothing (measured on
+    two H200: 8 s of it, 0.41 of the row waited by the ranks' timing)."""
+    spinning = ProfilingWindow(1.0, graphics_active=0.998, sm_active=0.2, sm_occupancy=0.05,
+                               tensor_active=0.0, dram_active=0.0,
+                               nvlink_bytes_per_second=(("rx", 0.0), ("tx", 0.0)))
+    late = ProfilingWindow(1.0, graphics_active=0.0, sm_active=0.0, sm_occupancy=0.0,
+                           tensor_active=0.0, dram_active=0.0,
+                           nvlink_bytes_per_second=(("rx", 0.0), ("tx", 0.0)))
+    node = Node(gpus=("0", "1"), pods=job("0", "1"))
+    before = node.run(1, {"0": spinning, "1": late}, util={"0": 1.0, "1": 0.0})
+    after = node.run(8, {"0": spinning, "1": late}, util={"0": 1.0, "1": 0.0})
+    assert waited_share(after, "0", before, 8) == pytest.approx(0.97, abs=0.05)
+    assert waited_share(after, "1", before, 8) == 0.0
+    assert after.jobs[0].straggler == ""  # 9 s: not yet

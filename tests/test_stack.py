@@ -1,5 +1,6 @@
-"""`make stack` end to end: the simulated node's hollow GPU raises GPUBusyButUnproductive in
-a real Prometheus, and a real Alertmanager delivers it to the local webhook."""
+"""`make stack` end to end: the simulated node's hollow GPU raises GPUBusyButUnproductive and
+its Slurm job's straggler GPUJobStraggler in a real Prometheus, and a real Alertmanager
+delivers both to the local webhook."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ def test_stack_delivers_busy_but_unproductive(tmp_path: Path) -> None:
                for receiver, labels in firing), firing
     # Only the hollow GPU is flagged: the compute-, memory- and host-bound ones are not.
     assert {labels["gpu"] for _, labels in firing} == {"5"}
+    # The simulated Slurm job 4242: GPU 9, stalled on its host, is its straggler; GPU 10
+    # waits for it (its SMs busier, spinning in the collective) and is never paged.
+    stragglers = [a["labels"] for n in notifications for a in n["alerts"]
+                  if a["labels"]["alertname"] == "GPUJobStraggler" and a["status"] == "firing"]
+    assert {(s["gpu"], s["job_source"], s["job_id"]) for s in stragglers} == {
+        ("9", "slurm", "4242")}, stragglers
 
 
 def test_stack_rules_are_valid(tmp_path: Path) -> None:

@@ -371,6 +371,10 @@ def _synthesise(traces: Traces, extended: bool) -> None:
             gauge("goodput_gpu_job_info", key, [1.0] * TRACE_STEPS)
             # One second a second: the replay scales it by the GPU's wait_rate.
             counter("goodput_gpu_job_wait_seconds", key, [1.0] * TRACE_STEPS)
+            # The node model's split of the rank's time in the job: waiting at its wait_rate,
+            # working the rest (the replay scales each part, _rank_scale).
+            for part in ("working", "waiting"):
+                counter("goodput_gpu_job_seconds", {**key, "part": part}, [1.0] * TRACE_STEPS)
         if arch.role != "none":
             pod = {"namespace": "{namespace}", "pod": "{pod}", "container": "main"}
             gauge("goodput_gpu_pod_info", {**pod, "job_name": "{job_name}"}, [1.0] * TRACE_STEPS)
@@ -413,6 +417,18 @@ _PER_RANK: dict[str, Callable[[Gpu], float]] = {
     "goodput_gpu_sm_active_seconds_total": lambda g: g.sm_scale,
     "goodput_gpu_job_wait_seconds_total": lambda g: g.wait_rate,
 }
+
+
+def _rank_scale(series: Series, g: Gpu) -> float:
+    """How much of a per-rank series a fleet GPU shows: its share of the work, its waiting,
+    and for the parts of its job time, the waiting part at its wait_rate and the rest
+    working."""
+    if series.sample == "goodput_gpu_job_seconds_total":
+        waiting = dict(series.labels).get("part") == "waiting"
+        return g.wait_rate if waiting else 1.0 - g.wait_rate
+    return _PER_RANK[series.sample](g) if series.sample in _PER_RANK else 1.0
+
+
 ORIGIN = 1000 * TRACE_STEPS  # the timeline's step 0 (far from the counters' start)
 
 
@@ -464,7 +480,7 @@ class Replay:
                                  for k, v in s.labels)
                 power = _SCALED.get(s.sample, 0)
                 scale = g.tokens_per_sm_second ** power if g.tokens_per_sm_second else 1.0
-                scale *= _PER_RANK[s.sample](g) if s.sample in _PER_RANK else 1.0
+                scale *= _rank_scale(s, g)
                 yield (s, f'{s.sample}{{{labels}gpu="{g.index}",node="{node}",{target}}}',
                        g.phase, scale)
         for g in self._gpus[node]:

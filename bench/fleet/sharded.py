@@ -58,7 +58,7 @@ def verdicts(st: Stack, plan: fleet.Fleet) -> dict[str, Any]:
             alerts[rule["alert"]] = {"fired": len(fired), "injected": len(want),
                                      "false_positives": len(fired - want),
                                      "missed": len(want - fired)}
-    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = load_config().alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     gaps = {fleet.job_key(s["metric"]): ((s["metric"]["node"], s["metric"]["gpu"]),
                                          float(s["value"][1]))
             for s in st.global_.query(JOB_STRAGGLER)}

@@ -227,9 +227,11 @@ def judge(
     hollows = {g: h for g, (w, a) in job.items()
                if (h := hollow(w, a)) is not None and a.regime in CAN_HOLD_BACK}
     low = min(hollows.values(), default=0.0)
+    busy = {g: kernel_time(w, usable=True) or 0.0 for g, (w, _a) in job.items()}
     shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():
-        can = gpu in hollows and a.regime in CAN_WAIT and exchanging(w, cfg)
+        can = gpu in hollows and a.regime in CAN_WAIT and (
+            exchanging(w, cfg) or _peer_holds_back(gpu, busy))
         shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg) if can else 0.0
     levels = {g: tracker.level(g, shares[g], seconds, cfg) for g in hollows}
     for gone in set(tracker.smoothed) - set(levels):
@@ -240,6 +242,12 @@ def judge(
         waiters = _waiters(straggler, levels, shares, job, cfg) if straggler in levels else set()
     parts = {g: p for g, (w, _a) in job.items() if (p := split(w, shares[g], cfg)) is not None}
     return JobJudgement(straggler, frozenset(waiters if straggler else ()), shares, parts)
+
+
+def _peer_holds_back(gpu: str, busy: Mapping[str, float]) -> bool:
+    """A peer runs kernels for at most half as long as this GPU (its host stalls it, or it
+    has not joined yet): a collective waiting for it moves no bytes, yet it waits."""
+    return busy[gpu] >= 0.5 and any(b <= busy[gpu] / 2 for g, b in busy.items() if g != gpu)
 
 
 def _candidate(

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
+from exporter import devices
 from exporter.readings import Device
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
@@ -66,9 +68,10 @@ def _text(value: Any) -> str:
 class NvmlSession:
     """Owns ``nvmlInit``/``nvmlShutdown`` and the device list."""
 
-    def __init__(self, nvml: Any, backend: str = "nvml") -> None:
+    def __init__(self, nvml: Any, backend: str = "nvml", select: Sequence[str] = ()) -> None:
         self.nvml = nvml
         self.backend = backend
+        self.select = tuple(select)  # the GPUs this daemon owns (``devices``); () for all
         self.devices: list[DeviceHandle] = []
         self.driver_version = ""
         self._lock = threading.Lock()
@@ -101,12 +104,15 @@ class NvmlSession:
         except nvml.NVMLError:
             self.driver_version = ""
         try:
-            self.devices = self._discover()
+            self.devices = devices.select(self._discover(), self.select)
         except nvml.NVMLError as exc:  # e.g. nvmlDeviceGetCount fails on a broken driver
             nvml.nvmlShutdown()
             raise NvmlUnavailable(
                 f"NVML device discovery failed: {exc} ({error_reason(nvml, exc)})"
             ) from exc
+        except devices.DeviceSelectionError:
+            nvml.nvmlShutdown()
+            raise
         log.debug(  # the start-up line ("started") says how many GPUs
             "nvml_ready",
             backend=self.backend,

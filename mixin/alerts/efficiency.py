@@ -92,22 +92,38 @@ def _waited_share(c: AlertCtx) -> str:
 
 
 def job_straggler(c: AlertCtx) -> dict[str, Any]:
-    """The SM comparison across nodes (the recorded gap), or the node's own model naming the
-    GPU (goodput_job_straggler: it also sees collective traffic and host stalls) for the
-    whole `for`."""
+    """The waiting comparison across nodes (the recorded gap), or the node's own model naming
+    the GPU (goodput_job_straggler) for the whole `for`."""
     name, key, gap = "GPUJobStraggler", c.q.job_gpu_by, c.rec(N.JOB_STRAGGLER)
     named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
-    expr = (f"{gap} >= {c.th(name, 'min_sm_active_gap')}\n"
+    expr = (f"{gap} >= {c.th(name, 'min_waiting_gap')}\n"
             f"or on ({key})\n  ({gap}\n    and on ({key})\n    {named})")
     return c.alert(
         name, expr,
         "GPU {{ $labels.gpu }} on {{ $labels.node }} holds back " + JOB,
         c.text("GPU {{ $labels.gpu }} on {{ $labels.node }} holds back ${job}: over ${rate} "
-               "its SMs were busy {{ $value | humanizePercentage }} more of the time than the "
-               "average of the job's other GPUs (negative when it stalls on its host and its "
-               "node names it), and they wait for it in collectives. ${waited} Look for a "
+               "it waited {{ $value | humanizePercentage }} less of its time than the job's "
+               "most-waiting GPU, which waits for it in collectives. ${waited} Look for a "
                "slow or throttled GPU, an uneven shard, a slow input pipeline or a noisy "
                "neighbour on that node.", job=JOB, waited=_waited_share(c)))
+
+
+def job_losing_to_waiting(c: AlertCtx) -> dict[str, Any]:
+    """Waiting with or without a straggler: a rotating imbalance makes every rank wait alike,
+    so nobody is named, and the job still loses its GPUs' time. Annotations read only the
+    value and the job's own labels (no lookup query: namespace and cluster may be absent)."""
+    name = "GPUJobLosingToWaiting"
+    expr = f"{c.rec(N.JOB_WAITING)} >= {c.th(name, 'min_waiting_share')}"
+    return c.alert(
+        name, expr,
+        fill("${job} loses {{ $value | humanizePercentage }} of its GPU time waiting on its "
+             "peers", job=JOB[:1].upper() + JOB[1:]),
+        c.text("The GPUs of ${job} spent {{ $value | humanizePercentage }} of their time over "
+               "${rate} waiting on their peers instead of working. With a straggler, "
+               "GPUJobStraggler names it; without one every rank waits alike: a rotating "
+               "imbalance (variable sequence lengths, packed batches, MoE routing), pipeline "
+               "bubbles or a late rank. The job's time split per part: ${split}.",
+               job=JOB, split=N.JOB_GPU_SECONDS))
 
 
 def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
@@ -131,5 +147,7 @@ def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
 # Per GPU: every shard evaluates them for its own nodes.
 SHARD_EFFICIENCY: list[AlertBuilder] = [busy_but_unproductive, busy_no_output, allocated_idle,
                                         host_bound]
-# The straggler and the fleet median need every node: global (docs/scaling.md).
-GLOBAL_EFFICIENCY: list[AlertBuilder] = [job_straggler, low_goodput_vs_fleet]
+# The straggler, a job's waiting and the fleet median need every node: global
+# (docs/scaling.md).
+GLOBAL_EFFICIENCY: list[AlertBuilder] = [job_straggler, job_losing_to_waiting,
+                                         low_goodput_vs_fleet]

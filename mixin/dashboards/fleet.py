@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import bargauge, stat, table, timeseries
+from grafana_foundation_sdk.builders import barchart, bargauge, stat, table, timeseries
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.models import common as cm
@@ -175,21 +175,22 @@ def _job_filter(ctx: Ctx) -> str:
 def job_stragglers(ctx: Ctx) -> table.Panel:
     gap = f"{N.JOB_STRAGGLER}{{{ctx.rule_gpu_f}, {ctx.ns_f}}}"
     waiting = f"{N.JOB_WAITING_GPUS}{{{_job_filter(ctx)}}}"
-    threshold = ctx.cfg.alerts["GPUJobStraggler"].thresholds["min_sm_active_gap"]
+    threshold = ctx.cfg.alerts["GPUJobStraggler"].thresholds["min_waiting_gap"]
     steps = {"mode": "absolute", "steps": [{"color": "green", "value": None},
                                            {"color": "red", "value": threshold}]}
-    lead = "SM-active lead over peers"
+    lead = "Waits less than its peers"
     job = ", ".join([ctx.cfg.labels.cluster, *ctx.q.job_labels])
     return (
         table.Panel().title("Job stragglers")
         .description(
-            "The busiest GPU of every multi-GPU job in scope (on any node, whatever the job's "
-            "source: Kubernetes, Slurm, torchrun, MPI, process tree), and any GPU its node's "
-            "model names a straggler: how much more of the time its SMs were busy than the "
-            "average of the job's other GPUs, and the GPUs the job loses waiting on its peers "
-            f"(goodput_gpu_job_wait_seconds_total). A lead of {threshold:g} or more (red) is "
-            "a straggler (GPUJobStraggler); every lead green means jobs are known and none "
-            "straggles. Jobs outside Kubernetes have no namespace: they show while every "
+            "The least-waiting GPU of every multi-GPU job in scope (on any node, whatever the "
+            "job's source: Kubernetes, Slurm, torchrun, MPI, process tree) when it waits at "
+            "most half as much as the job's most-waiting GPU, and any GPU its node's model "
+            "names a straggler: how much less of its time it waited on peers than that GPU "
+            "(goodput_gpu_job_seconds_total{part=\"waiting\"}), and the GPUs the job loses "
+            f"waiting. A gap of {threshold:g} or more (red) is a straggler (GPUJobStraggler). "
+            "A job whose ranks all wait alike (a rotating imbalance) has no row here: see "
+            "the time split. Jobs outside Kubernetes have no namespace: they show while every "
             "namespace is selected.")
         .datasource(ctx.ds)
         .with_target(query(ctx, gap, ref="A", instant=True, table=True))
@@ -206,6 +207,49 @@ def job_stragglers(ctx: Ctx) -> table.Panel:
         .override_by_name("GPUs lost waiting", [
             model.DynamicConfigValue(id_val="unit", value="none")])
         .data_links([drilldown_link(ctx)])
+        .unit("percentunit").no_value(NO_JOBS)
+        .height(8).span(12))
+
+
+# The parts of a job's GPU time, in the order they stack (goodput_gpu_job_seconds_total).
+JOB_PARTS = ("working", "transferring", "waiting", "host_stalled", "idle")
+
+
+def job_time_split(ctx: Ctx) -> barchart.Panel:
+    """One stacked bar per job: its GPU-seconds over the range by part, as shares. From the
+    per-job rule, like the waiting hours beside it."""
+    split = f"{N.JOB_GPU_SECONDS}{{{_job_filter(ctx)}}}"
+    keys = ", ".join(ctx.q.job_labels)
+    # One bar per job key (two namespaces may each run a job "train"): its labels joined.
+    joined = ", ".join(f'"{label}"' for label in ctx.q.job_labels)
+    grouped = {"rowField": "job_key", "columnField": "part", "valueField": "Value",
+               "emptyValue": "zero"}
+    return (
+        barchart.Panel().title("Time split of each job")
+        .description(
+            "Where each multi-GPU job's GPU time went over the time range, as shares of its "
+            "GPU-seconds: working, transferring (the collectives' own data movement), "
+            "waiting on peers, stalled on the host (no kernel resident while the job holds "
+            "the GPU) and idle; the parts add up to the job's GPU-seconds (the node models' "
+            f"goodput_gpu_job_seconds_total, summed over every node by the rule "
+            f"{N.JOB_GPU_SECONDS}, which is per job: the node and GPU filters do not apply). "
+            "Jobs outside Kubernetes have no namespace: they show while every namespace is "
+            "selected.")
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, f'label_join(sum by ({keys}, part) (avg_over_time({split}[$__range])), '
+            f'"job_key", " ", {joined})', instant=True, table=True))
+        .with_transformation(model.DataTransformerConfig(id_val="groupingToMatrix",
+                                                         options=grouped))
+        # groupingToMatrix names its first column "<rowField>\\<columnField>".
+        .with_transformation(model.DataTransformerConfig(
+            id_val="organize", options={
+                "indexByName": {"job_key\\part": 0,
+                                **{part: i + 1 for i, part in enumerate(JOB_PARTS)}},
+                "renameByName": {"job_key\\part": "job"}}))
+        .orientation(cm.VizOrientation.HORIZONTAL)
+        .stacking(cm.StackingMode.PERCENT)
+        .x_field("job")
         .unit("percentunit").no_value(NO_JOBS)
         .height(8).span(12))
 
@@ -321,7 +365,7 @@ ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Busy but unproductive", [busy_unproductive_table]),
     ("Regimes and idle allocations", [regime_mix, regime_share, allocated_idle_hours,
                                       hollow_by_namespace, allocated_idle_by_namespace]),
-    ("Training jobs", [job_stragglers, job_wait_hours]),
+    ("Training jobs", [job_stragglers, job_wait_hours, job_time_split]),
     ("Tokens per joule and cost", [
         lambda ctx: tokens_per_joule(ctx, "model", N.MODEL_TOKENS_PER_JOULE),
         lambda ctx: tokens_per_joule(ctx, ctx.ns, N.NAMESPACE_TOKENS_PER_JOULE),

@@ -135,13 +135,20 @@ def test_the_ranks_torchrun_starts_in_sessions_of_their_own_are_one_job(tmp_path
     proc(tmp_path, 700, start=10)  # a tmux server: leads its session
     proc(tmp_path, 701, start=11, parent=700)  # a pane's program: its own session
     proc(tmp_path, 702, start=12, parent=700)
-    listed = [("0", 601), ("1", 602), ("2", 701), ("3", 702)]
+    # a launcher that leads its own session under a daemon's child (srun's slurmstepd)
+    proc(tmp_path, 800, start=20)  # the daemon (child of init)
+    proc(tmp_path, 810, start=21, parent=800)  # torchrun, its own session
+    proc(tmp_path, 811, start=22, parent=810)  # its workers, each their own session
+    proc(tmp_path, 812, start=23, parent=810)
+    listed = [("0", 601), ("1", 602), ("2", 701), ("3", 702), ("4", 811), ("5", 812)]
     got = jobs(source(tmp_path, listed, environ=False).poll_blocking())
     assert got == {
         "0": JobIdentity("process", "n1/100-900"),
         "1": JobIdentity("process", "n1/100-900"),
         "2": JobIdentity("process", "n1/701-11"),
         "3": JobIdentity("process", "n1/702-12"),
+        "4": JobIdentity("process", "n1/810-21"),
+        "5": JobIdentity("process", "n1/810-21"),
     }
 
 

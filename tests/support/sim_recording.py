@@ -191,17 +191,22 @@ class _Synthetic:
 
     def _jobs(self, ts: float, dt: float) -> None:
         """The job identity of the job's ranks (goodput_gpu_job_info, from the pods' job
-        label), the straggler the node's model names (GPU 2) and the time GPU 5 waits on
-        it (goodput_gpu_job_wait_seconds_total)."""
+        label), the straggler the node's model names (GPU 2), the time GPU 5 waits on it
+        (goodput_gpu_job_wait_seconds_total) and each rank's time split
+        (goodput_gpu_job_seconds_total)."""
         for gpu, job in sorted(JOBS.items()):
             key = {"job_source": "kubernetes", "namespace": TENANTS[gpu][0], "job_id": job}
             self._gauge("goodput_gpu_job_info", {"gpu": gpu, "node": self.node, **key}, ts, 1.0)
+            labels = {"gpu": gpu, "node": self.node, **key}
             if gpu == STRAGGLER:
-                self._gauge("goodput_job_straggler", {"gpu": gpu, "node": self.node, **key},
-                            ts, 1.0)
+                self._gauge("goodput_job_straggler", labels, ts, 1.0)
             else:
-                self._counter("goodput_gpu_job_wait_seconds",
-                              {"gpu": gpu, "node": self.node, **key}, ts, 0.6 * dt)
+                self._counter("goodput_gpu_job_wait_seconds", labels, ts, 0.6 * dt)
+            # The node model's split of the GPU's time in the job (parts add up to dt).
+            waiting = 0.0 if gpu == STRAGGLER else 0.6
+            for part, share in (("working", 1.0 - waiting), ("waiting", waiting)):
+                self._counter("goodput_gpu_job_seconds", {**labels, "part": part}, ts,
+                              share * dt)
 
     def _targets(self, ts: float) -> None:
         seen = set()

@@ -37,9 +37,20 @@ def command(name: str, *args: str, python: str | None = None) -> list[str]:
 
 
 def emit(event: str, **fields: Any) -> None:
-    """One protocol line: ``{"event": ..., "time": <unix seconds>, ...}``, flushed at once
-    because the orchestrator starts its clock on ``ready``."""
-    print(json.dumps({"event": event, "time": time.time(), **fields}), flush=True)
+    """One protocol line: ``{"event": ..., "time": <unix seconds>, ...}``, written at once
+    because the orchestrator starts its clock on ``ready``, and in one write so that ranks
+    sharing a launcher's stdout (torchrun) never interleave within a line."""
+    import os
+
+    line = json.dumps({"event": event, "time": time.time(), **fields}) + "\n"
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests): no descriptor
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return
+    os.write(fd, line.encode())
 
 
 class BadArgs(Exception):

@@ -19,6 +19,22 @@ from typing import IO, Any
 from testkit.harness import stop_process
 
 
+def _records(line: str) -> list[dict[str, Any]]:
+    """The protocol records in one line of output: usually one, several when processes that
+    share the stdout wrote without a newline between them; anything else is skipped."""
+    decoder, out, pos = json.JSONDecoder(), [], line.find("{")
+    while pos >= 0:
+        try:
+            rec, end = decoder.raw_decode(line, pos)
+        except ValueError:
+            pos = line.find("{", pos + 1)
+            continue
+        if isinstance(rec, dict) and "event" in rec:
+            out.append(rec)
+        pos = line.find("{", end)
+    return out
+
+
 class WorkloadProcess:
     def __init__(self, name: str, cmd: list[str], cwd: Path, env: dict[str, str],
                  log: IO[str], lock: threading.Lock) -> None:
@@ -40,11 +56,7 @@ class WorkloadProcess:
             with self.lock:
                 self.log.write(f"[{self.name}] {line}")
                 self.log.flush()
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "event" in rec:
+            for rec in _records(line):
                 self.events.append(rec)
                 if rec["event"] in ("ready", "error"):
                     self.ready.set()

@@ -175,17 +175,18 @@ class ProcJobSource(BlockingSource):
             _count(errors, "environ_too_long")
         return ident.environ_variables(raw, truncated)
 
-    def _session(self, pid: int, stat: ident.Stat) -> tuple[int, int | None]:
+    def _session(self, pid: int, stat: ident.Stat, depth: int = 0) -> tuple[int, int | None]:
         """(session id, its leader's start ticks or None when the leader is gone). A
-        process that leads a session of its own under a parent that leads none (torchrun's
-        agent starts every worker so) belongs to its parent's session: the ranks of one
-        launch are one job, as they are when spawned without a session of their own."""
+        process that leads a session of its own belongs to its parent's job unless that
+        parent is a daemon (a child of init: tmux, screen, sshd's listener): torchrun's
+        agent starts every worker in a new session, and the ranks of one launch are one
+        job, as they are when spawned without sessions of their own."""
         if stat.session <= 0:  # no session visible from here: the process is its own job
             return pid, stat.start_ticks
-        if stat.session == pid and stat.parent > 1:
+        if stat.session == pid and stat.parent > 1 and depth < 8:
             parent = self._stat_of(stat.parent)
-            if parent is not None and 0 < parent.session != stat.parent:
-                return self._session(stat.parent, parent)
+            if parent is not None and parent.parent > 1:
+                return self._session(stat.parent, parent, depth + 1)
         try:
             raw, _ = read_capped(os.path.join(self._root, str(stat.session), "stat"), MAX_SMALL)
         except (Gone, PermissionError):
