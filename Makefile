@@ -13,9 +13,10 @@ bootstrap-runtime:
 bootstrap-tools:
 	@scripts/bootstrap.sh --tools
 
-## run: the exporter on the built-in simulated node, one workload per GPU (http://$(LISTEN)/metrics)
+## run: the exporter on the built-in simulated node, one workload per GPU, and two simulated
+##      serving engines (http://$(LISTEN)/)
 run: bootstrap-runtime
-	$(PY) -m exporter --simulate --listen $(LISTEN) --log-format console
+	$(PY) -m exporter --simulate --simulate-engines --listen $(LISTEN) --log-format console
 
 ## test: lint, type-check, generated-docs check and the whole test suite
 test: bootstrap-tools llama-server

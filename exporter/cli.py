@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import os
 import signal
 import socket
@@ -38,6 +39,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--listen", "listen", "HOST:PORT"),
     Flag("--simulate", "simulate"),
     Flag("--simulate-gpus", "simulate_gpus", "N"),
+    Flag("--simulate-engines", "simulate_engines"),
     Flag("--interval", "interval", "SECONDS"),
     Flag("--node-name", "node_name", "NAME"),
     Flag("--devices", "devices", "LIST"),
@@ -54,7 +56,21 @@ class Parser(argparse.ArgumentParser):
     """A usage error in one line naming the flag; the usage block is one --help away."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}{self.did_you_mean(message)} "
+                              "(see --help)\n")
+
+    def did_you_mean(self, message: str) -> str:
+        """``; did you mean --interval?`` for a misspelt flag, as the environment gets."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        words = message.partition(":")[2].split()
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for flag in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        return "; " + "; ".join(hints) if hints else ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -208,7 +224,9 @@ def listen(where: str, log: Any) -> list[socket.socket] | None:
     try:
         sockets = bind(host, port)
     except OSError as exc:  # the port is taken, or the address is not ours
-        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}",
+        hint = ("; another process holds it: choose another with --listen HOST:PORT "
+                "(make run LISTEN=HOST:PORT)" if exc.errno == errno.EADDRINUSE else "")
+        print(f"gpu-goodput-exporter: cannot listen on {where}: {exc.strerror or exc}{hint}",
               file=sys.stderr)
         return None
     if port == 0:  # HOST:0: the port the kernel picked, for whoever started us
@@ -223,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return top(argv[1:])
     args = parser().parse_args(argv)
+    tree = flags_to_tree(args)
     try:
         config_file = getattr(args, "config", None) or os.environ.get("GOODPUT_CONFIG")
-        settings = build(flags_to_tree(args), config_file=config_file)
+        settings = build(tree, config_file=config_file)
     except ConfigError as exc:
         print(f"gpu-goodput-exporter: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -255,11 +274,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     sockets = listen(settings.listen, log)  # first: a taken port is the only thing said
     if sockets is None:
         return EXIT_USAGE
-    return _run(args, settings, (config_file, web_config_file), web_config, sockets)
+    if settings.simulate_engines:
+        try:
+            tree, settings = with_simulated_engines(tree, config_file, settings.simulate_gpus)
+        except (OSError, ConfigError) as exc:
+            print(f"gpu-goodput-exporter: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return _run(tree, settings, (config_file, web_config_file), web_config, sockets)
+
+
+def with_simulated_engines(tree: dict[str, Any], config_file: str | None, gpus: int) -> tuple[
+    dict[str, Any], Settings
+]:
+    """Start the simulated serving engines of the node's first ``gpus`` GPUs; the flags with
+    their targets, and the settings (a reload keeps the targets: they are flags to it)."""
+    from exporter.sim import engines
+
+    wanted = tuple(e for e in engines.ENGINES if int(e.gpu) < gpus)
+    tree = {**tree, "serving": {**tree.get("serving", {}), "targets": engines.start(wanted)}}
+    return tree, build(tree, config_file=config_file)
 
 
 def _run(
-    args: argparse.Namespace,
+    tree: dict[str, Any],
     settings: Settings,
     files: tuple[str | None, str | None],
     web_config: webconfig.WebConfig,
@@ -288,7 +325,7 @@ def _run(
     from exporter.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
-    daemon.reload = Reloader(daemon, flags_to_tree(args), *files, web_layer)
+    daemon.reload = Reloader(daemon, tree, *files, web_layer)
     app = daemon.app(middlewares=[web_layer.middleware])
     app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.nvml.backend,
                                     sockets, web_config.ssl_context is not None))

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 
 from exporter import devices, names, yamlfile
 from exporter.collectors import REGISTRY
@@ -83,6 +90,10 @@ class CoreSettings(Section):
     # The default is one GPU per workload of exporter/sim/patterns.py NODE.
     simulate_gpus: int = Field(12, ge=1, le=64)
     """Number of simulated GPUs."""
+    simulate_engines: bool = False
+    """With simulate: also serve two simulated vLLM engines from this process and scrape
+    them (2,400 tokens/s on GPU 3; none on the busy GPU 2), so tokens/s and J/token show;
+    their targets replace serving.targets."""
     collectors: dict[str, bool] = Field(default_factory=dict)
     """Collectors switched on (true) or off (false) against their default; see --help."""
     extended_metrics: bool = False
@@ -106,6 +117,14 @@ class CoreSettings(Section):
         unknown = sorted(set(value) - set(known))
         if unknown:
             raise ValueError(f"unknown collector(s) {unknown}; known: {', '.join(known)}")
+        return value
+
+    @field_validator("simulate_engines")
+    @classmethod
+    def _engines_need_the_simulated_node(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and not info.data.get("simulate"):
+            raise ValueError("needs simulate (the engines feed the simulated node's GPUs 2 "
+                             "and 3): add --simulate")
         return value
 
     @field_validator("devices", mode="before")

@@ -19,6 +19,7 @@ from aiohttp import web
 from exporter import runbooks
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
+from exporter.view import docs
 from exporter.view.page import handler as landing_page
 from exporter.webconfig import AUTHENTICATED
 
@@ -67,7 +68,9 @@ def build_app(
             content_type="application/json",
         )
 
-    app.router.add_get("/", landing_page(exposition, debug_state))
+    served_docs = docs.add_routes(app)
+    app.router.add_get("/", landing_page(exposition, debug_state,
+                                         [d for d in docs.LINKED if d in served_docs]))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -25,9 +25,9 @@ DEFAULT_PATH = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 
 HEADER = """# Settings reference
 
-Generated from the code by `python -m exporter.settings_docs`; do not edit by hand (CI checks
-that this file matches the code). README.md "Configuration" says how the layers combine:
-flags win over the environment, which wins over the `--config` YAML file. Each collector's
+Generated from the code by `.venv/bin/python -m exporter.settings_docs`; do not edit by hand
+(CI checks that this file matches the code). README.md "Configuration" says how the layers
+combine: flags win over the environment, which wins over the `--config` YAML file. Each collector's
 section is declared in its module (`exporter/collectors/<name>.py`), with its flags.
 
 """

@@ -8,9 +8,12 @@ per-GPU detail behind it (GPM support, source selection) is logged at debug.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -62,8 +65,23 @@ def summary(settings: Settings, snap: Snapshot, backend: str, url: str) -> dict[
         "kubernetes": "on" if settings.kubernetes.enabled else "off",
         "node": snap.node_name,
         "version": __version__,
-        "top": f"gpu-goodput-exporter top --url {url}metrics",
+        "top": f"{top_command()} --url {url}metrics",
     }
+
+
+def top_command() -> str:
+    """How this install runs ``top``, as a person would type it in this directory: the
+    script on PATH, else the one beside this interpreter (``.venv/bin/...`` of a checkout's
+    ``make run``, whose venv nothing activates), else this interpreter with ``-m``."""
+    if shutil.which("gpu-goodput-exporter") is not None:
+        return "gpu-goodput-exporter top"
+    script = Path(sys.executable).parent / "gpu-goodput-exporter"
+    if script.is_file():
+        try:
+            return f"{script.relative_to(Path.cwd())} top"
+        except ValueError:
+            return f"{script} top"
+    return f"{sys.executable} -m exporter top"
 
 
 def _settled(snap: Snapshot) -> bool:

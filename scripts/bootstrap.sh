@@ -43,6 +43,11 @@ else
   stamp=$dev_stamp spec='.[dev]'
 fi
 if ! fresh "$stamp"; then
+  if [ "$mode" = runtime ]; then
+    echo "bootstrap: installing the exporter and its runtime dependencies into .venv (about 30 s the first time)"
+  else
+    echo "bootstrap: installing the exporter, its dev tools and test dependencies into .venv (about 2 minutes the first time)"
+  fi
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e "$spec"
   touch "$stamp"

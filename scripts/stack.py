@@ -329,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"{url['prometheus']}/-/ready", 30)
         print("\n".join([
             f"gpu-goodput-exporter local stack (simulated {len(NODE)}-GPU node):",
-            f"  exporter      {url['exporter']}/metrics",
+            f"  exporter      {url['exporter']}/metrics   (the node's GPUs: {url['exporter']}/)",
+            f"  engines       {url['engine_decode']}/metrics   (2,400 tokens/s on GPU 3)",
+            f"                {url['engine_stalled']}/metrics   (no tokens, on the busy GPU 2)",
             f"  prometheus    {url['prometheus']}   (alerts: {alerts_page(url['prometheus'])})",
             f"  alertmanager  {url['alertmanager']}   (amtool --alertmanager.url="
             f"{url['alertmanager']} alert query)",
@@ -353,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
         webhook.shutdown()
+        print(f"stack: stopped the exporter, the engines, Prometheus, Alertmanager and the "
+              f"webhook; logs and data stay in {workdir}", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,14 +67,25 @@ def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:
 def _reset_structlog():
     """Tests that run the CLI configure structlog against a captured stream; undo it, and
     start every test with an empty log damper (it is process-wide)."""
-    import structlog
-
     from exporter.logdamp import DAMPER
 
     DAMPER.reset()
+    _quiet_structlog()
     yield
-    structlog.reset_defaults()
+    _quiet_structlog()
     _unbridge()
+
+
+def _quiet_structlog() -> None:
+    """structlog's defaults print every event, debug included, to whatever ``sys.stdout``
+    is when it is logged: from a thread a finished test left behind (a source thread of an
+    in-process daemon, an XID watch starting late) that is the terminal, and the line lands
+    among pytest's dots. Tests read logs through ``capture_logs`` or run the CLI, which
+    configures its own output; unconfigured events go nowhere."""
+    import structlog
+
+    structlog.reset_defaults()
+    structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
 
 
 def _unbridge() -> None:

@@ -583,3 +583,47 @@ def test_every_marker_sits_on_a_fence() -> None:
                 if not ds.FENCE.match(nxt):
                     stray.append(f"{path.relative_to(REPO)}:{i + 1}")
     assert not stray, "snippet markers not followed by a fence:\n" + "\n".join(stray)
+
+
+CHECKOUT_MODULES = ("exporter", "mixin", "tests", "testkit", "bench")
+"""What ``python -m`` runs from the checkout: it needs the quick start's ``.venv``."""
+ELSEWHERE = (
+    ("README.md", "gpu-goodput-exporter  "),  # after `pip install .`: the installed command
+    ("docs/benchmarks.md", "bench.gpu.gpu_validation"),  # on the GPU machine, its own Python
+    ("docs/benchmarks.md", "bench.gpu.workloads"),
+    ("docs/architecture.md", "bench.gpu.workloads"),
+    ("docs/install.md", "exporter.healthcheck"),  # inside the image
+)
+"""Commands the docs run somewhere other than the checkout, each saying where."""
+INLINE = re.compile(r"`(?:PYTHONPATH=\S+ )?(python3?|gpu-goodput-exporter) (-m (\w+)\S*|top)[^`]*`")
+
+
+def _elsewhere(path: str, text: str) -> bool:
+    return any(path == p and needle in text for p, needle in ELSEWHERE)
+
+
+def test_every_command_runs_through_the_quick_starts_venv() -> None:
+    """A fresh clone has no activated venv: there `python -m exporter` fails (no structlog)
+    and `gpu-goodput-exporter` is not on PATH. So every command of README.md and docs/*.md
+    that runs the checkout's code goes through `.venv/bin/`, fenced or inline, or is one of
+    ELSEWHERE."""
+    wrong = []
+    for snippet in (s for s in SNIPPETS if s.lang in ds.SHELL):
+        for cmd in ds.commands(snippet):
+            words = cmd.words
+            module = words[2].split(".")[0] if words[1:2] == ["-m"] and len(words) > 2 else ""
+            ours = (cmd.program in ("python", "python3") and module in CHECKOUT_MODULES) or (
+                cmd.program == "gpu-goodput-exporter")
+            if ours and not words[0].startswith(".venv/bin/") and not _elsewhere(
+                    snippet.path, cmd.text + "  "):
+                wrong.append(f"{snippet.path}:{cmd.line}: {cmd.text}")
+    for path in ds.doc_files(REPO):
+        rel = str(path.relative_to(REPO))
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for m in INLINE.finditer(line):
+                checkout = m[1] == "gpu-goodput-exporter" or m[3] in CHECKOUT_MODULES
+                if checkout and not _elsewhere(rel, m[0]) and "top  node" not in line:
+                    wrong.append(f"{rel}:{number}: {m[0]}")
+    assert not wrong, ("run these through the quick start's venv (`.venv/bin/python -m ...`, "
+                       "`.venv/bin/gpu-goodput-exporter`), or say where they run "
+                       "(ELSEWHERE):\n  " + "\n  ".join(wrong))

@@ -239,6 +239,7 @@ def test_busy_port_is_one_line_and_exit_2() -> None:
         line for line in errors if line.startswith("gpu-goodput-exporter: cannot listen on")
     ]
     assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0]
+    assert "--listen HOST:PORT (make run LISTEN=HOST:PORT)" in errors[0]  # how to move
 
 
 # serving trust: reload, bad URLs, secrets, through the real daemon ---------------------------

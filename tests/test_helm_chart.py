@@ -197,6 +197,9 @@ def test_packaged_chart_carries_identical_copies(repo_copy: Path, tmp_path: Path
             assert data.read() == (repo_copy / src).read_bytes()
         # Rule unit tests stay out of the chart (.helmignore).
         assert f"{CHART.name}/files/alerts/goodput_test.yml" not in members
+        # `helm show readme` has something to show
+        readme = tar.extractfile(members[f"{CHART.name}/README.md"])
+        assert readme is not None and b"image.repository" in readme.read()
 
 
 def test_the_real_repository_files_render() -> None:

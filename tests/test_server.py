@@ -220,3 +220,20 @@ async def test_every_variant_is_complete_and_parseable_while_publishing():
         assert await task > 0
         await client.close()
         cache.stop()
+
+
+def test_observers_see_each_encode_of_the_text_body() -> None:
+    """The landing page keeps its rates' samples from here: one call per encode, with the
+    plain text body a scrape gets, whatever other variants are kept warm."""
+    from exporter.metrics.cache import Variant
+
+    store = SnapshotStore("node-a")
+    cache = _bare(store)
+    seen: list[tuple[float, bytes]] = []
+    cache.observe(lambda now, body: seen.append((now, body)))
+    cache.cached(Variant(openmetrics=True, gzipped=True))  # a second variant kept warm
+    cache.refresh()
+    store.publish(SourceResult(source="nvml", reading=NvmlReading((Device("0", "GPU-x"),))))
+    cache.refresh()
+    assert len(seen) == 2 and seen[-1][1] is cache.body(Variant())
+    assert b'goodput_gpu_info{gpu="0"' in seen[-1][1] and seen[0][1] != seen[-1][1]

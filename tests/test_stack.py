@@ -21,6 +21,9 @@ def test_stack_delivers_busy_but_unproductive(tmp_path: Path) -> None:
          str(tmp_path), "--timeout", "150"],
         capture_output=True, text=True, timeout=200, check=False, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "tokens/s on GPU 3" in result.stdout and "no tokens, on the busy GPU 2" in result.stdout
+    assert lines[-1].startswith("stack: stopped the exporter, the engines"), lines[-3:]
     notifications = [json.loads(line) for line in
                      (tmp_path / "webhook.jsonl").read_text().splitlines()]
     firing = [(n["receiver"], a["labels"]) for n in notifications for a in n["alerts"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +44,10 @@ def test_start_up_fits_a_screen_names_the_url_and_uses_words(tmp_path: Path) -> 
     assert names.index("started") <= 1  # only "listening" (port 0) may come first
     assert started["url"].startswith("http://127.0.0.1:") and started["gpus"] == 12
     assert started["profiling"] == "gpm on 12 GPUs" and started["serving_targets"] == 0
-    assert started["top"] == f"gpu-goodput-exporter top --url {started['url']}metrics"
+    program, *rest = shlex.split(started["top"])  # a command this install can run as typed
+    assert rest == ["top", "--url", f"{started['url']}metrics"] or rest[:3] == [
+        "-m", "exporter", "top"], started["top"]
+    assert shutil.which(program, path=ENV.get("PATH")) or (REPO / program).is_file(), program
     before_stop = names[: names.index("stopped")] if "stopped" in names else names
     assert len(before_stop) <= 24, names  # one screen: the start line and first verdicts
     for quiet in ("gpm_support", "profiling_source_selected", "nvml_ready", "source_ok"):
@@ -92,9 +97,32 @@ def test_usage_error_is_one_line() -> None:
         "(choose from 'json', 'console') (see --help)"]
 
 
+def test_a_misspelt_flag_gets_did_you_mean_like_a_misspelt_variable() -> None:
+    for argv, words in ((["--intervl", "2"], "--intervl: did you mean --interval?"),
+                        (["top", "--filtr=x"], "--filtr: did you mean --filter?")):
+        done = subprocess.run([sys.executable, "-m", "exporter", *argv], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert words in done.stderr and done.stderr.endswith("(see --help)\n"), done.stderr
+    assert cli.parser().did_you_mean("unrecognized arguments: --zzzzzz") == ""
+
+
 def test_an_ignored_variable_that_looks_like_a_typo_names_the_setting() -> None:
     assert cli.did_you_mean(["GOODPUT_INTERVL", "GOODPUT_PORT_9433_TCP",
                              "GOODPUT_SERVING__INTERVALL"]) == {"did_you_mean": {
         "GOODPUT_INTERVL": "GOODPUT_INTERVAL",
         "GOODPUT_SERVING__INTERVALL": "GOODPUT_SERVING__INTERVAL"}}
     assert cli.did_you_mean(["GOODPUT_SERVICE_HOST"]) == {}
+
+
+def test_make_runs_node_serves_and_scrapes_two_simulated_engines(tmp_path: Path) -> None:
+    lines = _first_seconds(tmp_path, "--simulate-engines", seconds=5.0)
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    started = next(e for e in events if e["event"] == "started")
+    assert started["serving_targets"] == 2
+    up = sorted((e["models"][0], e["gpus"]) for e in events
+                if e["event"] == "serving_target_up")
+    assert up == [("sim/llama-3-8b", ["3"]), ("sim/mixtral-8x7b", ["2"])], events
+    assert not any(e["event"] == "serving_target_unattributed" for e in events)
+    few = _first_seconds(tmp_path, "--simulate-engines", "--simulate-gpus", "2", seconds=3.0)
+    assert '"serving_targets": 0' in next(x for x in few if '"started"' in x)

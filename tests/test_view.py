@@ -19,7 +19,7 @@ from exporter.config import build as build_settings
 from exporter.daemon import build
 from exporter.sources.nvml_session import NvmlSession
 from exporter.view.page import render
-from exporter.view.rows import Rates, arrange, parse
+from exporter.view.rows import Rates, arrange, counter_lines, memory_text, parse
 from exporter.view.source import Endpoint
 from exporter.view.table import frame
 from exporter.view.top import State
@@ -95,6 +95,7 @@ def test_rows_carry_regime_reasons_jobs_stragglers_and_rates() -> None:
 
 def test_first_read_has_no_rates_and_a_quiet_gpu_says_its_regime() -> None:
     view = parse(_text(1000, 0, 0), Rates(), now=1.0)
+    assert view.jobs == ()  # no goodput_job_gpus: no multi-GPU job
     zero = next(r for r in view.rows if r.gpu == "0")
     assert zero.tokens_per_second is None and zero.throttle == ""
     assert zero.why == "tensor/SM busy"
@@ -225,3 +226,189 @@ def test_top_simulate_that_cannot_start_says_so_in_one_line() -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "simulate_gpus" in done.stderr
+
+
+# rates that read right at once, and never flicker -------------------------------------------
+
+
+def test_a_step_counter_reads_throttled_in_every_frame_once_seen() -> None:
+    """The clock-event counter moves 5 s at a time every 5th second (a GPU throttled all the
+    time): read every second, the GPU reads throttled from its first step on, every frame."""
+    rates = Rates()
+    seen = []
+    for second in range(60):
+        thermal = 5.0 * ((second + 3) // 5)  # the first step at second 2
+        view = parse(_text(1000 * second, 0, thermal), rates, now=float(second))
+        seen.append(bool(next(r for r in view.rows if r.gpu == "0").throttle))
+    first = seen.index(True)
+    assert first <= 5 and all(seen[first:]), seen
+
+
+def test_rates_take_the_newest_sample_a_window_old_and_a_young_series_its_oldest() -> None:
+    rates = Rates(window=10.0)
+    rates.add(0.0, {("a",): 0.0})
+    rates.add(2.0, {("a",): 20.0})  # thinned: less than a quarter window after the last
+    rates.add(3.0, {("a",): 30.0, ("b",): 0.0})
+    rates.add(6.0, {("a",): 60.0, ("b",): 30.0})
+    assert rates.since(12.0, {("a",): 120.0, ("b",): 90.0}) == {("a",): 10.0, ("b",): 10.0}
+    assert rates.since(12.5, {("a",): 125.0}) == {("a",): 10.0}  # against 0.0, 12.5 s old
+    assert Rates().since(5.0, {("a",): 1.0}) == {}  # nothing kept: no rate, never zero
+
+
+def test_a_kept_body_is_parsed_only_when_needed() -> None:
+    rates = Rates()
+    rates.add(0.0, counter_lines(_text(1000, 0, 0).encode()))
+    view = parse(_text(11000, 0, 0), rates, now=10.0, keep=False)
+    assert next(r for r in view.rows if r.gpu == "0").tokens_per_second == 1000.0
+    assert len(rates._samples) == 1  # keep=False: the page's samples come from the encoder
+
+
+def test_memory_in_gib_and_allocated_idle_marked() -> None:
+    text = (EXPOSITION.split("# TYPE")[0]
+            + 'goodput_gpu_regime{gpu="2",node="n1",regime="allocated_idle"} 1\n'
+            + 'goodput_gpu_memory_used_bytes{gpu="0",node="n1"} 64424509440\n'
+            + 'goodput_gpu_memory_total_bytes{gpu="0",node="n1"} 85899345920\n'
+            + 'goodput_gpu_memory_used_bytes{gpu="1",node="n1"} 64424509440\n'
+            + 'goodput_gpu_regime{gpu="1",node="n1",regime="allocated_idle"} 1\n')
+    text = text.replace('goodput_gpu_regime{gpu="1",node="n1",regime="launch_bound"} 1\n', "")
+    view = parse(text)
+    rows = {r.gpu: r for r in view.rows}
+    assert memory_text(rows["0"]) == "60 / 80 GiB"  # an "H100 80GB": 80 GiB, not 86 GB
+    assert rows["1"].why.startswith("allocated idle: 60 GiB held")
+    assert not any(r.startswith("allocated") for r in rows["2"].reasons())  # down first
+    page = render(view, view.rows, "gpu", "")
+    assert "60 / 80 GiB" in page and "86" not in page
+    assert page.count('<tr class="warn">') >= 2  # the hollow GPU and the held-idle one
+
+
+JOBS = """\
+goodput_job_gpus{node="n1",job_source="slurm",namespace="",job_id="4242"} 2
+goodput_job_gpus{node="n1",job_source="process",namespace="",job_id="7"} 1
+goodput_gpu_job_info{gpu="9",node="n1",job_source="slurm",namespace="",job_id="4242"} 1
+goodput_gpu_job_info{gpu="10",node="n1",job_source="slurm",namespace="",job_id="4242"} 1
+goodput_gpu_job_info{gpu="3",node="n1",job_source="process",namespace="",job_id="7"} 1
+goodput_gpu_regime{gpu="3",node="n1",regime="compute_bound"} 1
+goodput_gpu_regime{gpu="9",node="n1",regime="host_bound"} 1
+goodput_gpu_regime{gpu="10",node="n1",regime="comm_wait"} 1
+goodput_job_straggler{node="n1",job_source="slurm",namespace="",job_id="4242",gpu="9"} 1
+# TYPE goodput_gpu_job_seconds counter
+"""
+PARTS = {"9": {"working": 2.0, "host_stalled": 8.0},
+         "10": {"working": 4.0, "waiting": 6.0}}
+
+
+def _jobs_text(seconds: float) -> str:
+    lines = [
+        f'goodput_gpu_job_seconds_total{{gpu="{gpu}",node="n1",job_source="slurm",'
+        f'namespace="",job_id="4242",part="{part}"}} {share / 10 * seconds}'
+        for gpu, parts in PARTS.items()
+        for part in ("working", "transferring", "waiting", "host_stalled", "idle")
+        for share in [parts.get(part, 0.0)]
+    ]
+    return JOBS + "\n".join(lines) + "\n"
+
+
+def test_a_multi_gpu_job_shows_its_gpus_straggler_and_time_split() -> None:
+    rates = Rates()
+    assert parse(_jobs_text(100), rates, now=0.0).jobs[0].split_text() == "-"
+    view = parse(_jobs_text(110), rates, now=10.0)
+    (job,) = view.jobs  # the one-GPU job is not a multi-GPU job
+    assert (job.name, job.job_source, job.gpus, job.straggler) == ("4242", "slurm",
+                                                                  ("9", "10"), "9")
+    assert job.split_text() == "work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00"
+    lines = frame(view, view.rows, 80)
+    assert " job 4242 (slurm) GPUs 9*,10  work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00" \
+        in [line.rstrip() for line in lines], lines
+    assert not any(" job " in line for line in frame(view, arrange(view.rows, "gpu", "3"), 80))
+    page = render(view, arrange(view.rows, "gpu", "4242"), "gpu", "4242")
+    assert "<h2>Multi-GPU jobs</h2>" in page and "<td>9, 10</td>" in page
+    assert '<td class="n">0.40</td>' in page
+    assert "Multi-GPU jobs" not in render(view, [], "gpu", "nothing-like-this")
+
+
+# the landing page's first load ---------------------------------------------------------------
+
+
+class Bodies:
+    """The exposition cache as the page sees it: observers called per encode, a body."""
+
+    def __init__(self) -> None:
+        self.observers: list[Any] = []
+        self.current = b""
+
+    def observe(self, observer: Any) -> None:
+        self.observers.append(observer)
+
+    def encode(self, now: float, text: str) -> None:
+        self.current = text.encode()
+        for observer in self.observers:
+            observer(now, self.current)
+
+    def body(self, _variant: Any) -> bytes:
+        return self.current
+
+
+async def test_the_landing_pages_first_load_shows_every_rate_the_daemon_has(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon encoded for a while before anyone asked for ``/``: the first load takes
+    its rates against those bodies, so no rate reads ``-`` and nothing waits for a reload."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from exporter.view import page
+
+    bodies = Bodies()
+    landing = page.handler(bodies, docs=["top.md"])  # type: ignore[arg-type]
+    for second in range(13):
+        bodies.encode(float(second), _text(1000 * second, 1e8 * second, 0.5 * second))
+    monkeypatch.setattr(page.time, "monotonic", lambda: 12.5)  # the request comes later
+    response = await landing(make_mocked_request("GET", "/"))
+    html = response.text or ""
+    row = html.split('<td>0</td>')[1].split("</tr>")[0]
+    assert "1.0k" in row and "0.10" in row  # tokens/s, the bus bar against its 1e9 peak
+    assert "throttled: hw_thermal_slowdown" in row
+    assert '<span class="muted">-</span>' not in row.split("</td>")[3]  # SM active
+    assert '<a href="docs/top.md">top.md</a>' in html
+
+
+def test_top_once_against_a_stopped_daemon_prints_one_line_and_no_frame() -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "exporter", "top", "--once", "--url",
+                           f"http://127.0.0.1:{port}/metrics"], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"gpu-goodput-exporter top: cannot read http://127.0.0.1:{port}")
+
+
+async def test_docs_are_served_from_a_checkout_only_by_their_listed_names(
+        tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from exporter.view import docs
+
+    assert "top.md" in docs.available() and "jobs.md" in docs.available()  # this checkout
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    assert docs.available(tmp_path / "docs") == {}  # not this project's: an installed package
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "gpu-goodput-exporter"\n')
+    app = web.Application()
+    assert docs.add_routes(app, tmp_path / "docs") == ["a.md"]
+    async with TestClient(TestServer(app)) as client:
+        page = await client.get("/docs/a.md")
+        assert page.status == 200 and await page.text() == "# A\n"
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        for bad in ("/docs/b.md", "/docs/..%2Fsecret.txt", "/docs/%2E%2E/secret.txt"):
+            answer = await client.get(bad)
+            assert answer.status == 404 and "SECRET" not in await answer.text(), bad
+        assert "/docs/a.md" in await (await client.get("/docs/")).text()

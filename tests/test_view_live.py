@@ -2,8 +2,8 @@
 in a real headless Chromium, both on the simulated node: every GPU shows its regime and why.
 
 Skipped where tmux or Chromium is not installed (CI installs both: .ci/run). With
-GOODPUT_UPDATE_SCREENSHOTS=1 the run rewrites docs/images/landing-page.png and
-docs/images/top.txt, the pictures docs/top.md shows.
+GOODPUT_UPDATE_SCREENSHOTS=1 the run rewrites docs/images/landing-page.png,
+landing-first-load.png and top.txt, the pictures docs/top.md shows.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.test_model_sim import EXPECTED
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS_PNG = REPO / "docs" / "images" / "landing-page.png"
+FIRST_LOAD_PNG = REPO / "docs" / "images" / "landing-first-load.png"
 DOCS_TOP = REPO / "docs" / "images" / "top.txt"
 UPDATE = os.environ.get("GOODPUT_UPDATE_SCREENSHOTS") == "1"
 REGIMES = [EXPECTED[w.name] for w in NODE]
@@ -41,6 +42,15 @@ def _until(check: Callable[[], str | None], timeout: float, what: str) -> str:
             return last
         time.sleep(0.25)
     raise AssertionError(f"{what} within {timeout} s")
+
+
+def _row(screen: str, gpu: str) -> str:
+    """GPU ``gpu``'s line of a ``top`` screen ('' when not shown)."""
+    for line in screen.splitlines():
+        first = line.lstrip("> ").split()[:1]
+        if first and first[0].rstrip("*") == gpu:
+            return line
+    return ""
 
 
 def _settled(text: str) -> bool:
@@ -86,17 +96,27 @@ def test_top_in_an_80_column_terminal_shows_every_gpu_and_answers_keys(
         screen = capture()
         return screen if _settled(screen) else None
 
+    def steady() -> str | None:
+        screen = capture()
+        nine = _row(screen, "9").lstrip("> ")
+        return screen if "throttled" in _row(screen, "6") and nine.startswith("9*") \
+            and "wait 0." in screen else None
+
     def filtered() -> str | None:
         screen = capture()
         gpus = [line.lstrip("> ").split()[:1] for line in screen.splitlines()]
         shown = [g for g in gpus if g and g[0].rstrip("*").isdigit()]
         return screen if "filter: hollow" in screen and shown == [["5"]] else None
 
-    screen = _until(settled, 40, "every simulated GPU with its regime in top")
+    _until(settled, 40, "every simulated GPU with its regime in top")
+    screen = _until(steady, 30, "GPU 6 throttled and GPU 9 the job's straggler")
+    for _ in range(12):  # a frame a second: the 5 s steps of the throttle counter
+        time.sleep(1)  # never make GPU 6 flicker between throttled and not
+        assert "throttled" in _row(capture(), "6"), capture()
     lines = screen.splitlines()
     assert all(len(line) <= 80 for line in lines) and len(lines) <= 24
     assert "hollow busy" in screen and "waits on a peer" in screen
-    assert "s sort" in screen
+    assert "s sort" in screen and " job 4242 (slurm) GPUs 9*,10  work 0." in screen
     if UPDATE:
         DOCS_TOP.write_text("\n".join(line.rstrip() for line in lines).rstrip() + "\n")
     tmux("send-keys", "-t", "{session}", "/", "hollow", "Enter")
@@ -125,7 +145,8 @@ def daemon(tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "daemon.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--simulate", "--listen", "127.0.0.1:0"],
+            [sys.executable, "-m", "exporter", "--simulate", "--simulate-engines",
+             "--listen", "127.0.0.1:0"],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out,
             stderr=subprocess.STDOUT)
     try:
@@ -171,23 +192,81 @@ def test_landing_page_in_headless_chromium(daemon: str, tmp_path: Path) -> None:
         shutil.copyfile(shot, DOCS_PNG)
 
 
+def _metrics_settled(url: str) -> str | None:
+    """The daemon's own /metrics (not the page: the page's first load is what is tested)
+    once every GPU has its verdict, the healthy engine's tokens are attributed and job
+    4242 has its straggler."""
+    with urllib.request.urlopen(url + "metrics", timeout=5) as r:
+        text = r.read().decode()
+    regimes = sum(1 for line in text.splitlines()
+                  if line.startswith("goodput_gpu_regime{") and line.endswith(" 1")
+                  and 'regime="unknown"' not in line)
+    tokens = 'goodput_gpu_joules_per_token{gpu="3"' in text
+    straggler = any(line.startswith("goodput_job_straggler{") and line.endswith(" 1")
+                    for line in text.splitlines())
+    return text if regimes == len(NODE) and tokens and straggler else None
+
+
+def test_the_landing_pages_first_load_reads_right(daemon: str, tmp_path: Path) -> None:
+    """Chromium's load of ``/`` is the first page load: every rate the daemon has is there
+    (no ``-`` for bus, the job's time split), memory is in GiB, and the simulated engine's
+    tokens/s and J/token show on GPU 3 (``make run``'s node)."""
+    import re
+
+    binary = _chromium()
+    _until(lambda: _metrics_settled(daemon), 60, "every verdict, the tokens, the straggler")
+    dom = _chrome(binary, "--dump-dom", daemon)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    cells = _dom_cells(dom.stdout)
+    assert len(cells) == len(NODE), dom.stdout[:3000]
+    for gpu, row in cells.items():
+        bus, memory = row[6], row[10]
+        assert bus != "-" and memory.endswith(" / 80 GiB"), (gpu, row)
+    assert cells["3"][8] == "2.4k" and float(cells["3"][9]) > 0, cells["3"]
+    assert cells["1"][2].startswith("allocated idle"), cells["1"]
+    assert "throttled" in cells["6"][2], cells["6"]
+    jobs = dom.stdout.split("<h2>Multi-GPU jobs</h2>")[1].split("</table>")[0]
+    shares = [float(v) for v in re.findall(r'<td class="n">([0-9.]+)</td>', jobs)]
+    assert len(shares) == 5 and abs(sum(shares) - 1) < 0.02, jobs  # job 4242's split
+    shot = tmp_path / "first-load.png"
+    result = _chrome(binary, "--window-size=1280,900", f"--screenshot={shot}", daemon)
+    assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if UPDATE:
+        shutil.copyfile(shot, FIRST_LOAD_PNG)
+
+
+def _dom_cells(dom: str) -> dict[str, list[str]]:
+    """GPU -> the text of each cell of its row in the GPU table."""
+    import re
+
+    table = dom.split("</table>")[0]
+    out = {}
+    for row in re.findall(r"<tr class=\"[a-z]*\">(.*?)</tr>", table, re.S):
+        cells = [re.sub("<[^>]+>", "", c).strip()
+                 for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        out[cells[0].rstrip(" *")] = cells
+    return out
+
+
 def _dom_rows(dom: str) -> str:
     """The DOM's table rows as ``GPU regime`` lines, the shape _settled reads."""
     import re
 
     out = []
-    for row in re.findall(r"<tr class=\"[a-z]*\">(.*?)</tr>", dom, re.S):
+    table = dom.split("</table>")[0]  # the GPUs, not the jobs below them
+    for row in re.findall(r"<tr class=\"[a-z]*\">(.*?)</tr>", table, re.S):
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
         out.append(f"{re.sub('<[^>]+>', '', cells[0]).strip()} {cells[1]}")
     return "\n".join(out)
 
 
 def test_the_committed_screenshot_is_small() -> None:
-    data = DOCS_PNG.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300_000
+    for png in (DOCS_PNG, FIRST_LOAD_PNG):
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 300_000
 
 
 def test_docs_show_the_committed_capture() -> None:
     text = (REPO / "docs" / "top.md").read_text()
     assert DOCS_TOP.read_text() in text, "docs/top.md's text block is docs/images/top.txt"
-    assert "images/landing-page.png" in text
+    assert "images/landing-page.png" in text and "images/landing-first-load.png" in text

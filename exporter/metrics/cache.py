@@ -85,6 +85,7 @@ class ExpositionCache:
         self._dirty = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._observers: list[Callable[[float, bytes], None]] = []
         self.encodes = 0
 
     # lifecycle --------------------------------------------------------------------------------
@@ -115,6 +116,11 @@ class ExpositionCache:
             except Exception as exc:  # a bad reading must not kill the encoder for good
                 log.error("exposition_encode_failed", error=f"{type(exc).__name__}: {exc}")
 
+    def observe(self, observer: Callable[[float, bytes], None]) -> None:
+        """Call ``observer(now, text body)`` after each publish's encode, on the encoder's
+        thread (the landing page keeps a few for its rates); it must be quick."""
+        self._observers.append(observer)
+
     # encoding ---------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Encode the current snapshot in every variant asked for recently."""
@@ -122,6 +128,8 @@ class ExpositionCache:
         wanted = [v for v, at in list(self._wanted.items()) if now - at <= WARM_SECONDS]
         for variant in wanted:
             self.body(variant)
+        for observer in self._observers:
+            observer(now, self.body(Variant()))
 
     def body(self, variant: Variant) -> bytes:
         """The variant's bytes for the current snapshot, encoding them if needed."""

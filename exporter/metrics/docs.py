@@ -27,8 +27,8 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 HEADER = """# Metrics reference
 
-Generated from the code by `python -m exporter.metrics.docs`; do not edit by hand (CI checks
-that this file matches the code).
+Generated from the code by `.venv/bin/python -m exporter.metrics.docs`; do not edit by hand
+(CI checks that this file matches the code).
 
 Every per-GPU family carries the labels `{gpu}` and its own labels, nothing else: the GPU's
 identity (UUID, model name, PCI bus id, MIG profile) is only on `goodput_gpu_info`, and the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from html import escape
 from urllib.parse import urlencode
@@ -17,7 +18,19 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from exporter.metrics.cache import ExpositionCache, Variant
-from exporter.view.rows import REGIME_WHY, SORTS, GpuRow, NodeView, Rates, arrange, parse
+from exporter.view.jobs import JobRow
+from exporter.view.rows import (
+    RATE_WINDOW,
+    REGIME_WHY,
+    SORTS,
+    GpuRow,
+    NodeView,
+    Rates,
+    arrange,
+    counter_lines,
+    memory_text,
+    parse,
+)
 from exporter.view.table import si
 
 REFRESH_SECONDS = 2
@@ -34,7 +47,9 @@ run, load or frame anything (docs/security.md)."""
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#111;background:#fff}
 h1{font-size:1.25em;margin:0 0 .3em}
+h2{font-size:1.05em;margin:1em 0 .3em}
 table{border-collapse:collapse;width:100%}
+table.jobs{width:auto}
 th,td{padding:.25em .5em;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
 th a{color:inherit}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -59,10 +74,7 @@ def bar(value: float | None) -> str:
 def _row(row: GpuRow) -> str:
     kind = "down" if not row.up else "warn" if row.reasons() else ""
     bus = bar(row.bus) if row.bus is not None else escape(si(row.bus_bytes_per_second, "B/s"))
-    memory = (
-        "-" if row.memory_used_bytes is None
-        else f"{si(row.memory_used_bytes, 'B')} / {si(row.memory_total_bytes, 'B')}"
-    )
+    memory = memory_text(row)
     cells = (
         f"<td>{escape(row.gpu)}{' <b title=straggler>*</b>' if row.straggler else ''}</td>",
         f"<td>{escape(row.regime if row.up else 'down')}</td>",
@@ -97,8 +109,38 @@ def _head(sort: str, filter_text: str) -> str:
     return "<tr>" + "".join(cells) + "</tr>"
 
 
+JOB_HEADERS = ("Job", "Source", "GPUs", "Straggler", "Work", "Transfer", "Wait", "Host",
+               "Idle")
+
+
+def _jobs(jobs: Sequence[JobRow]) -> str:
+    """The multi-GPU jobs: GPUs, straggler, and each part's share of the job's GPU time."""
+    if not jobs:
+        return ""
+    rows = []
+    for job in jobs:
+        shares = [f'<td class="n">{v:.2f}</td>' for _, v in job.shares] or [
+            '<td class="n">-</td>'] * 5
+        rows.append(
+            f'<tr class="{"warn" if job.straggler else ""}"><td>{escape(job.name)}</td>'
+            f"<td>{escape(job.job_source)}</td><td>{escape(', '.join(job.gpus))}</td>"
+            f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}</tr>")
+    head = "".join(f"<th>{h}</th>" for h in JOB_HEADERS)
+    return (f'<h2>Multi-GPU jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _docs(docs: Sequence[str]) -> str:
+    if not docs:
+        return ("Documentation: README.md and docs/ in the exporter's source (docs/top.md for "
+                "this page, docs/efficiency.md for regimes and reasons, docs/metrics.md for "
+                "every series)")
+    links = ", ".join(f'<a href="docs/{escape(d)}">{escape(d)}</a>' for d in docs)
+    return f'Documentation (<a href="docs/">docs/</a> of this checkout): {links}'
+
+
 def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
-           debug_state: bool = True) -> str:
+           debug_state: bool = True, docs: Sequence[str] = ()) -> str:
     """The whole page as a string (a pure function: tests read it without a server)."""
     links = ['<a href="metrics">/metrics</a>', '<a href="runbooks/">/runbooks/</a>',
              '<a href="healthz">/healthz</a>', '<a href="readyz">/readyz</a>']
@@ -108,6 +150,8 @@ def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
     glossary = "".join(
         f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in REGIME_WHY.items()
     )
+    words = filter_text.lower().split()
+    jobs = [j for j in view.jobs if all(w in j.text() for w in words)]
     body = "".join(_row(r) for r in rows) or (
         f'<tr><td colspan="{len(HEADERS)}">no GPU matches</td></tr>' if view.rows else
         f'<tr><td colspan="{len(HEADERS)}">no GPU read yet</td></tr>')
@@ -124,11 +168,12 @@ def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
 <label>Filter <input name="filter" value="{escape(filter_text)}"
 placeholder="regime, reason, job or GPU"></label> <button>apply</button></form>
 <table><thead>{_head(sort, filter_text)}</thead><tbody>{body}</tbody></table>
-<p><small>* straggler: the GPU its job waits on. Rates (bus, tokens/s) are taken between
-two page loads. Regimes (docs/efficiency.md):</small></p>
+{_jobs(jobs)}
+<p><small>* straggler: the GPU its job waits on. Rates (bus, tokens/s, throttling, a job's
+split of its GPU time) are averaged over the daemon's last {RATE_WINDOW:.0f} s. Memory in GiB,
+as nvidia-smi counts it. Regimes:</small></p>
 <ul class="muted">{glossary}</ul>
-<p><small>Documentation: README.md and docs/ in the exporter's source (docs/efficiency.md
-for regimes and reasons, docs/metrics.md for every series); what to do when an alert fires:
+<p><small>{_docs(docs)}; what to do when an alert fires:
 <a href="runbooks/">/runbooks/</a>.</small></p>
 </body></html>
 """
@@ -137,26 +182,37 @@ for regimes and reasons, docs/metrics.md for every series); what to do when an a
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def handler(exposition: ExpositionCache, debug_state: bool = True) -> Handler:
+def handler(exposition: ExpositionCache, debug_state: bool = True,
+            docs: Sequence[str] = ()) -> Handler:
     """The ``/`` route: parse the cached text exposition (encoded off the event loop when it
-    is not cached yet), keep counters between requests for rates, render."""
+    is not cached yet) and render, with rates against the daemon's own bodies of the last
+    seconds, kept as they are encoded: the first load already shows every rate."""
     rates = Rates()
-
     lock = threading.Lock()
+    latest: list[tuple[float, bytes]] = []
+    """When the newest body was encoded: its counters are as of then, not of the request."""
 
+    def observed(now: float, body: bytes) -> None:
+        with lock:
+            latest[:] = [(now, body)]
+            if rates.wants(now):
+                rates.add(now, counter_lines(body))
+
+    exposition.observe(observed)
     last: list[tuple[bytes, NodeView]] = []
     """The last body parsed and its rows: a reload within one poll round parses nothing."""
 
     def page(sort: str, filter_text: str) -> str:
         body = exposition.body(Variant())
-        with lock:  # one Rates, shared by concurrent requests
+        with lock:  # one Rates, shared with the encoder's thread and concurrent requests
             if last and last[0][0] is body:
                 view = last[0][1]
             else:
-                view = parse(body.decode("utf-8", "replace"), rates)
+                now = latest[0][0] if latest and latest[0][1] is body else time.monotonic()
+                view = parse(body.decode("utf-8", "replace"), rates, now=now, keep=False)
                 last[:] = [(body, view)]
         return render(view, arrange(view.rows, sort, filter_text), sort, filter_text,
-                      debug_state)
+                      debug_state, docs)
 
     async def landing(request: web.Request) -> web.Response:
         sort = request.query.get("sort", "gpu")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.view.jobs import JobRow, Split, job_rows
 
 REGIME_WHY: Mapping[str, str] = {
     "idle": "nothing allocated",
@@ -36,6 +38,25 @@ FLAG_WHY: Mapping[str, str] = {
 }
 THROTTLED_AT = 0.1
 """Seconds of clock events per second above which a GPU reads as throttled."""
+
+
+GIB = float(1 << 30)
+
+
+def gib(value: float | None) -> str:
+    """Bytes in GiB as nvidia-smi counts them (an "H100 80GB" holds 80 GiB, not 86 GB)."""
+    if value is None:
+        return "-"
+    shown = value / GIB
+    return f"{shown:.1f} GiB" if shown < 10 else f"{shown:.0f} GiB"
+
+
+def memory_text(row: GpuRow) -> str:
+    """``60 / 80 GiB``: used over total, one unit."""
+    if row.memory_used_bytes is None:
+        return "-"
+    total = gib(row.memory_total_bytes).removesuffix(" GiB")
+    return f"{gib(row.memory_used_bytes).removesuffix(' GiB')} / {total} GiB"
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,8 @@ class GpuRow:
     def reasons(self) -> list[str]:
         """Everything unusual about this GPU, most pressing first."""
         out = [] if self.up else [f"down: {self.down_reason or 'unknown'}"]
+        if self.up and self.regime == "allocated_idle":  # the costliest waste: say it first
+            out.append(f"allocated idle: {gib(self.memory_used_bytes)} held, no kernels")
         out += [FLAG_WHY.get(f, f) for f in self.flags]
         if self.straggler:
             out.append("straggler: its job waits on it")
@@ -103,34 +126,76 @@ class NodeView:
     version: str = ""
     backend: str = ""
     rows: tuple[GpuRow, ...] = ()
+    jobs: tuple[JobRow, ...] = ()
+    """Multi-GPU jobs: their GPUs, straggler and where their time went."""
     error: str = ""
     """Why no rows could be read (unreachable daemon, bad answer)."""
 
 
+Counters = Mapping[tuple[str, ...], float]
+"""Counter values by (kind, gpu, detail, family, other labels)."""
+
+RATE_WINDOW = 10.0
+"""Rates are taken over at least this many seconds once the history is that long: the
+clock-event counter moves in ~5 s steps (NVML's throttle time is read every 5th poll), so a
+shorter window reads a throttled GPU as throttled in one frame and not in the next."""
+
+
 @dataclass
 class Rates:
-    """Per-second rates of counters against a sample at least ``min_seconds`` older, so two
-    requests a millisecond apart do not divide by almost nothing."""
+    """Per-second rates of counters against an earlier sample: the newest one at least
+    ``window`` seconds old, else (a view just started) the oldest one at least
+    ``min_seconds`` old, so two requests a millisecond apart do not divide by almost nothing
+    and a counter that moves in steps never flickers. A sample may be a function that
+    parses it when first needed (the landing page keeps the daemon's bodies unparsed)."""
 
     min_seconds: float = 0.9
-    _base: tuple[float, dict[tuple[str, ...], float]] | None = None
-    _last: dict[tuple[str, ...], float] = field(default_factory=dict)
+    window: float = RATE_WINDOW
+    _samples: deque[tuple[float, Counters | Callable[[], Counters]]] = field(
+        default_factory=deque)
 
-    def update(self, now: float, counters: Mapping[tuple[str, ...], float]) -> dict[
-        tuple[str, ...], float
-    ]:
-        if self._base is None:
-            self._base = (now, dict(counters))
+    def wants(self, now: float) -> bool:
+        """Whether a sample read at ``now`` would be kept (one per quarter window)."""
+        return not self._samples or now - self._samples[-1][0] >= self.window / 4
+
+    def add(self, now: float, sample: Counters | Callable[[], Counters]) -> None:
+        """Keep ``sample``, at most one per quarter window, and none older than needed."""
+        if not self.wants(now):
+            return
+        self._samples.append((now, sample))
+        while len(self._samples) > 1 and now - self._samples[1][0] >= self.window:
+            self._samples.popleft()
+
+    def since(self, now: float, counters: Counters) -> dict[tuple[str, ...], float]:
+        """Rates of ``counters`` (read at ``now``) against the best kept sample; {} if none.
+        A series younger than that sample (profiling counters appear a window after the
+        GPUs) is taken against the oldest sample that has it."""
+        older = [i for i, (t, _) in enumerate(self._samples) if now - t >= self.min_seconds]
+        full = [i for i in older if now - self._samples[i][0] >= self.window]
+        if not older:
             return {}
-        then, old = self._base
-        if now - then >= self.min_seconds:
-            self._last = {
-                key: max(value - old[key], 0.0) / (now - then)
-                for key, value in counters.items()
-                if key in old
-            }
-            self._base = (now, dict(counters))
-        return dict(self._last)
+        best = full[-1] if full else older[0]
+        out: dict[tuple[str, ...], float] = {}
+        for i in [best, *(i for i in older if i != best)]:
+            then, old = self._parsed(i)
+            out.update({key: max(value - old[key], 0.0) / (now - then)
+                        for key, value in counters.items() if key in old and key not in out})
+            if len(out) == len(counters):
+                break
+        return out
+
+    def _parsed(self, i: int) -> tuple[float, Counters]:
+        then, sample = self._samples[i]
+        if callable(sample):
+            sample = sample()
+            self._samples[i] = (then, sample)
+        return then, sample
+
+    def update(self, now: float, counters: Counters) -> dict[tuple[str, ...], float]:
+        """Rates of ``counters`` read at ``now``, which are then kept as a sample."""
+        out = self.since(now, counters)
+        self.add(now, counters)
+        return out
 
 
 COUNTERS = {
@@ -138,27 +203,75 @@ COUNTERS = {
     "goodput_gpu_pcie_bytes_total": "bus",
     "goodput_gpu_nvlink_bytes_total": "bus",
     "goodput_gpu_clock_event_seconds_total": "throttle",
+    "goodput_gpu_job_seconds_total": "split",
 }
+COUNTER_PREFIXES = tuple(name.encode() for name in COUNTERS)
+"""What a line of the exposition starts with when it is one of the counters rates read."""
 
 
-def parse(text: str, rates: Rates | None = None, now: float | None = None) -> NodeView:
-    """Rows from exposition text; ``rates`` (kept between calls) turns counters into rates."""
+Samples = Mapping[str, list[tuple[dict[str, str], float]]]
+
+
+def samples_of(text: str) -> Samples:
+    """Every sample of exposition text by sample name (``x_total``, not the family)."""
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             samples[s.name].append((s.labels, s.value))
-    per_gpu: dict[str, dict[str, object]] = defaultdict(dict)
-    _gauges(samples, per_gpu)
-    _flags(samples, per_gpu)
-    _jobs(samples, per_gpu)
-    counters: dict[tuple[str, ...], float] = {
-        (COUNTERS[name], labels.get("gpu", ""),
-         labels.get("direction", "") or labels.get("reason", ""), name, _extra(labels)): value
+    return samples
+
+
+def _key(name: str, labels: Mapping[str, str]) -> tuple[str, ...]:
+    detail = labels.get("direction", "") or labels.get("reason", "") or labels.get("part", "")
+    return (COUNTERS[name], labels.get("gpu", ""), detail, name, _extra(labels))
+
+
+def counters_of(samples: Samples) -> dict[tuple[str, ...], float]:
+    """The counters the views take rates of, keyed so two reads line up."""
+    return {
+        _key(name, labels): value
         for name in COUNTERS
         for labels, value in samples.get(name, [])
         if name != "goodput_gpu_tokens_total" or labels.get("kind") == "generation"
     }
-    per_second = (rates or Rates()).update(time.monotonic() if now is None else now, counters)
+
+
+JOB_SECONDS = "goodput_gpu_job_seconds_total"
+
+
+def _split(samples: Samples, per_second: Counters) -> Split:
+    """Seconds per second of each job's GPUs in each part (exporter/view/jobs.py)."""
+    out = {}
+    for labels, _ in samples.get(JOB_SECONDS, []):
+        rate = per_second.get(_key(JOB_SECONDS, labels))
+        if rate is not None:
+            out[(labels.get("job_source", ""), labels.get("namespace", ""),
+                 labels.get("job_id", ""), labels.get("gpu", ""), labels.get("part", ""))] = rate
+    return out
+
+
+def counter_lines(body: bytes) -> Callable[[], Counters]:
+    """A kept body's counters, parsed when first needed: only its counter lines are kept
+    (a few kilobytes of a body of tens), and most kept samples are never parsed."""
+    lines = b"\n".join(
+        line for line in body.splitlines() if line.startswith(COUNTER_PREFIXES))
+    return lambda: counters_of(samples_of(lines.decode("utf-8", "replace") + "\n"))
+
+
+def parse(text: str, rates: Rates | None = None, now: float | None = None,
+          keep: bool = True) -> NodeView:
+    """Rows from exposition text; ``rates`` (kept between calls) turns counters into rates,
+    and keeps this read as a sample unless ``keep`` is False (its samples come from
+    elsewhere)."""
+    samples = samples_of(text)
+    per_gpu: dict[str, dict[str, object]] = defaultdict(dict)
+    _gauges(samples, per_gpu)
+    _flags(samples, per_gpu)
+    _jobs(samples, per_gpu)
+    counters = counters_of(samples)
+    rates = rates or Rates()
+    at = time.monotonic() if now is None else now
+    per_second = rates.update(at, counters) if keep else rates.since(at, counters)
     _rates(per_second, samples, per_gpu)
     build = next(iter(samples.get("goodput_exporter_build_info", [])), ({}, 0.0))[0]
     rows = tuple(
@@ -166,7 +279,7 @@ def parse(text: str, rates: Rates | None = None, now: float | None = None) -> No
         for gpu, fields in sorted(per_gpu.items(), key=lambda kv: gpu_key(kv[0]))
     )
     return NodeView(build.get("node", ""), build.get("version", ""), build.get("backend", ""),
-                    rows)
+                    rows, jobs=job_rows(samples, _split(samples, per_second), gpu_key))
 
 
 GAUGES = {

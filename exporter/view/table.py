@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from exporter.view.jobs import JobRow
 from exporter.view.printable import printable
-from exporter.view.rows import GpuRow, NodeView
+from exporter.view.rows import GpuRow, NodeView, memory_text
 
 BAR_CELLS = 5
 MIN_WHY = 12
@@ -100,7 +101,7 @@ def detail(row: GpuRow) -> str:
     parts = [f"GPU {row.gpu}", row.name, row.regime or "-"]
     parts += row.reasons() or [row.why]
     if row.memory_used_bytes is not None:
-        parts.append(f"mem {si(row.memory_used_bytes, 'B')}/{si(row.memory_total_bytes, 'B')}")
+        parts.append(f"mem {memory_text(row).replace(' ', '')}")
     if row.utilization is not None:
         parts.append(f"util {row.utilization:.0%}")
     for name, value in (("SM", row.sm), ("tensor", row.tensor), ("DRAM", row.dram)):
@@ -128,9 +129,23 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
     for i, row in enumerate(rows):
         mark = ">" if i == selected else " "
         out.append(mark + line(row, columns, width - 1))
+    out += [_fit(job_line(job), width) for job in jobs_of(view, rows)]
     if selected is not None and 0 <= selected < len(rows):
         out.append(_fit(detail(rows[selected]), width))
     return out
+
+
+def jobs_of(view: NodeView, rows: Sequence[GpuRow]) -> list[JobRow]:
+    """The multi-GPU jobs holding a GPU among ``rows`` (a filter keeps its jobs' lines)."""
+    shown = {r.gpu for r in rows}
+    return [job for job in view.jobs if shown & set(job.gpus)]
+
+
+def job_line(job: JobRow) -> str:
+    """`` job 4242 (slurm) GPUs 9*,10  work 0.61 xfer 0.05 wait 0.33 host 0.01 idle 0.00``:
+    fits 80 columns for a short job id; ``*`` marks the straggler, as in the GPU column."""
+    gpus = ",".join(f"{g}*" if g == job.straggler else g for g in job.gpus)
+    return f" job {job.name} ({job.job_source}) GPUs {gpus}  {job.split_text()}"
 
 
 def _title(view: NodeView, shown: int) -> str:

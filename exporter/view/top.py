@@ -130,7 +130,7 @@ def read(endpoint: Endpoint, rates: Rates, until: float | None = None) -> NodeVi
 def screen_lines(state: State, width: int, height: int) -> list[str]:
     """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
     rows = state.rows()
-    room = max(height - 4 - (1 if state.view.error else 0), 1)
+    room = max(height - 4 - (1 if state.view.error else 0) - len(state.view.jobs), 1)
     top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
     title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
              f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
@@ -155,6 +155,8 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
         curses.curs_set(0)
     screen.timeout(100)
     rates, due = Rates(min_seconds=min(interval, 1.0) * 0.9), 0.0
+    if not read(endpoint, rates).error:  # the first frame shows rates: two reads apart
+        time.sleep(rates.min_seconds)
     while True:
         if time.monotonic() >= due:
             state.view = read(endpoint, rates)
@@ -172,25 +174,35 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
         paint(screen, state)
 
 
+ONCE_RATE_SECONDS = 6.0
+"""--once takes its rates over at least this long: the clock-event counter moves in ~5 s
+steps, so a shorter window can miss a throttled GPU's step."""
+
+
 def once(endpoint: Endpoint, state: State, interval: float, width: int,
          deadline: float = ONCE_DEADLINE) -> int:
-    """Print one frame after at least two reads (so rates are known) and, within
+    """Print one frame after reads ONCE_RATE_SECONDS apart (so rates are known) and, within
     SETTLE_SECONDS, once every GPU has a regime; whatever happens, within ``deadline``
-    seconds (a server that trickles its answer is given up, in one line)."""
+    seconds (a server that trickles its answer is given up, in one line). A daemon that
+    cannot be read is one line on standard error, not a frame around it."""
     until = time.monotonic() + deadline
     rates = Rates(min_seconds=0.0)
     state.view = read(endpoint, rates, until)
-    settle = time.monotonic() + SETTLE_SECONDS
+    start = time.monotonic()
     while not state.view.error and time.monotonic() + interval < until:
         time.sleep(interval)
         state.view = read(endpoint, rates, until)
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
-        if settled or time.monotonic() >= settle:
+        now = time.monotonic()
+        if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:
             break
+    if state.view.error:
+        print(f"gpu-goodput-exporter top: cannot read {state.view.error}", file=sys.stderr)
+        return 1
     width = width or shutil.get_terminal_size((80, 24)).columns
     rows = state.rows()
     print("\n".join(printable(line.rstrip()) for line in frame(state.view, rows, width)))
-    return 1 if state.view.error else 0
+    return 0
 
 
 def quiet_logs() -> None:

@@ -58,7 +58,8 @@ class Snippet:
 def doc_files(root: Path = REPO) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md")),
             *sorted((root / "docs" / "runbooks").glob("*.md")),
-            *sorted((root / "exporter" / "runbooks").glob("*.md"))]  # served at /runbooks/
+            *sorted((root / "exporter" / "runbooks").glob("*.md")),  # served at /runbooks/
+            root / "helm" / "gpu-goodput-exporter" / "README.md"]  # helm show readme
 
 
 def snippets(path: Path, root: Path = REPO) -> list[Snippet]:
