@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import stat, statetimeline, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
+from exporter.model import regimes
 from mixin.dashboards.common import (
     NEEDS_EXTENDED,
     UIDS,
@@ -19,12 +20,9 @@ from mixin.dashboards.common import (
     with_rows,
 )
 
-# Regime -> number for the state timeline (goodput_gpu_regime has one series per GPU, the
-# current regime's).
-REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
-           ("launch_bound", "#F2495C"), ("memory_bound", "#5794F2"),
-           ("compute_bound", "#73BF69"), ("unknown", "#B877D9"), ("comm_wait", "#8AB8FF"),
-           ("transfer_bound", "#FFB357")]
+# Regime -> number and colour for the state timeline (goodput_gpu_regime has one series per
+# GPU, the current regime's), from the regimes' one declaration in the model.
+REGIMES = [(r.name, r.colour) for r in regimes.by_timeline()]
 LINE = "{{node}} gpu {{gpu}}"
 
 
