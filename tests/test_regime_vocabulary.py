@@ -61,14 +61,15 @@ def _listed_regimes(node: ast.AST) -> int:
 
 
 def _second_lists(root: Path) -> list[str]:
-    found = []
+    found: list[str] = []
     for top in READERS:
         for path in sorted((root / top).rglob("*.py")):
             if path == root / "exporter" / "model" / "regimes.py":
                 continue
             tree = ast.parse(path.read_text(), filename=str(path))
             found += [f"{path.relative_to(root)}:{node.lineno}" for node in ast.walk(tree)
-                      if _listed_regimes(node) >= len(regimes.NAMES) - 2]
+                      if isinstance(node, ast.expr)
+                      and _listed_regimes(node) >= len(regimes.NAMES) - 2]
     return found
 
 
