@@ -27,7 +27,8 @@ READERS = ("exporter", "mixin", "testkit", "scripts")
 REAL_ADDITION = {
     "exporter/model/regimes.py": "the declaration: name, words, colour, timeline number, "
     "thresholds",
-    "exporter/model/core.py": "the rule in assess() that names it",
+    "exporter/model/core.py": "the rule in classify() that names it (or model/node.py, when "
+    "it needs the GPU's peers)",
     "tests/test_model_regimes.py": "its table test",
     "docs/efficiency.md": "its rule in prose, naming its thresholds (checked here)",
 }
