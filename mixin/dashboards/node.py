@@ -20,23 +20,22 @@ from mixin.dashboards.common import (
     with_rows,
 )
 
-# Regime -> number and colour for the state timeline (goodput_gpu_regime has one series per
-# GPU, the current regime's), from the regimes' one declaration in the model.
-REGIMES = [(r.name, r.colour) for r in regimes.by_timeline()]
+# The state timeline: each regime's number and colour, from the regimes' one declaration in
+# the model (goodput_gpu_regime has one series per GPU, the current regime's).
 LINE = "{{node}} gpu {{gpu}}"
 
 
 def _regime_expr(ctx: Ctx) -> str:
-    terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{name}"}} * {i}'
-             for i, (name, _) in enumerate(REGIMES)]
+    terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{r.name}"}} * {r.timeline}'
+             for r in regimes.by_timeline()]
     # max, not sum: an old and a new exporter pod reporting one GPU must not add up.
     return f"max by ({ctx.gk}) (" + " or ".join(terms) + ")"
 
 
 def _regime_mappings() -> list[model.ValueMapping]:
-    return [model.ValueMap(options={str(i): model.ValueMappingResult(text=name, color=color,
-                                                                      index=i)})
-            for i, (name, color) in enumerate(REGIMES)]
+    return [model.ValueMap(options={str(r.timeline): model.ValueMappingResult(
+                text=r.name, color=r.colour, index=r.timeline)})
+            for r in regimes.by_timeline()]
 
 
 def _rate(ctx: Ctx, counter: str, *labels: str) -> str:
