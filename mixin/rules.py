@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from exporter.sources.serving.engines import TTFT_HISTOGRAMS
 from mixin import names as N
 from mixin.config import Config
 from mixin.promql import PromQL
@@ -54,9 +55,9 @@ SHARD = "goodput.shard"
 GLOBAL = "goodput.global"
 
 # The serving engines' own TTFT histograms (vLLM, SGLang), scraped from the engine pods under
-# whatever job the user gave them; the exporter does not re-export them.
-TTFT_BUCKETS = ("vllm:time_to_first_token_seconds_bucket"
-                "|sglang:time_to_first_token_seconds_bucket")
+# whatever job the user gave them; the exporter does not re-export them. Their names are the
+# engine tables' (exporter/sources/serving/engines.py).
+TTFT_BUCKETS = "|".join(f"{name}_bucket" for name in TTFT_HISTOGRAMS)
 
 
 class RuleCtx:

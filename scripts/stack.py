@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:
 from exporter.sim.patterns import NODE  # noqa: E402
 from mixin.config import load, seconds  # noqa: E402
 from mixin.render import rule_files  # noqa: E402
+from testkit.harness import wait_http  # noqa: E402
 
 ALERT = "GPUBusyButUnproductive"
 HOLLOW_GPU = "5"
@@ -144,20 +145,6 @@ def start_webhook(port: int, sink: Path) -> http.server.ThreadingHTTPServer:
     server.sink = sink  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
-
-
-def wait_http(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} not ready after {timeout:.0f}s")
-        time.sleep(0.2)
 
 
 def alerts_page(prometheus: str) -> str:

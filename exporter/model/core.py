@@ -11,31 +11,24 @@ import math
 from dataclasses import dataclass
 
 from exporter.config import ModelConfig
+from exporter.model import regimes
 from exporter.model.flops import peak_flops
 from exporter.model.hysteresis import Hysteresis
 from exporter.util import clamp_ratio as _ratio
 from exporter.util import finite as _finite
 
-IDLE = "idle"
-ALLOCATED_IDLE = "allocated_idle"
-HOST_BOUND = "host_bound"
-LAUNCH_BOUND = "launch_bound"
-MEMORY_BOUND = "memory_bound"
-COMPUTE_BOUND = "compute_bound"
-COMM_WAIT = "comm_wait"
-TRANSFER_BOUND = "transfer_bound"
-UNKNOWN = "unknown"
-REGIMES: tuple[str, ...] = (
-    IDLE,
-    ALLOCATED_IDLE,
-    HOST_BOUND,
-    LAUNCH_BOUND,
-    COMM_WAIT,
-    TRANSFER_BOUND,
-    MEMORY_BOUND,
-    COMPUTE_BOUND,
-    UNKNOWN,
-)
+# The regimes the rules below name, re-exported from their one declaration (model/regimes.py).
+IDLE = regimes.IDLE
+ALLOCATED_IDLE = regimes.ALLOCATED_IDLE
+HOST_BOUND = regimes.HOST_BOUND
+LAUNCH_BOUND = regimes.LAUNCH_BOUND
+MEMORY_BOUND = regimes.MEMORY_BOUND
+COMPUTE_BOUND = regimes.COMPUTE_BOUND
+COMM_WAIT = regimes.COMM_WAIT
+TRANSFER_BOUND = regimes.TRANSFER_BOUND
+UNKNOWN = regimes.UNKNOWN
+REGIMES: tuple[str, ...] = regimes.NAMES
+"""Every regime's name, in the declaration's order."""
 HOLLOW_BUSY = "hollow_busy"
 BUSY_NO_OUTPUT = "busy_no_output"
 UNPRODUCTIVE_REASONS: tuple[str, ...] = (HOLLOW_BUSY, BUSY_NO_OUTPUT)

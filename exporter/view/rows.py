@@ -17,20 +17,12 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.model import regimes
 from exporter.view.jobs import JobRow, Split, job_rows
 
-REGIME_WHY: Mapping[str, str] = {
-    "idle": "nothing allocated",
-    "allocated_idle": "memory held, no kernels",
-    "host_bound": "waits on the CPU",
-    "launch_bound": "tiny kernels",
-    "comm_wait": "waits on a peer",
-    "transfer_bound": "busy copying over the bus",
-    "memory_bound": "DRAM bandwidth",
-    "compute_bound": "tensor/SM busy",
-    "unknown": "not enough data yet",
-}
-"""A few words per regime, for a GPU with nothing more pressing to say (docs/efficiency.md)."""
+REGIME_WHY: Mapping[str, str] = {r.name: r.why for r in regimes.ALL}
+"""A few words per regime, for a GPU with nothing more pressing to say: from the regimes'
+one declaration, which the views read like the exposition does (docs/efficiency.md)."""
 
 FLAG_WHY: Mapping[str, str] = {
     "hollow_busy": "hollow busy: SMs empty",

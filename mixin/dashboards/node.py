@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import stat, statetimeline, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as model
 
+from exporter.model import regimes
 from mixin.dashboards.common import (
     NEEDS_EXTENDED,
     UIDS,
@@ -19,26 +20,22 @@ from mixin.dashboards.common import (
     with_rows,
 )
 
-# Regime -> number for the state timeline (goodput_gpu_regime has one series per GPU, the
-# current regime's).
-REGIMES = [("idle", "#808080"), ("allocated_idle", "#FF9830"), ("host_bound", "#FADE2A"),
-           ("launch_bound", "#F2495C"), ("memory_bound", "#5794F2"),
-           ("compute_bound", "#73BF69"), ("unknown", "#B877D9"), ("comm_wait", "#8AB8FF"),
-           ("transfer_bound", "#FFB357")]
+# The state timeline: each regime's number and colour, from the regimes' one declaration in
+# the model (goodput_gpu_regime has one series per GPU, the current regime's).
 LINE = "{{node}} gpu {{gpu}}"
 
 
 def _regime_expr(ctx: Ctx) -> str:
-    terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{name}"}} * {i}'
-             for i, (name, _) in enumerate(REGIMES)]
+    terms = [f'goodput_gpu_regime{{{ctx.gpu_f}, regime="{r.name}"}} * {r.timeline}'
+             for r in regimes.by_timeline()]
     # max, not sum: an old and a new exporter pod reporting one GPU must not add up.
     return f"max by ({ctx.gk}) (" + " or ".join(terms) + ")"
 
 
 def _regime_mappings() -> list[model.ValueMapping]:
-    return [model.ValueMap(options={str(i): model.ValueMappingResult(text=name, color=color,
-                                                                      index=i)})
-            for i, (name, color) in enumerate(REGIMES)]
+    return [model.ValueMap(options={str(r.timeline): model.ValueMappingResult(
+                text=r.name, color=r.colour, index=r.timeline)})
+            for r in regimes.by_timeline()]
 
 
 def _rate(ctx: Ctx, counter: str, *labels: str) -> str:

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from testkit.harness import wait_http as wait_http  # one poll loop; tests import it here
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -32,20 +34,6 @@ def require(binary: str) -> str:
     if path is None:
         raise RuntimeError(f"{binary} is not installed (run .ci/run or apt-get install it)")
     return path
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} not ready after {timeout}s")
-        time.sleep(0.1)
 
 
 class PrometheusServer:

@@ -22,6 +22,13 @@ from exporter.sources.serving.signals import SIGNALS
 START_FAMILY = "process_start_time_seconds"
 """Read next to any table: its change is an engine restart."""
 
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+TTFT_HISTOGRAMS: tuple[str, ...] = (VLLM_TTFT, SGLANG_TTFT)
+"""The engines' time-to-first-token histograms that the recording rules sum per model
+(``model_name``) for the serving dashboard (mixin/rules.py): markers below, never parsed
+here; Prometheus scrapes them from the engine pods."""
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -151,7 +158,7 @@ def _alts(**signals: Rule | tuple[Rule, ...]) -> dict[str, tuple[Rule, ...]]:
 
 _VLLM_V1_OUTCOMES = (
     "vllm:request_success",
-    "vllm:time_to_first_token_seconds",
+    VLLM_TTFT,
     "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",
 )
@@ -207,7 +214,7 @@ VLLM_V0 = EngineTable(
     ),
     markers=(
         "vllm:request_success",
-        "vllm:time_to_first_token_seconds",
+        VLLM_TTFT,
         "vllm:time_per_output_token_seconds",
         "vllm:num_requests_swapped",
         "vllm:cpu_cache_usage_perc",
@@ -285,7 +292,7 @@ SGLANG = EngineTable(
         "sglang:max_total_num_tokens",
         "sglang:num_requests",
         "sglang:num_aborted_requests",
-        "sglang:time_to_first_token_seconds",
+        SGLANG_TTFT,
         "sglang:inter_token_latency_seconds",
         "sglang:time_per_output_token_seconds",
     ),

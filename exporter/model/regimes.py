@@ -1,0 +1,72 @@
+"""The regimes, declared once: every reader of the vocabulary takes it from :data:`ALL`.
+
+The model's rules (``core.classify``, the node step) name them through the constants below;
+the exposition (``goodput_gpu_regime``), the node dashboard's state timeline
+(mixin/dashboards/node.py) and the views' few words (``top``, the landing page) read
+:data:`ALL`. A new regime is one more constant and one more :class:`Regime` here, the rule
+that yields it, its test and the regenerated files (tests/test_regime_vocabulary.py lists
+them; docs/architecture.md says how).
+
+Data only, importing nothing of the exporter, so the mixin can read it without loading the
+daemon.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IDLE = "idle"
+ALLOCATED_IDLE = "allocated_idle"
+HOST_BOUND = "host_bound"
+LAUNCH_BOUND = "launch_bound"
+MEMORY_BOUND = "memory_bound"
+COMPUTE_BOUND = "compute_bound"
+COMM_WAIT = "comm_wait"
+TRANSFER_BOUND = "transfer_bound"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One value of the ``regime`` label and what each reader shows of it."""
+
+    name: str
+    why: str
+    """A few words for a GPU with nothing more pressing to say (``top``, the landing page)."""
+    colour: str
+    """Its colour on the node dashboard's state timeline."""
+    timeline: int
+    """Its number on that timeline. A new regime takes the next free one, so the others
+    keep theirs (and the colours a user overrode on a copy of the panel stay right)."""
+    thresholds: tuple[str, ...] = ()
+    """The ``model.*`` settings that decide it (docs/settings.md). docs/efficiency.md names
+    each one where it describes this regime's rule."""
+
+
+ALL: tuple[Regime, ...] = (
+    Regime(IDLE, "nothing allocated", "#808080", 0,
+           ("idle_util_max", "bus_floor_bytes_per_second")),
+    Regime(ALLOCATED_IDLE, "memory held, no kernels", "#FF9830", 1,
+           ("idle_util_max", "allocated_memory_min_ratio", "bus_floor_bytes_per_second")),
+    Regime(HOST_BOUND, "waits on the CPU", "#FADE2A", 2,
+           ("host_low_duty_max", "host_util_max", "host_util_max_queued",
+            "transfer_copy_time_min")),
+    Regime(LAUNCH_BOUND, "tiny kernels", "#F2495C", 3, ("launch_sm_fill_max",)),
+    Regime(COMM_WAIT, "waits on a peer", "#8AB8FF", 7,
+           ("comm_min_bytes_per_second", "comm_wait_share_min")),
+    Regime(TRANSFER_BOUND, "busy copying over the bus", "#FFB357", 8,
+           ("transfer_link_min_ratio", "transfer_copy_time_min")),
+    Regime(MEMORY_BOUND, "DRAM bandwidth", "#5794F2", 4, ("memory_dram_min",)),
+    Regime(COMPUTE_BOUND, "tensor/SM busy", "#73BF69", 5,
+           ("compute_tensor_min", "compute_fp_min")),
+    Regime(UNKNOWN, "not enough data yet", "#B877D9", 6,
+           ("stale_after_seconds", "silent_zero_util_min", "silent_zero_power_min_ratio")),
+)
+"""Every regime, in the order the exposition and the docs list them."""
+
+NAMES: tuple[str, ...] = tuple(r.name for r in ALL)
+
+
+def by_timeline() -> tuple[Regime, ...]:
+    """The regimes in the order of their numbers on the node dashboard's state timeline."""
+    return tuple(sorted(ALL, key=lambda r: r.timeline))
