@@ -102,7 +102,7 @@ def simulated_gpus() -> int:
     same code), read without importing the package: this script runs on the bare host."""
     text = (Path(__file__).resolve().parent.parent / "exporter" / "config.py").read_text()
     match = re.search(r"^\s*simulate_gpus: int = Field\((\d+)", text, re.M)
-    assert match, "exporter/config.py: no simulate_gpus default"
+    assert match, "exporter/settings/config.py: no simulate_gpus default"
     return int(match.group(1))
 
 

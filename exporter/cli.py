@@ -18,16 +18,17 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from exporter import __version__, webconfig
+from exporter import __version__
 from exporter.collectors.base import Flag
-from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
-from exporter.devices import DeviceSelectionError
-from exporter.interpreter import shorten_switch_interval
-from exporter.logging import configure
-from exporter.memory import tune_malloc
-from exporter.server import address_of, bind
+from exporter.runtime.interpreter import shorten_switch_interval
+from exporter.runtime.logging import configure
+from exporter.runtime.memory import tune_malloc
+from exporter.runtime.startup import announcer
+from exporter.settings.config import ConfigError, Settings, build, ignored_env, parse_listen
+from exporter.settings.devices import DeviceSelectionError
 from exporter.sources.nvml_session import NvmlUnavailable
-from exporter.startup import announcer
+from exporter.web import webconfig
+from exporter.web.server import address_of, bind
 
 EXIT_USAGE = 2
 MAX_ENV_NAMES = 64
@@ -304,7 +305,7 @@ def _run(
 ) -> int:
     """Build the daemon (NVML opens here, when the first collector that reads it is built),
     wire the reload, serve until stopped."""
-    from exporter.daemon import build as build_daemon
+    from exporter.runtime.daemon import build as build_daemon
 
     try:
         daemon = build_daemon(settings)
@@ -322,7 +323,7 @@ def _run(
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
         )
-    from exporter.reload import Reloader, WebLayer
+    from exporter.runtime.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, tree, *files, web_layer)

@@ -10,9 +10,9 @@ import pytest
 
 from exporter import collectors
 from exporter.collectors.base import Context
-from exporter.config import Settings
-from exporter.daemon import build
-from exporter.reload import needs_restart
+from exporter.runtime.daemon import build
+from exporter.runtime.reload import needs_restart
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession

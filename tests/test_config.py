@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from exporter.cli import main
-from exporter.config import (
+from exporter.settings.config import (
     MAX_INTERVAL,
     ConfigError,
     Settings,
@@ -193,7 +193,7 @@ def test_every_interval_setting_is_finite_and_at_most_an_hour() -> None:
     like an interval, in every section, has an upper bound of at most an hour."""
     import annotated_types
 
-    from exporter import config as cfg
+    from exporter.settings import config as cfg
 
     checked = []
     for model in vars(cfg).values():

@@ -9,17 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from exporter import collectors, names
-from exporter.config import Settings, compose
+from exporter import collectors
+from exporter.settings import names
+from exporter.settings.config import Settings, compose
 from exporter.sources.serving import engines
 from tests.conftest import REPO
 
 # What importing the settings may load: the registry, the declarations, the readings they
 # name, the section base, the profiling mode list and the GPU selection's parser (leaves).
 ALLOWED = {
-    "exporter", "exporter.config", "exporter.config_messages", "exporter.names",
-    "exporter.yamlfile", "exporter.devices",
-    "exporter.section", "exporter.readings",
+    "exporter", "exporter.settings", "exporter.settings.config",
+    "exporter.settings.config_messages", "exporter.settings.names",
+    "exporter.settings.yamlfile", "exporter.settings.devices",
+    "exporter.settings.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",
     *(f"exporter.collectors.{name}" for name in names.COLLECTOR_NAMES),
@@ -28,14 +30,14 @@ ALLOWED = {
 
 def test_importing_config_loads_declarations_but_no_source() -> None:
     probe = (
-        "import sys, exporter.config; "
+        "import sys, exporter.settings.config; "
         "print('\\n'.join(m for m in sys.modules if m.startswith(('exporter', 'grpc', "
         "'aiohttp', 'prometheus_client', 'pynvml'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert "exporter.config" in out
+    assert "exporter.settings.config" in out
     assert set(out) <= ALLOWED, sorted(set(out) - ALLOWED)
 
 
@@ -46,7 +48,7 @@ def test_settings_have_one_section_per_collector_that_declares_one() -> None:
 
 
 def test_the_type_checkers_settings_spell_out_the_composed_sections() -> None:
-    """exporter/config.py spells the sections out under ``if TYPE_CHECKING`` for mypy; the
+    """exporter/settings/config.py spells the sections out under ``if TYPE_CHECKING`` for mypy; the
     running code never sees that class, so read it from the source."""
     tree = ast.parse((REPO / "exporter" / "config.py").read_text())
     (stub,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Settings"]

@@ -28,10 +28,11 @@ from aiohttp import web
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from exporter import config, healthcheck, logdamp, webconfig
 from exporter.cli import MAX_ENV_NAME_CHARS
-from exporter.config import ServingConfig, ServingTarget
-from exporter.section import MAX_SETTING_CHARS
+from exporter.runtime import logdamp
+from exporter.settings import config
+from exporter.settings.config import ServingConfig, ServingTarget
+from exporter.settings.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
 from exporter.sources.kubernetes.podlabels import PodLabelError, PodLabelSource
 from exporter.sources.serving.accumulate import Ledger, Limits
@@ -39,6 +40,7 @@ from exporter.sources.serving.pool import ScrapePool
 from exporter.sources.serving.scrape import Outcome
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, merge_duplicates, static_targets
+from exporter.web import healthcheck, webconfig
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,

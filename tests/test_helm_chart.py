@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exporter import __version__, cli, collectors
-from exporter import config as daemon_config
+from exporter.settings import config as daemon_config
 from tests.support.helm import (
     CHART,
     ROOT,

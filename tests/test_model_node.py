@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.config import ModelConfig
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
 from exporter.model import families as model_families
@@ -30,6 +29,7 @@ from exporter.readings import (
     ServedModel,
     ServingState,
 )
+from exporter.settings.config import ModelConfig
 from exporter.snapshot import SnapshotStore, SourceResult
 from tests.support import typed
 
@@ -349,7 +349,7 @@ def test_an_implausible_mfu_is_counted_by_the_model_step() -> None:
 
     from exporter.metrics.self_metrics import SelfMetrics
     from exporter.readings import NodeVerdicts
-    from exporter.scheduler import ModelStep
+    from exporter.runtime.scheduler import ModelStep
     from exporter.snapshot import SnapshotStore, SourceResult
 
     class Model:

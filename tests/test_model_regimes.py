@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
     COMM_WAIT,
@@ -20,6 +19,7 @@ from exporter.model.core import (
     Window,
     assess,
 )
+from exporter.settings.config import ModelConfig
 from tests.support.typed import evaluate
 
 CFG = ModelConfig(model_parameters={"llama-8b": 8e9})

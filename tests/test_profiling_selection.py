@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from exporter import config
 from exporter.readings import Device
+from exporter.settings import config
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle
 from exporter.sources.profiling.build import ProfilingOffSource, build_profiling_sources

@@ -9,9 +9,10 @@ from collections import Counter
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter import collectors, names
-from exporter.config import Settings
-from exporter.daemon import build
+from exporter import collectors
+from exporter.runtime.daemon import build
+from exporter.settings import names
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
 from tests.support import toy_collector
@@ -52,7 +53,7 @@ async def test_a_toy_source_is_one_module_and_one_registry_line(
 ) -> None:
     # the new module (it would be exporter/collectors/toy.py) ...
     monkeypatch.setitem(sys.modules, "exporter.collectors.toy", toy_collector)
-    # ... and the one registry line (one more name in exporter/names.py)
+    # ... and the one registry line (one more name in exporter/settings/names.py)
     monkeypatch.setattr(names, "COLLECTOR_NAMES", (*names.COLLECTOR_NAMES, "toy"))
     monkeypatch.setattr(collectors, "REGISTRY", collectors.load(names.COLLECTOR_NAMES))
     assert Settings(collectors={"toy": False}).collectors == {"toy": False}  # switchable

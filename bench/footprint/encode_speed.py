@@ -14,8 +14,8 @@ import gzip
 import statistics
 import time
 
-from exporter.config import build as build_settings
-from exporter.daemon import build, open_nvml
+from exporter.runtime.daemon import build, open_nvml
+from exporter.settings.config import build as build_settings
 
 
 async def _snapshot(gpus: int) -> tuple[object, object]:

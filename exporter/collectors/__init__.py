@@ -1,12 +1,14 @@
-"""The collector registry, resolved: ``exporter/names.py`` lists the collectors, and each is
+"""The collector registry, resolved: ``exporter/settings/names.py`` lists the collectors,
+and each is
 declared in the module of this package named after it (name, default, settings section and
-flags, sources, reading types, families). ``exporter/config.py`` composes ``Settings`` from
+flags, sources, reading types, families). ``exporter/settings/config.py`` composes
+``Settings`` from
 :data:`REGISTRY` (so this package imports no config at run time); ``daemon.py`` wires only
 what :func:`enabled` returns; the CLI makes each collector's flags and one
 ``--collector.<name>`` / ``--no-collector.<name>`` pair per entry, the config file takes
 ``collectors: {<name>: true|false}``, and ``docs/metrics.md`` lists every family of every
 entry. Adding a collector means one new module here and one name in
-``exporter/names.py`` (docs/architecture.md has the recipe).
+``exporter/settings/names.py`` (docs/architecture.md has the recipe).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from exporter import names
 from exporter.collectors.base import Collector, Context
+from exporter.settings import names
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
 
 __all__ = ["NAMES", "REGISTRY", "Collector", "Context", "enabled", "families", "is_enabled"]
 

@@ -3,7 +3,7 @@ readings, families, and what the daemon may ask of it (a step after GPU polls, a
 reload). One module per collector (this package) holds one :class:`Collector`; the registry
 (``exporter/collectors/__init__.py``) is the only list of them.
 
-Imports nothing of the exporter at run time but the section base: ``exporter/config.py``
+Imports nothing of the exporter at run time but the section base: ``exporter/settings/config.py``
 composes ``Settings`` from the registry, so the registry must load before it.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exporter.section import Section
+from exporter.settings.section import Section
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
     from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.settings.config import Settings
     from exporter.snapshot import SnapshotStore, SourceResult
     from exporter.sources.base import Source
     from exporter.sources.nvml_session import NvmlSession
@@ -82,7 +82,7 @@ class Collector:
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
     """That section's schema, declared in the collector's module; ``Settings`` gets a field
-    ``section`` of this type (``exporter/config.py`` composes it from the registry)."""
+    ``section`` of this type (``exporter/settings/config.py`` composes it from the registry)."""
     flags: tuple[Flag, ...] = ()
     """Command-line spellings of keys of its section; the CLI adds them in a group titled
     ``flag_group`` (help, default, type and environment variable from the field)."""

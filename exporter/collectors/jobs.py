@@ -11,11 +11,11 @@ from pydantic import Field
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import JobAssignments
-from exporter.section import MAX_INTERVAL, Section
+from exporter.settings.section import MAX_INTERVAL, Section
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
     from exporter.sources.base import Source
 
 

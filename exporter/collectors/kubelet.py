@@ -8,11 +8,11 @@ from pydantic import Field, model_validator
 
 from exporter.collectors.base import Collector, Context, Flag
 from exporter.readings import PodAssignments, PodJobs
-from exporter.section import LABEL_NAME, MAX_INTERVAL, Section
+from exporter.settings.section import LABEL_NAME, MAX_INTERVAL, Section
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
     from exporter.sources.base import Source
 
 

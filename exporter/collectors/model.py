@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from exporter.collectors.base import Collector, Context, always, no_sources
-from exporter.section import Section
+from exporter.settings.section import Section
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
     from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.settings.config import Settings
     from exporter.snapshot import SourceResult
 
 
@@ -155,7 +155,7 @@ def _families(_: Settings) -> tuple[Group, ...]:
 def _step(
     ctx: Context, metrics: SelfMetrics, triggers: frozenset[str]
 ) -> Callable[[SourceResult], None]:
-    from exporter.scheduler import ModelStep
+    from exporter.runtime.scheduler import ModelStep
 
     return ModelStep.for_settings(ctx.store, ctx.settings, metrics, triggers)
 

@@ -8,12 +8,12 @@ from pydantic import Field, model_validator
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ProfilingReading
-from exporter.section import Section
+from exporter.settings.section import Section
 from exporter.sources.profiling.modes import Mode
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
     from exporter.sources.base import Source
 
 

@@ -9,11 +9,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ServingState
-from exporter.section import MAX_INTERVAL, MAX_LABEL_CHARS, Section, printable_setting
+from exporter.settings.section import MAX_INTERVAL, MAX_LABEL_CHARS, Section, printable_setting
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
     from exporter.sources.base import Source
 
 

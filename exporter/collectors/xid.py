@@ -8,8 +8,8 @@ from exporter.collectors.base import Collector, Context, always
 from exporter.readings import XidReading
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
     from exporter.sources.base import Source
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from exporter.config import ModelConfig
 from exporter.model.core import ModelRates, Window
 from exporter.readings import (
     Device,
@@ -22,6 +21,7 @@ from exporter.readings import (
     ServedModel,
     ServingState,
 )
+from exporter.settings.config import ModelConfig
 from exporter.snapshot import Snapshot
 from exporter.sources.serving.signals import FLOPS, NO_FORWARD_PASS, TOKENS
 from exporter.util import finite as _finite

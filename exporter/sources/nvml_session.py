@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
-from exporter import devices
 from exporter.readings import Device
+from exporter.settings import devices
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.links import link_peaks

@@ -122,9 +122,9 @@ class SimulatedNode:
     def _serve(self) -> None:
         from aiohttp import web
 
-        from exporter.config import build
-        from exporter.daemon import build as build_daemon
-        from exporter.daemon import open_nvml
+        from exporter.runtime.daemon import build as build_daemon
+        from exporter.runtime.daemon import open_nvml
+        from exporter.settings.config import build
 
         settings = build({"simulate": True, "simulate_gpus": self.gpus, "log_level": "error"})
         daemon = build_daemon(settings, open_nvml(settings))

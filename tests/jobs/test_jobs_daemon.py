@@ -10,9 +10,9 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.config import Settings
-from exporter.daemon import build
 from exporter.readings import ContainerGpus, JobAssignments, JobIdentity, PodAssignments
+from exporter.runtime.daemon import build
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import NODE, SLURM_JOB
 from exporter.snapshot import Snapshot, SourceResult
@@ -85,7 +85,7 @@ def test_proc_root_moves_the_jobs_source_under_simulate(tmp_path: Path) -> None:
     """--proc-root (kubernetes.proc_root) moves the jobs source on the simulated node too,
     so a hostile tree can be tested through the whole daemon."""
     from exporter.collectors.jobs import _proc_root
-    from exporter.config import build as build_settings
+    from exporter.settings.config import build as build_settings
 
     moved = build_settings({"simulate": True, "kubernetes": {"proc_root": str(tmp_path)}})
     assert _proc_root(moved) == (str(tmp_path), None)

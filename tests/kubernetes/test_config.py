@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ConfigError, build
+from exporter.settings.config import ConfigError, build
 
 
 def test_defaults() -> None:

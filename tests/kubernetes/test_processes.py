@@ -7,8 +7,8 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from exporter.config import KubernetesConfig
 from exporter.readings import PodAssignments, ProcessInfo
+from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint
 from exporter.sources.kubernetes.kubelet import KubeletSource

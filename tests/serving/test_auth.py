@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.config import ConfigError, ServingConfig, ServingTarget, build
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
+from exporter.settings.config import ConfigError, ServingConfig, ServingTarget, build
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.serving.families import GPU, NODE
 from tests.support import serving

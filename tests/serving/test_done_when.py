@@ -3,7 +3,7 @@
 ``--simulate --config`` with a vLLM-style target on GPU "0" and a garbage target on GPU
 "1": generation tokens of GPU 0 advance on /metrics, the garbage target is down while the
 daemon keeps serving, and killing the live engine turns its ``up`` to 0 within 15 s.
-The daemon is built by exporter.daemon exactly as the CLI does, serving source included.
+The daemon is built by exporter.runtime.daemon exactly as the CLI does, serving source included.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import build
-from exporter.daemon import build as build_daemon
-from exporter.daemon import open_nvml
+from exporter.runtime.daemon import build as build_daemon
+from exporter.runtime.daemon import open_nvml
+from exporter.settings.config import build
 from exporter.sim.fake_engine import FakeEngine, serve
 from tests.support.serving import start
 
@@ -79,7 +79,8 @@ async def test_simulated_node_with_live_and_garbage_engines(tmp_path: Path) -> N
     )
     settings = build({"simulate": True, "interval": 0.5}, environ={}, config_file=str(config))
     daemon = build_daemon(settings, open_nvml(settings))
-    # exporter.daemon.build wires the serving source itself, as the CLI runs it: exactly one.
+    # exporter.runtime.daemon.build wires the serving source itself, as the CLI runs it:
+    # exactly one.
     assert [s.name for s in daemon.scheduler.sources].count("serving") == 1
     runner = web.AppRunner(daemon.app(), access_log=None)
     await runner.setup()

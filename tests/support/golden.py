@@ -21,11 +21,12 @@ from pathlib import Path
 import structlog
 from prometheus_client import CollectorRegistry
 
-from exporter import collectors, logdamp
-from exporter.config import Settings
+from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.model.node import NodeModel
+from exporter.runtime import logdamp
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.fake_proc import simulated_proc
 from exporter.snapshot import SnapshotStore

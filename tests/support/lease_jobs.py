@@ -6,7 +6,7 @@ flag), a source that publishes :class:`~exporter.readings.JobAssignments` with i
 merges its identities with every other source's, the model judges the GPUs it names as one
 job (straggler, waited seconds), the encoder puts them on ``goodput_gpu_job_info`` and the
 job series. The one registry line is ``tests.support.second_vendor.register`` (what one
-more name in ``exporter/names.py`` does).
+more name in ``exporter/settings/names.py`` does).
 
 ``python -m tests.support.lease_jobs ARGS`` runs the real daemon with it registered:
 ``tests/test_job_source.py`` starts it on the simulated node.
@@ -21,13 +21,13 @@ from pydantic import Field
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import JobAssignments, JobIdentity
-from exporter.section import Section
+from exporter.settings.section import Section
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.config import Settings
 
 NAME = "lease"
 

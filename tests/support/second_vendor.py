@@ -4,7 +4,7 @@ It declares its settings section (with a flag), a reading that is a ``GpuReading
 snapshot lists its GPUs next to NVML's and the model judges them), a source that says it
 lists GPUs and polls them (readiness and the model's step follow), one family of its own,
 and the collector entry. Nothing else in the exporter changes. The one registry line is
-:func:`register`, which does what one more name in ``exporter/names.py`` does.
+:func:`register`, which does what one more name in ``exporter/settings/names.py`` does.
 
 ``python -m tests.support.second_vendor ARGS`` runs the real daemon (``exporter.cli.main``)
 with this collector registered: ``tests/test_gpu_source.py`` starts it with every NVML
@@ -23,12 +23,12 @@ from pydantic import Field
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.metrics.families import GpuFamilies, Group, erase, gauge
 from exporter.readings import Device, GpuReading, GpuState
-from exporter.section import Section
+from exporter.settings.section import Section
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
+    from exporter.settings.config import Settings
 
 NAME = "vendor"
 GIB = float(2**30)
@@ -103,8 +103,9 @@ COLLECTOR = Collector(
 def register(module: ModuleType, name: str = NAME) -> None:
     """The one registry line, made before the settings are composed: ``module`` becomes
     ``exporter.collectors.<name>`` and its name joins the registry (what one more name in
-    ``exporter/names.py`` does)."""
-    from exporter import collectors, names
+    ``exporter/settings/names.py`` does)."""
+    from exporter import collectors
+    from exporter.settings import names
 
     sys.modules[f"exporter.collectors.{name}"] = module
     names.COLLECTOR_NAMES = (*names.COLLECTOR_NAMES, name)
@@ -114,7 +115,8 @@ def register(module: ModuleType, name: str = NAME) -> None:
 
 def run_daemon(module: ModuleType, name: str) -> int:
     """``python -m <module> ARGS``: the real daemon with ``module`` registered."""
-    assert "exporter.config" not in sys.modules, "register before the settings are composed"
+    assert "exporter.settings.config" not in sys.modules, (
+        "register before the settings are composed")
     register(module, name)
     from exporter.cli import main
 

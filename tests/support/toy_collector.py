@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
 from exporter.metrics.families import Group, NodeFamilies, erase, gauge
+from exporter.settings.config import Settings
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import structlog
 
-from exporter.config import KubernetesConfig
 from exporter.readings import Availability, Device, PodAssignments
+from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.kubernetes.attribution import container_gpus

@@ -23,8 +23,8 @@ from urllib.parse import quote
 import aiohttp
 
 from exporter import urls
-from exporter.config import KubernetesConfig
 from exporter.readings import Availability, PodJobs
+from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
-from exporter.config import KubernetesConfig
 from exporter.readings import (
     Availability,
     ContainerGpus,
@@ -31,6 +30,7 @@ from exporter.readings import (
     PodUsageReading,
     ProcessInfo,
 )
+from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.kubernetes.attribution import Holder, holders_by_gpu

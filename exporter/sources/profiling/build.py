@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import structlog
 
-from exporter.config import ProfilingConfig, Settings
 from exporter.readings import Device, ProfilingReading, ProfilingStatus
+from exporter.settings.config import ProfilingConfig, Settings
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession

@@ -12,8 +12,8 @@ from typing import Any
 
 import structlog
 
-from exporter.config import Settings
 from exporter.readings import Device, PodAssignments, ProcessInfo
+from exporter.settings.config import Settings
 from exporter.sources.base import Source
 
 log = structlog.get_logger("serving")

@@ -29,7 +29,6 @@ import aiohttp
 import structlog
 
 from exporter import urls
-from exporter.config import ServingConfig
 from exporter.readings import (
     Device,
     PodAssignments,
@@ -37,6 +36,7 @@ from exporter.readings import (
     ServingState,
     TargetStatus,
 )
+from exporter.settings.config import ServingConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.serving import procfs

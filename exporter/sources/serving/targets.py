@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from exporter import urls
-from exporter.config import ServingConfig
+from exporter.settings.config import ServingConfig
 from exporter.sources.serving import aliases
 from exporter.sources.serving.auth import Access
 from exporter.util import OnChange

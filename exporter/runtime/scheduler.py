@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from exporter.config import Settings
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.model.node import NodeModel
+from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 from exporter.util import OnChange

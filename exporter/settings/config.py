@@ -26,7 +26,6 @@ from pydantic import (
     field_validator,
 )
 
-from exporter import devices, names, yamlfile
 from exporter.collectors import REGISTRY
 from exporter.collectors.base import Collector
 
@@ -41,11 +40,12 @@ from exporter.collectors.serving import BasicAuth as BasicAuth
 from exporter.collectors.serving import ServingConfig as ServingConfig
 from exporter.collectors.serving import ServingTarget as ServingTarget
 from exporter.collectors.serving import TlsConfig as TlsConfig
-from exporter.config_messages import message
-from exporter.section import MAX_INTERVAL as MAX_INTERVAL
-from exporter.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
-from exporter.section import NODE_NAME
-from exporter.section import Section as Section
+from exporter.settings import devices, names, yamlfile
+from exporter.settings.config_messages import message
+from exporter.settings.section import MAX_INTERVAL as MAX_INTERVAL
+from exporter.settings.section import MAX_LABEL_CHARS as MAX_LABEL_CHARS
+from exporter.settings.section import NODE_NAME
+from exporter.settings.section import Section as Section
 
 ENV_PREFIX = "GOODPUT_"
 CLI_ONLY_ENV = ("GOODPUT_CONFIG", "GOODPUT_WEB_CONFIG_FILE")
@@ -198,7 +198,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def read_text(path: str | Path, what: str) -> str:
     """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
-    from exporter.section import MAX_SETTING_CHARS
+    from exporter.settings.section import MAX_SETTING_CHARS
 
     if len(str(path)) > MAX_SETTING_CHARS:
         raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
@@ -315,8 +315,8 @@ def build(
     config_file: str | None = None,
 ) -> Settings:
     """Resolve settings from the three layers, or raise :class:`ConfigError`. Every value
-    passes the caps of exporter/section.py before any validator may echo it."""
-    from exporter.section import oversized
+    passes the caps of exporter/settings/section.py before any validator may echo it."""
+    from exporter.settings.section import oversized
 
     file_layer = load_file(config_file) if config_file else {}
     env_layer = from_env(os.environ if environ is None else environ)

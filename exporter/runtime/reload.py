@@ -15,9 +15,10 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from exporter import collectors, webconfig
-from exporter.config import ConfigError, Settings, build
-from exporter.daemon import Daemon
+from exporter import collectors
+from exporter.runtime.daemon import Daemon
+from exporter.settings.config import ConfigError, Settings, build
+from exporter.web import webconfig
 
 log = structlog.get_logger("reload")
 

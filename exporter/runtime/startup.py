@@ -20,7 +20,7 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__
-from exporter.config import Settings
+from exporter.settings.config import Settings
 from exporter.snapshot import Snapshot
 
 WAIT_SECONDS = 5.0

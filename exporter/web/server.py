@@ -21,7 +21,7 @@ from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
 from exporter.view import docs
 from exporter.view.page import handler as landing_page
-from exporter.webconfig import AUTHENTICATED
+from exporter.web.webconfig import AUTHENTICATED
 
 
 def build_app(

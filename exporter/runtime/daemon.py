@@ -19,16 +19,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__, collectors
-from exporter.config import Settings
-from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.scheduler import AfterPublish, Scheduler
-from exporter.server import build_app
+from exporter.runtime.interpreter import FREEZE_AFTER_S, freeze_startup_heap
+from exporter.runtime.scheduler import AfterPublish, Scheduler
+from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
+from exporter.web.server import build_app
 
 
 def open_nvml(settings: Settings) -> NvmlSession:
