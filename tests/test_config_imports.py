@@ -15,16 +15,24 @@ from exporter.settings.config import Settings, compose
 from exporter.sources.serving import engines
 from tests.conftest import REPO
 
+
+def _with_packages(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
 # What importing the settings may load: the registry, the declarations, the readings they
-# name, the section base, the profiling mode list and the GPU selection's parser (leaves).
+# name, the section base and core keys, each section's own module (next to its code, with
+# its package's empty __init__), the profiling mode list and the GPU selection's parser.
 ALLOWED = {
-    "exporter", "exporter.settings", "exporter.settings.config",
+    "exporter", "exporter.settings", "exporter.settings.config", "exporter.settings.core",
     "exporter.settings.config_messages", "exporter.settings.names",
     "exporter.settings.yamlfile", "exporter.settings.devices",
     "exporter.settings.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",
     *(f"exporter.collectors.{name}" for name in names.COLLECTOR_NAMES),
+    *(m for c in collectors.REGISTRY if c.config for m in _with_packages(c.config.__module__)),
 }
 
 
@@ -48,9 +56,9 @@ def test_settings_have_one_section_per_collector_that_declares_one() -> None:
 
 
 def test_the_type_checkers_settings_spell_out_the_composed_sections() -> None:
-    """exporter/settings/config.py spells the sections out under ``if TYPE_CHECKING`` for mypy; the
-    running code never sees that class, so read it from the source."""
-    tree = ast.parse((REPO / "exporter" / "config.py").read_text())
+    """exporter/settings/config.py spells the sections out under ``if TYPE_CHECKING`` for
+    mypy; the running code never sees that class, so read it from the source."""
+    tree = ast.parse((REPO / "exporter" / "settings" / "config.py").read_text())
     (stub,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Settings"]
     spelled = {
         n.target.id: ast.unparse(n.annotation)

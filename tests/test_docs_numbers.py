@@ -84,7 +84,7 @@ def _offset_of_word(text: str, n: int) -> int:
 
 def test_config_default_is_the_simulated_node() -> None:
     assert Settings.model_fields["simulate_gpus"].default == len(NODE), (
-        "exporter/settings/config.py simulate_gpus default must equal "
+        "exporter/settings/core.py simulate_gpus default must equal "
         "len(exporter/sim/patterns.py NODE)")
 
 

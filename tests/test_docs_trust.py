@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from exporter.settings.config import ServingConfig
 from exporter.sources.serving.accumulate import DROP_REASONS
+from exporter.sources.serving.config import ServingConfig
 from exporter.web.login_guard import FAILURE_REASONS
 from tests.conftest import REPO
 

@@ -127,9 +127,9 @@ def test_openmetrics_parses_and_ends_with_eof(sim, clock):
 def full_node_exposition(sim, clock, openmetrics: bool) -> str:
     """Every collector's families, optional ones included, over a snapshot that has model
     verdicts, a 3-GPU job and a served model: nothing any family can emit is left out."""
+    from exporter.model.config import ModelConfig
     from exporter.model.node import NodeModel
     from exporter.readings import ServingState
-    from exporter.settings.config import ModelConfig
     from exporter.snapshot import SourceResult
     from tests.support import typed
 

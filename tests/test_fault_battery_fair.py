@@ -31,11 +31,12 @@ from structlog.testing import capture_logs
 from exporter.cli import MAX_ENV_NAME_CHARS
 from exporter.runtime import logdamp
 from exporter.settings import config
-from exporter.settings.config import ServingConfig, ServingTarget
 from exporter.settings.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.podlabels import PodLabelError, PodLabelSource
 from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.pool import ScrapePool
 from exporter.sources.serving.scrape import Outcome
 from exporter.sources.serving.source import ServingSource
@@ -174,7 +175,7 @@ def test_other_variables_read_from_outside_are_capped(
     assert healthcheck.main([]) == 1
     assert len(capsys.readouterr().err) < 200
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", BIG)
-    source = PodLabelSource(config.KubernetesConfig(), "n")
+    source = PodLabelSource(KubernetesConfig(), "n")
     with pytest.raises(PodLabelError) as refused:
         source._base_url()
     assert len(str(refused.value)) < 200

@@ -33,6 +33,7 @@ from exporter.runtime import logdamp
 from exporter.runtime.logging import configure
 from exporter.settings import config
 from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import PodWatcher, pod_target
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
 from exporter.web.server import is_loopback
@@ -83,7 +84,7 @@ async def test_a_pod_cannot_claim_gpus_the_kubelet_did_not_assign(
     refused: bool,
 ) -> None:
     engine = ThreadEngine(lambda _n: vllm_text(500.0))
-    source = make_source(config.ServingConfig(), targets=[_pod_target(engine.url, claim)],
+    source = make_source(ServingConfig(), targets=[_pod_target(engine.url, claim)],
                          pods=_assigned(*assigned) if assigned else None)
     try:
         result = await source.poll()
@@ -105,7 +106,7 @@ async def test_engine_labels_of_a_pod_are_held_to_its_assignment() -> None:
         'nv_inference_count{model="m",version="1",gpu_uuid="GPU-0"} 10\n'
     )
     engine = ThreadEngine(lambda _n: body)
-    source = make_source(config.ServingConfig(), targets=[_pod_target(engine.url)],
+    source = make_source(ServingConfig(), targets=[_pod_target(engine.url)],
                          pods=_assigned("3"))
     try:
         result = await source.poll()
@@ -266,7 +267,7 @@ async def _honest_scrapes(hung: bool, seconds: float = 4.5) -> int:
     runner, base = await start(app)
     urls_ = [honest.url] + ([base + "/metrics"] if hung else [])
     # The default interval; a long timeout makes the old behaviour plain (3 scrapes in 24 s).
-    source = make_source(config.ServingConfig(extra_targets=urls_, timeout=10.0))
+    source = make_source(ServingConfig(extra_targets=urls_, timeout=10.0))
     try:
         deadline = time.monotonic() + seconds
         tick = time.monotonic()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.model.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.node import NodeModel
 from exporter.readings import NodeVerdicts, ServingState
-from exporter.settings.config import ModelConfig
 from exporter.sim.fake_nvml import FakeMig
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml import IDENTITY, NvmlSource

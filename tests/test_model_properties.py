@@ -7,9 +7,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.model.config import ModelConfig
 from exporter.model.core import REGIMES, GpuModel, ModelRates, Window, assess
 from exporter.model.flops import PEAK_DENSE_FLOPS, peak_flops
-from exporter.settings.config import ModelConfig
 from tests.support.typed import evaluate
 
 CFG = ModelConfig(model_parameters={"m": 7e9, "zero": 0.0})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
     COMM_WAIT,
@@ -19,7 +20,6 @@ from exporter.model.core import (
     Window,
     assess,
 )
-from exporter.settings.config import ModelConfig
 from tests.support.typed import evaluate
 
 CFG = ModelConfig(model_parameters={"llama-8b": 8e9})

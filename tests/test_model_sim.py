@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
 from exporter.readings import NodeVerdicts
-from exporter.settings.config import ModelConfig
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import LOST_AFTER_SECONDS, NODE
 from exporter.snapshot import SnapshotStore

@@ -101,7 +101,7 @@ def test_discovery_without_the_client_says_how_to_install_it(
 
     from structlog.testing import capture_logs
 
-    from exporter.sources import serving
+    from exporter.sources.serving import build as serving
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)
     with capture_logs() as logs:

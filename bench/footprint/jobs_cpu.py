@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from exporter.readings import ProcessInfo
-from exporter.settings.config import JobsConfig
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 
 GPUS = 8

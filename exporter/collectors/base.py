@@ -3,8 +3,9 @@ readings, families, and what the daemon may ask of it (a step after GPU polls, a
 reload). One module per collector (this package) holds one :class:`Collector`; the registry
 (``exporter/collectors/__init__.py``) is the only list of them.
 
-Imports nothing of the exporter at run time but the section base: ``exporter/settings/config.py``
-composes ``Settings`` from the registry, so the registry must load before it.
+Imports nothing of the exporter at run time but the section base:
+``exporter/settings/config.py`` composes ``Settings`` from the registry, so the registry
+must load before it, and a collector sees ``CoreSettings`` (its section by type).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from exporter.settings.section import Section
 if TYPE_CHECKING:
     from exporter.metrics.families import Group
     from exporter.metrics.self_metrics import SelfMetrics
-    from exporter.settings.config import Settings
+    from exporter.settings.core import CoreSettings
     from exporter.snapshot import SnapshotStore, SourceResult
     from exporter.sources.base import Source
     from exporter.sources.nvml_session import NvmlSession
@@ -29,7 +30,7 @@ class Context:
     """What builders may use: the settings, the shared NVML session and the store (whose
     ``current`` they may only pass on as a view to the sources that declared a need)."""
 
-    settings: Settings
+    settings: CoreSettings
     nvml: Callable[[], NvmlSession]
     """Opens the NVML session on first call (raises ``NvmlUnavailable``), so only the
     collectors that read NVML need a driver."""
@@ -72,16 +73,16 @@ class Collector:
 
     name: str
     help: str
-    default: Callable[[Settings], bool]
+    default: Callable[[CoreSettings], bool]
     sources: Callable[[Context], list[Source]]
-    families: Callable[[Settings], tuple[Group, ...]]
+    families: Callable[[CoreSettings], tuple[Group, ...]]
     readings: tuple[type, ...] = ()
     """The reading types its sources publish (``SourceResult.reading``); each type has one
     owner, so ``Snapshot.get(kind)`` finds it."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
-    """That section's schema, declared in the collector's module; ``Settings`` gets a field
+    """That section's schema, declared next to the code that reads it; ``Settings`` gets a field
     ``section`` of this type (``exporter/settings/config.py`` composes it from the registry)."""
     flags: tuple[Flag, ...] = ()
     """Command-line spellings of keys of its section; the CLI adds them in a group titled
@@ -97,7 +98,7 @@ class Collector:
     waits for) their classes declare."""
 
 
-def always(_: Settings) -> bool:
+def always(_: CoreSettings) -> bool:
     return True
 
 

@@ -9,7 +9,7 @@ from exporter.readings import XidReading
 
 if TYPE_CHECKING:
     from exporter.metrics.families import Group
-    from exporter.settings.config import Settings
+    from exporter.settings.core import CoreSettings
     from exporter.sources.base import Source
 
 
@@ -19,7 +19,7 @@ def _sources(ctx: Context) -> list[Source]:
     return [XidSource(ctx.session, interval=ctx.settings.interval)]
 
 
-def _families(_: Settings) -> tuple[Group, ...]:
+def _families(_: CoreSettings) -> tuple[Group, ...]:
     from exporter.metrics.families import erase
     from exporter.sources.xid import FAMILIES
 

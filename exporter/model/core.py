@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from exporter.model.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.hysteresis import Hysteresis
-from exporter.settings.config import ModelConfig
 from exporter.util import clamp_ratio as _ratio
 from exporter.util import finite as _finite
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
     COMPUTE_BOUND,
@@ -51,7 +52,6 @@ from exporter.model.core import (
     copy_time,
     kernel_time,
 )
-from exporter.settings.config import ModelConfig
 
 CAN_WAIT = frozenset({LAUNCH_BOUND, HOST_BOUND, COMPUTE_BOUND, "memory_bound", "comm_wait"})
 """Regimes a waiting rank can show on its own: spinning reads launch_bound (hollow), a

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import structlog
 
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     COMM_WAIT,
     Assessment,
@@ -26,7 +27,6 @@ from exporter.model.core import (
 from exporter.model.jobs import PARTS, JobTracker, judge
 from exporter.model.windows import WindowBuilder
 from exporter.readings import GpuVerdict, JobIdentity, JobVerdict, NodeVerdicts
-from exporter.settings.config import ModelConfig
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from exporter.model.config import ModelConfig
 from exporter.model.core import ModelRates, Window
 from exporter.readings import (
     Device,
@@ -21,7 +22,6 @@ from exporter.readings import (
     ServedModel,
     ServingState,
 )
-from exporter.settings.config import ModelConfig
 from exporter.snapshot import Snapshot
 from exporter.sources.serving.signals import FLOPS, NO_FORWARD_PASS, TOKENS
 from exporter.util import finite as _finite

@@ -28,6 +28,7 @@ from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
+from exporter.view.page import pages
 from exporter.web.server import build_app
 
 
@@ -107,6 +108,7 @@ class Daemon:
             self.nvml.backend,
             middlewares,
             debug_state=self.settings.debug_state,
+            pages=pages(self.exposition, self.settings.debug_state),
         )
 
         async def start(_: web.Application) -> None:

@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 from exporter.collectors import REGISTRY
 from exporter.settings.config import ENV_PREFIX, Settings
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 HEADER = """# Settings reference
 

@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 
-# The daemon's default port (exporter.settings.config.DEFAULT_PORT), written out so that a check
+# The daemon's default port (exporter.settings.core.DEFAULT_PORT), written out so that a check
 # every 30 s does not import pydantic; a test keeps the two equal.
 DEFAULT_URL = "http://127.0.0.1:9433/healthz"
 

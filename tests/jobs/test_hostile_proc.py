@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobIdentity, ProcessInfo
 from exporter.sources.jobs import procfs
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 from tests.jobs.test_procfs import NODE, jobs, proc, slurm_cgroup, source
 

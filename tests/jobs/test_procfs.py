@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.jobs import identity as ident
 from exporter.sources.jobs import procfs
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import MAX_ENVIRON, ProcJobSource
 
 NODE = "n1"

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.settings.config import ServingConfig, ServingTarget
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, static_targets
 from tests.support import serving

@@ -33,11 +33,11 @@ from typing import Any
 
 import structlog
 
-from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.reader import (
     Reader,
     ReadTimeout,

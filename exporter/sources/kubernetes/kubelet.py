@@ -20,10 +20,10 @@ from collections.abc import Callable
 import structlog
 
 from exporter.readings import Availability, Device, PodAssignments
-from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.kubernetes.attribution import container_gpus
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.device_ids import (
     BUILTIN_DRA_DRIVERS,
     DeviceIndex,

@@ -24,9 +24,9 @@ import aiohttp
 
 from exporter import urls
 from exporter.readings import Availability, PodJobs
-from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
+from exporter.sources.kubernetes.config import KubernetesConfig
 
 SOURCE = "pod_labels"
 MAX_BYTES = 32 * 1024 * 1024

@@ -30,12 +30,12 @@ from exporter.readings import (
     PodUsageReading,
     ProcessInfo,
 )
-from exporter.settings.config import KubernetesConfig
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.kubernetes.attribution import Holder, holders_by_gpu
 from exporter.sources.kubernetes.cgroup import CgroupRef, parse_cgroup
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint, pod_uids
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.util import OnChange
 
 log = structlog.get_logger("cgroup")
