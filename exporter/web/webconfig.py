@@ -46,8 +46,9 @@ from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from exporter.settings import yamlfile
-from exporter.settings.config import describe_validation_error, read_text
+from exporter.settings.config_messages import describe_validation_error
 from exporter.settings.section import oversized
+from exporter.settings.yamlfile import read_text
 from exporter.web.login_guard import FAILURE_REASONS as FAILURE_REASONS
 from exporter.web.login_guard import CheckPool, FailureLog
 
