@@ -27,6 +27,7 @@ from exporter.runtime.scheduler import AfterPublish, Scheduler
 from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.nvml_session import NvmlSession
 from exporter.view.page import pages
 from exporter.web.server import build_app
@@ -189,7 +190,7 @@ def build(settings: Settings, session: NvmlSession | None = None) -> Daemon:
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, nvml.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
-    k8s = settings.kubernetes
+    k8s = settings.section(KubernetesConfig)
     encoder = Encoder(
         collectors.families(chosen, settings),
         registry,
