@@ -28,7 +28,7 @@ from exporter.settings.argparser import EXIT_USAGE as EXIT_USAGE
 from exporter.settings.argparser import Parser
 from exporter.settings.config import ConfigError, Settings, build, ignored_env, parse_listen
 from exporter.settings.devices import DeviceSelectionError
-from exporter.sources.nvml_session import NvmlUnavailable
+from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from exporter.web import webconfig
 from exporter.web.server import address_of, bind
 
@@ -219,10 +219,9 @@ def simulated_app(gpus: int) -> web.Application:
     """The simulated node's whole daemon as an aiohttp app, for ``top --simulate`` (the view
     is handed this, so it never imports the daemon)."""
     from exporter.runtime.daemon import build as build_daemon
-    from exporter.runtime.daemon import open_nvml
 
     settings = build({"simulate": True, "simulate_gpus": gpus, "log_level": "error"})
-    return build_daemon(settings, open_nvml(settings)).app()
+    return build_daemon(settings, NvmlSession.open_for(settings)).app()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -318,7 +317,7 @@ def _run(
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, tree, *files, web_layer)
     app = daemon.app(middlewares=[web_layer.middleware])
-    app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.nvml.backend,
+    app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.shared.backend,
                                     sockets, web_config.ssl_context is not None))
     web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
                 access_log=None, sock=sockets)

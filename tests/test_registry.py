@@ -59,7 +59,7 @@ async def test_a_toy_source_is_one_module_and_one_registry_line(
     assert Settings(collectors={"toy": False}).collectors == {"toy": False}  # switchable
     settings = Settings(simulate=True, simulate_gpus=1)
     daemon = build(settings, NvmlSession(simulated_node(gpus=1), "simulated"))
-    daemon.session.open()
+    daemon.shared.get(NvmlSession).open()
     (toy,) = [s for s in daemon.sources if s.name == "toy"]
     await daemon.scheduler.poll_once(toy)
     assert daemon.store.current.get(toy_collector.ToyReading) == toy_collector.ToyReading(42.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from exporter.settings.section import Section
 
@@ -22,23 +22,65 @@ if TYPE_CHECKING:
     from exporter.settings.core import CoreSettings
     from exporter.snapshot import SnapshotStore, SourceResult
     from exporter.sources.base import Source
-    from exporter.sources.nvml_session import NvmlSession
+
+
+class Shared(Protocol):
+    """A resource the sources of several collectors share (a GPU library's session): the
+    core knows it only by this shape, never by its library."""
+
+    backend: str
+    """What it runs on (``nvml``, ``simulated``...): the ``backend`` of build_info."""
+
+    def close(self) -> None: ...
+
+
+class Opens(Protocol):
+    """A shared resource's class: opens one for the settings (and may raise, e.g.
+    ``NvmlUnavailable``)."""
+
+    @classmethod
+    def open_for(cls, settings: CoreSettings) -> Shared: ...
+
+
+R = TypeVar("R", bound=Shared)
+
+
+class Resources:
+    """The shared resources, by class: opened when a builder first asks for one, so a node
+    whose sources need no GPU library starts without its driver; closed at shutdown."""
+
+    def __init__(self, settings: CoreSettings, given: Sequence[Shared] = ()) -> None:
+        self._settings = settings
+        self._open: dict[type, Shared] = {type(r): r for r in given}
+        """Already open (a test's session, the CLI's), found by their class."""
+
+    def get(self, kind: type[R]) -> R:
+        """The one ``kind`` this daemon shares, opened now if nobody asked yet."""
+        found = self._open.get(kind)
+        if found is None:
+            found = self._open[kind] = cast("type[Opens]", kind).open_for(self._settings)
+        return cast(R, found)
+
+    @property
+    def backend(self) -> str:
+        """The first open resource's backend; ``none`` while none is open."""
+        return next((r.backend for r in self._open.values()), "none")
+
+    def close(self) -> None:
+        for resource in self._open.values():
+            resource.close()
 
 
 @dataclass(frozen=True)
 class Context:
-    """What builders may use: the settings, the shared NVML session and the store (whose
+    """What builders may use: the settings, the shared resources and the store (whose
     ``current`` they may only pass on as a view to the sources that declared a need)."""
 
     settings: CoreSettings
-    nvml: Callable[[], NvmlSession]
-    """Opens the NVML session on first call (raises ``NvmlUnavailable``), so only the
-    collectors that read NVML need a driver."""
+    shared: Resources
+    """A builder asks for what its sources read (``ctx.shared.get(NvmlSession)``); only
+    the collectors that ask open it."""
     store: SnapshotStore
-
-    @property
-    def session(self) -> NvmlSession:
-        return self.nvml()
 
 
 @dataclass(frozen=True)

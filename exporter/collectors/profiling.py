@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ProfilingReading
+from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.config import ProfilingConfig
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def _sources(ctx: Context) -> list[Source]:
 
     store = ctx.store
     return build_profiling_sources(
-        ctx.settings, ctx.session, inventory=lambda: store.current.inventory
+        ctx.settings, ctx.shared.get(NvmlSession), inventory=lambda: store.current.inventory
     )
 
 

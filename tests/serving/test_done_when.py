@@ -20,9 +20,9 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.runtime.daemon import build as build_daemon
-from exporter.runtime.daemon import open_nvml
 from exporter.settings.config import build
 from exporter.sim.fake_engine import FakeEngine, serve
+from exporter.sources.nvml_session import NvmlSession
 from tests.support.serving import start
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -78,7 +78,7 @@ async def test_simulated_node_with_live_and_garbage_engines(tmp_path: Path) -> N
         f"    - {{url: '{garbage_url}', gpus: ['1']}}\n"
     )
     settings = build({"simulate": True, "interval": 0.5}, environ={}, config_file=str(config))
-    daemon = build_daemon(settings, open_nvml(settings))
+    daemon = build_daemon(settings, NvmlSession.open_for(settings))
     # exporter.runtime.daemon.build wires the serving source itself, as the CLI runs it:
     # exactly one.
     assert [s.name for s in daemon.scheduler.sources].count("serving") == 1
