@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from exporter.collectors.base import Collector, Context, Flag, always
-from exporter.readings import JobAssignments, JobIdentity
+from exporter.readings import JobAssignments, JobSource
 from exporter.settings.section import Section
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from exporter.settings.config import Settings
 
 NAME = "lease"
+LEASE = JobSource(NAME, 15)
+"""Its word counts above a process session's (10), below any launcher's (torchrun 20)."""
 
 
 class LeaseConfig(Section):
@@ -47,7 +49,7 @@ class LeaseSource(Source):
         self.gpus = tuple(gpus)
 
     async def poll(self) -> SourceResult:
-        job = JobIdentity(NAME, "lease-7")
+        job = LEASE.identity("lease-7")
         leases = JobAssignments(NAME, dict.fromkeys(self.gpus, job))
         return SourceResult(source=NAME, reading=leases)
 
