@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter import collectors
+from exporter.readings import JobAssignments
 from exporter.runtime.daemon import build
 from exporter.settings import names
 from exporter.settings.config import Settings
@@ -36,9 +37,22 @@ def test_every_family_belongs_to_exactly_one_registered_collector() -> None:
     assert len(owners) > 50  # the check saw the real catalog
 
 
-def test_every_reading_type_has_one_owner() -> None:
+def test_every_reading_type_has_one_owner_or_says_it_is_shared() -> None:
     counts = Counter(kind for c in collectors.REGISTRY for kind in c.readings)
     assert counts and all(n == 1 for n in counts.values()), counts
+    shared = {kind for c in collectors.REGISTRY for kind in c.shares}
+    assert shared and not shared & set(counts), "a shared type has no single owner"
+
+
+def test_several_collectors_may_share_a_reading_type() -> None:
+    """Issue 41: the test-only lease source publishes ``JobAssignments`` as the built-in
+    job collector does, and both say so."""
+    from tests.support import lease_jobs
+
+    registry = (*collectors.REGISTRY, lease_jobs.COLLECTOR)
+    sharing = [c.name for c in registry if JobAssignments in c.shares]
+    assert sharing == ["jobs", "lease"]
+    assert not [c.name for c in registry if JobAssignments in c.readings]
 
 
 def test_collector_names_are_unique_and_sections_exist() -> None:

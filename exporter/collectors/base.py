@@ -119,8 +119,12 @@ class Collector:
     sources: Callable[[Context], list[Source]]
     families: Callable[[CoreSettings], tuple[Group, ...]]
     readings: tuple[type, ...] = ()
-    """The reading types its sources publish (``SourceResult.reading``); each type has one
-    owner, so ``Snapshot.get(kind)`` finds it."""
+    """The reading types its sources publish (``SourceResult.reading``) and it alone owns,
+    so ``Snapshot.get(kind)`` finds the one."""
+    shares: tuple[type, ...] = ()
+    """Reading types it publishes next to other collectors (each that publishes one says
+    so here): ``JobAssignments`` from every job-identity source, which ``Snapshot.all``
+    gathers and ``Snapshot.jobs`` ranks."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None

@@ -70,7 +70,7 @@ COLLECTOR = Collector(
     always,
     _sources,
     _families,
-    readings=(JobAssignments,),
+    shares=(JobAssignments,),
     section="jobs",
     config=JobsConfig,
     flags=(

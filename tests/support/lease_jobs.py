@@ -68,7 +68,7 @@ COLLECTOR = Collector(
     always,
     _sources,
     _families,
-    readings=(),
+    shares=(JobAssignments,),
     section=NAME,
     config=LeaseConfig,
     flags=(Flag("--lease-gpu", "gpus", "GPU"),),
