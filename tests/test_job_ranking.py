@@ -50,8 +50,8 @@ def test_an_identity_cannot_be_made_without_its_strength() -> None:
 
 
 def test_a_new_source_outranks_what_it_declares_it_outranks() -> None:
-    """The test-only lease source (15) beats the process session (10) on the GPU both
-    name, and loses to the kubelet's pods: no list was edited for it."""
+    """The test-only lease source (55) beats the process session (10) on the GPU both
+    name, and loses to the kubelet's pods (60): no list was edited for it."""
     store = SnapshotStore("n")
     lease = lease_jobs.LEASE.identity("lease-7")
     store.publish(SourceResult(source="jobs_proc", reading=JobAssignments(
