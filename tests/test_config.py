@@ -17,6 +17,7 @@ from exporter.settings.config import (
     parse_listen,
 )
 from exporter.settings.section import MAX_INTERVAL, Section
+from exporter.sources.serving.config import ServingConfig
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -38,7 +39,7 @@ def test_env_nests_and_parses_lists():
     tree = from_env(env)
     assert tree["serving"]["timeout"] == 1.5
     s = build({}, env)
-    assert s.serving.targets[0].gpus == ["0"]
+    assert s.section(ServingConfig).targets[0].gpus == ["0"]
 
 
 @pytest.mark.parametrize(

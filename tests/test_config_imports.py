@@ -60,10 +60,25 @@ def test_the_composition_names_no_section() -> None:
     edited by every new collector and held to the registry by a test) is not needed:
     typed code reads a section by its type, and exporter/settings/config.py names none."""
     source = (REPO / "exporter" / "settings" / "config.py").read_text()
-    tree = ast.parse(source)
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Settings"]
+    (stub,) = [n for n in ast.walk(ast.parse(source))
+               if isinstance(n, ast.ClassDef) and n.name == "Settings"]
+    assert not [n for n in stub.body if isinstance(n, ast.AnnAssign)], "no fields spelled out"
     named = {c.config.__name__ for c in collectors.REGISTRY if c.config}
     assert not [name for name in named if name in source]
+
+
+def test_the_exporter_reads_a_section_by_its_type() -> None:
+    """``settings.serving`` is untyped for the type checker (the stub above); the exporter's
+    own code reads ``settings.section(ServingConfig)``, which is typed."""
+    sections = {c.section for c in collectors.REGISTRY if c.section}
+    found = []
+    for path in (REPO / "exporter").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in sections
+                    and isinstance(node.value, (ast.Name, ast.Attribute))
+                    and ast.unparse(node.value).endswith("settings")):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
 
 
 def test_engine_names_come_from_the_engine_tables() -> None:

@@ -261,7 +261,7 @@ async def test_loopback_aliases_of_one_engine_are_counted_once() -> None:
     spellings = [engine.url, f"http://localhost:{port}/metrics", f"http://[::1]:{port}/metrics"]
     settings = config.build({"serving": {"extra_targets": spellings}}, environ={})
     with capture_logs() as logs:
-        source = make_source(settings.serving)
+        source = make_source(settings.section(ServingConfig))
     try:
         result = await _poll_rounds(source, 5)
     finally:
@@ -290,7 +290,7 @@ async def test_two_engines_behind_one_proxy_both_run() -> None:
     runner, base = await start(app)
     wanted = [f"{base}/metrics?engine=a&token=s3cr3t-a", f"{base}/metrics?engine=b&token=s3cr3t-b"]
     settings = config.build({"serving": {"extra_targets": wanted}}, environ={})
-    source = make_source(settings.serving)
+    source = make_source(settings.section(ServingConfig))
     try:
         result = await _poll_rounds(source, 2)
     finally:

@@ -221,7 +221,7 @@ def test_two_targets_with_one_label_are_refused(second: dict[str, Any]) -> None:
 def test_spellings_of_one_endpoint_are_merged(spelling: str) -> None:
     base = "http://h/metrics" if "h:80" in spelling else "http://127.0.0.1:9/metrics"
     settings = config.build({"serving": {"targets": [base, spelling]}}, environ={})
-    assert len(static_targets(settings.serving)) == 1
+    assert len(static_targets(settings.section(ServingConfig))) == 1
 
 
 def test_discovered_spellings_that_share_a_label_are_one_target() -> None:

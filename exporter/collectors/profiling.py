@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ProfilingReading
-from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.config import ProfilingConfig
 
 if TYPE_CHECKING:
@@ -16,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def _sources(ctx: Context) -> list[Source]:
+    from exporter.sources.nvml_session import NvmlSession
     from exporter.sources.profiling.build import build_profiling_sources
 
     store = ctx.store

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from exporter.collectors.base import Collector, Context, always
 from exporter.readings import XidReading
-from exporter.sources.nvml_session import NvmlSession
 
 if TYPE_CHECKING:
     from exporter.metrics.families import Group
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 
 def _sources(ctx: Context) -> list[Source]:
+    from exporter.sources.nvml_session import NvmlSession
     from exporter.sources.xid import XidSource
 
     return [XidSource(ctx.shared.get(NvmlSession), interval=ctx.settings.interval)]

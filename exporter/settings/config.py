@@ -53,9 +53,16 @@ def compose(registry: Iterable[Collector]) -> type[CoreSettings]:
 
 
 if TYPE_CHECKING:
-    # Typed code reads a section by its type (``settings.section(ItsConfig)``), so the
-    # type checker needs no copy of the composed fields: a new collector edits nothing here.
-    Settings = CoreSettings
+
+    class Settings(CoreSettings):
+        """For the type checker: the core keys, and a section by its name, untyped. Typed
+        code reads a section by its type (``settings.section(ItsConfig)``), so no copy of
+        the composed fields is kept: a new collector edits nothing here."""
+
+        def __init__(self, **data: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
 else:
     Settings = compose(REGISTRY)
 

@@ -217,7 +217,7 @@ def test_config_names_the_bad_serving_setting() -> None:
     settings = build({"serving": {"targets": ["http://a/metrics"],
                                   "extra_targets": ["http://b/metrics", "http://a/metrics"]}},
                      environ={})
-    assert [t.url for t in static_targets(settings.serving)] == [
+    assert [t.url for t in static_targets(settings.section(ServingConfig))] == [
         "http://a/metrics", "http://b/metrics"]
 
 
