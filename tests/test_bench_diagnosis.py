@@ -196,8 +196,9 @@ def test_expected_straggler_follows_the_ranks_device_uuid(tmp_path: Path) -> Non
 def test_diagnosis_pipeline_judges_the_simulated_ranks_as_one_job(tmp_path: Path) -> None:
     """--simulate on 2 GPUs: the kubelet stand-in serves the ranks' pods, the daemon names the
     simulated straggler (GPU 2, rank 1) and nothing on the balanced pair."""
-    rc = diagnosis.main(["--simulate", "--out", str(tmp_path), "--seconds", "4", "--settle",
-                         "1", "--drop", "2", "--gpus", "2",
+    # a straggler is named once it has held 10 s: windows from 11 s on are judged
+    rc = diagnosis.main(["--simulate", "--out", str(tmp_path), "--seconds", "15", "--settle",
+                         "1", "--drop", "11", "--gpus", "2",
                          "--workloads", "allreduce_straggler,allreduce_balanced"])
     assert rc == 0
     result = json.loads((tmp_path / "diagnosis.json").read_text())

@@ -1,5 +1,5 @@
 """The mixin unchanged on VictoriaMetrics (single node + vmalert, Debian's victoria-metrics) as on
-Prometheus, side by side on the same fleet history (tests/support/side_by_side.py): every
+Prometheus, side by side on the same fleet history (tests/side_by_side.py): every
 alert fires alike with the same labels, with and without a `cluster` label; every recording
 rule gives the same series, the key ones the same values within a stated tolerance; every
 dashboard panel and variable query the same series.
@@ -30,7 +30,7 @@ import yaml
 
 from bench.fleet.generator import expected_alerts
 from mixin import names as N
-from tests.support.side_by_side import (
+from tests.side_by_side import (
     ALERTS,
     CLUSTERS,
     DOWN,

@@ -133,8 +133,9 @@ def test_a_trickling_server_is_given_up_in_one_line() -> None:
         done, took = _top("--once", "--url", url)
     assert done.returncode == 1
     assert took < source.READ_DEADLINE + 5, took
-    errors = [line for line in done.stdout.splitlines() if "cannot read" in line]
-    assert len(errors) == 1 and "no complete answer" in errors[0], done.stdout
+    assert not done.stdout  # no frame around the error
+    errors = [line for line in done.stderr.splitlines() if "cannot read" in line]
+    assert len(errors) == 1 and "no complete answer" in errors[0], done.stderr
 
 
 def test_top_once_has_an_overall_deadline() -> None:

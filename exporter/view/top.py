@@ -191,7 +191,10 @@ def once(endpoint: Endpoint, state: State, interval: float, width: int,
     start = time.monotonic()
     while not state.view.error and time.monotonic() + interval < until:
         time.sleep(interval)
-        state.view = read(endpoint, rates, until)
+        view = read(endpoint, rates, until)
+        if view.error:  # a good frame is kept: only a first read that fails is the answer
+            break
+        state.view = view
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
         now = time.monotonic()
         if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:

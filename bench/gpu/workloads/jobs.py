@@ -219,18 +219,25 @@ def _gemms(a: Any, b: Any, count: int) -> None:
 
 
 def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
-                     a: Any, b: Any, timer: Timer, extra: float, stall: float) -> Step:
+                     a: Any, b: Any, timer: Timer, extra: float, stall: float,
+                     rotate: bool = False) -> Step:
+    """GEMMs then one all-reduce a step; the heavy rank runs (1 + extra) times the GEMMs:
+    always the last rank, or with ``rotate`` each rank in turn, one step each."""
     buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
     last = rank == world - 1
-    count = round(args.units * args.gemms * (1.0 + (extra if last else 0.0)))
+    light = args.units * args.gemms
+    heavy = round(light * (1.0 + extra))
+    steps = [0]
 
     def step() -> None:
+        mine = heavy if (steps[0] % world == rank if rotate else last) else light
+        steps[0] += 1
         if last and stall > 0:
             t = time.monotonic()
             time.sleep(stall)
             timer.totals["stall"] += time.monotonic() - t
         e0 = timer.event()
-        _gemms(a, b, count)
+        _gemms(a, b, mine)
         e1 = timer.event()
         dist.all_reduce(buf)
         e2 = timer.event()
@@ -318,27 +325,10 @@ def pipeline_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.N
 
 def rotating_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,
                   a: Any, b: Any, timer: Timer) -> Step:
-    """Each step one rank, in turn, runs (1 + --extra) times the GEMMs: on average every
-    rank does the same work, yet each waits for that step's heavy rank."""
-    buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
-    base = args.units * args.gemms
-    heavy = round(base * (1.0 + (args.extra if args.extra > 0 else 1.0)))
-    count = [0]
-
-    def step() -> None:
-        mine = heavy if count[0] % world == rank else base
-        count[0] += 1
-        e0 = timer.event()
-        _gemms(a, b, mine)
-        e1 = timer.event()
-        dist.all_reduce(buf)
-        e2 = timer.event()
-        buf.mul_(1.0 / world)
-        e2.synchronize()
-        timer.add("compute", e0, e1)
-        timer.add("comm", e1, e2)
-
-    return step
+    """Each step one rank, in turn, runs (1 + --extra) times the GEMMs (2x by default): on
+    average every rank does the same work, yet each waits for that step's heavy rank."""
+    extra = args.extra if args.extra > 0 else 1.0
+    return _collective_step(torch, dist, rank, world, args, a, b, timer, extra, 0.0, rotate=True)
 
 
 def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespace,

@@ -42,7 +42,7 @@ from testkit.rules import levels
 from tests.support.prometheus import require
 from tests.support.victoria import VictoriaMetrics, VmAlert, replay, victoria_metrics, vmalert
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "alerts" / "goodput.rules.yml"
 ALERTS = REPO / "alerts" / "goodput_alerts.rules.yml"
 
