@@ -28,7 +28,8 @@ HEADER = """# Settings reference
 Generated from the code by `.venv/bin/python -m exporter.settings.docs`; do not edit by hand
 (CI checks that this file matches the code). README.md "Configuration" says how the layers
 combine: flags win over the environment, which wins over the `--config` YAML file. Each collector's
-section is declared in its module (`exporter/collectors/<name>.py`), with its flags.
+section is named, with its flags, in its module (`exporter/collectors/<name>.py`), and declared
+next to the code that reads it (`exporter/sources/<package>/config.py`, `exporter/model/config.py`).
 
 """
 
