@@ -68,7 +68,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 65534:65534
 EXPOSE 9433
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-m", "exporter.healthcheck"]
+    CMD ["python", "-m", "exporter.web.healthcheck"]
 ENTRYPOINT ["gpu-goodput-exporter"]
 
 # ---- dcgm: runtime + DCGM, for profiling.mode=dcgm ----

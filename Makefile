@@ -23,7 +23,7 @@ test: bootstrap-tools llama-server
 	$(PY) -m ruff check exporter tests testkit bench scripts dashboards mixin
 	$(PY) -m mypy
 	$(PY) -m exporter.metrics.docs --check
-	$(PY) -m exporter.settings_docs --check
+	$(PY) -m exporter.settings.docs --check
 	$(PY) -m mixin --check
 	$(PY) -m pytest -q
 
@@ -42,7 +42,7 @@ llama-server: bootstrap-tools
 ## docs: regenerate docs/metrics.md and docs/settings.md from the code
 docs: bootstrap-runtime
 	$(PY) -m exporter.metrics.docs
-	$(PY) -m exporter.settings_docs
+	$(PY) -m exporter.settings.docs
 
 ## stack: exporter (simulated node) + Prometheus with our rules + Alertmanager -> local webhook
 stack: bootstrap-tools

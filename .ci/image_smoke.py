@@ -100,9 +100,10 @@ def process_uid(port: int) -> int:
 def simulated_gpus() -> int:
     """The simulated node's size as this checkout's config declares it (the image runs the
     same code), read without importing the package: this script runs on the bare host."""
-    text = (Path(__file__).resolve().parent.parent / "exporter" / "config.py").read_text()
+    core = Path(__file__).resolve().parent.parent / "exporter" / "settings" / "core.py"
+    text = core.read_text()
     match = re.search(r"^\s*simulate_gpus: int = Field\((\d+)", text, re.M)
-    assert match, "exporter/config.py: no simulate_gpus default"
+    assert match, "exporter/settings/core.py: no simulate_gpus default"
     return int(match.group(1))
 
 

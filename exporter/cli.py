@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal, NoReturn, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import structlog
 from aiohttp import web
@@ -18,18 +18,20 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from exporter import __version__, webconfig
+from exporter import __version__
 from exporter.collectors.base import Flag
-from exporter.config import ConfigError, Settings, build, ignored_env, parse_listen
-from exporter.devices import DeviceSelectionError
-from exporter.interpreter import shorten_switch_interval
-from exporter.logging import configure
-from exporter.memory import tune_malloc
-from exporter.server import address_of, bind
-from exporter.sources.nvml_session import NvmlUnavailable
-from exporter.startup import announcer
+from exporter.runtime.interpreter import shorten_switch_interval
+from exporter.runtime.logging import configure
+from exporter.runtime.memory import tune_malloc
+from exporter.runtime.startup import announcer
+from exporter.settings.argparser import EXIT_USAGE as EXIT_USAGE
+from exporter.settings.argparser import Parser
+from exporter.settings.config import ConfigError, Settings, build, ignored_env, parse_listen
+from exporter.settings.devices import DeviceSelectionError
+from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
+from exporter.web import webconfig
+from exporter.web.server import address_of, bind
 
-EXIT_USAGE = 2
 MAX_ENV_NAMES = 64
 MAX_ENV_NAME_CHARS = 128
 """Ignored ``GOODPUT_*`` variables named in the warning: at most this many, each cut."""
@@ -50,27 +52,6 @@ FLAGS: tuple[Flag, ...] = (
 )
 """The daemon's own flags (keys of ``CoreSettings``); each collector declares its own
 (``Collector.flags``, keys of its section) and :func:`parser` adds them in its group."""
-
-
-class Parser(argparse.ArgumentParser):
-    """A usage error in one line naming the flag; the usage block is one --help away."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message}{self.did_you_mean(message)} "
-                              "(see --help)\n")
-
-    def did_you_mean(self, message: str) -> str:
-        """``; did you mean --interval?`` for a misspelt flag, as the environment gets."""
-        if not message.startswith("unrecognized arguments:"):
-            return ""
-        words = message.partition(":")[2].split()
-        known = [o for o in self._option_string_actions if o.startswith("--")]
-        hints = []
-        for flag in (w.split("=", 1)[0] for w in words if w.startswith("--")):
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
-            if close:
-                hints.append(f"{flag}: did you mean {close[0]}?")
-        return "; " + "; ".join(hints) if hints else ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -234,12 +215,21 @@ def listen(where: str, log: Any) -> list[socket.socket] | None:
     return sockets
 
 
+def simulated_app(gpus: int) -> web.Application:
+    """The simulated node's whole daemon as an aiohttp app, for ``top --simulate`` (the view
+    is handed this, so it never imports the daemon)."""
+    from exporter.runtime.daemon import build as build_daemon
+
+    settings = build({"simulate": True, "simulate_gpus": gpus, "log_level": "error"})
+    return build_daemon(settings, NvmlSession.open_for(settings)).app()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["top"]:  # the live terminal view: its own flags, no daemon settings
         from exporter.view.top import main as top
 
-        return top(argv[1:])
+        return top(argv[1:], simulated_app=simulated_app)
     args = parser().parse_args(argv)
     tree = flags_to_tree(args)
     try:
@@ -304,7 +294,7 @@ def _run(
 ) -> int:
     """Build the daemon (NVML opens here, when the first collector that reads it is built),
     wire the reload, serve until stopped."""
-    from exporter.daemon import build as build_daemon
+    from exporter.runtime.daemon import build as build_daemon
 
     try:
         daemon = build_daemon(settings)
@@ -322,12 +312,12 @@ def _run(
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
         )
-    from exporter.reload import Reloader, WebLayer
+    from exporter.runtime.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, tree, *files, web_layer)
     app = daemon.app(middlewares=[web_layer.middleware])
-    app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.nvml.backend,
+    app.on_startup.append(announcer(settings, lambda: daemon.store.current, daemon.shared.backend,
                                     sockets, web_config.ssl_context is not None))
     web.run_app(app, ssl_context=web_config.ssl_context, print=None, shutdown_timeout=5.0,
                 access_log=None, sock=sockets)

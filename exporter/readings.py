@@ -11,7 +11,7 @@ means "not read" (unsupported, failed, or not yet a window), never zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # identity ------------------------------------------------------------------------------------
@@ -228,10 +228,21 @@ class PodUsage:
 
 # jobs ----------------------------------------------------------------------------------------
 
-JOB_SOURCES: tuple[str, ...] = ("kubernetes", "slurm", "hpc", "mpi", "torchrun", "process")
-"""Where a job identity can come from, strongest first: when two sources name a GPU's job,
-the earlier one wins (the scheduler's own word over a launcher's, a launcher's over a
-process tree's). ``hpc`` is dcgm-exporter's HPC job-mapping directory."""
+
+@dataclass(frozen=True, slots=True)
+class JobSource:
+    """A kind of job identity, declared by the source that reads it, with the strength of
+    its word: when two sources name a GPU's job, the stronger wins (:func:`strongest`).
+    The built-in ones, strongest first: the kubelet's pods (:data:`KUBERNETES_JOBS`, 60), a
+    Slurm cgroup or variable (50), dcgm-exporter's HPC job map (40), MPI (30), torchrun (20),
+    the process session (10): the scheduler's own word over a launcher's, a launcher's over
+    a process tree's. A new source picks its place between them; no list is edited."""
+
+    name: str
+    strength: int
+
+    def identity(self, job_id: str, namespace: str = "") -> JobIdentity:
+        return JobIdentity(self.name, job_id, namespace, strength=self.strength)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,24 +251,37 @@ class JobIdentity:
     group by is (source, namespace, job_id)."""
 
     source: str
-    """One of :data:`JOB_SOURCES`."""
+    """The :class:`JobSource` that read it (its name)."""
     job_id: str
     """Unique within its source across the cluster: a Kubernetes job label (else the pod),
     a Slurm job id, a torchrun run id, an MPI/PMIx namespace, ``<node>/<session>`` for a
     process tree. Bounded in length by the source that read it."""
     namespace: str = ""
     """The Kubernetes namespace; "" for every other source."""
+    strength: int = field(kw_only=True, compare=False)
+    """Its source's strength (:attr:`JobSource.strength`): required, so no source can be
+    outranked by omission. Not part of the identity (equality, the key)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.source, self.namespace, self.job_id)
 
 
+KUBERNETES_JOBS = JobSource("kubernetes", 60)
+"""The kubelet's pods (a job label, else the pod), joined into jobs by ``Snapshot.jobs``."""
+
+
+def strongest(identities: Iterable[JobIdentity]) -> JobIdentity | None:
+    """The one ranking of job identities: the strongest source's, ties broken by key, so
+    the answer never depends on the order they were found in."""
+    return min(identities, key=lambda j: (-j.strength, j.key), default=None)
+
+
 @dataclass(frozen=True, slots=True)
 class JobAssignments:
     """What one job-identity source says about the GPUs of this node: gpu -> job. Several
-    sources may publish one each; :attr:`exporter.snapshot.Snapshot.jobs` merges them by
-    :data:`JOB_SOURCES` order."""
+    sources may publish one each; :attr:`exporter.snapshot.Snapshot.jobs` merges them with
+    :func:`strongest`."""
 
     source: str
     gpus: Mapping[str, JobIdentity] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import structlog
 
 from exporter.readings import (
-    JOB_SOURCES,
+    KUBERNETES_JOBS,
     Availability,
     Device,
     GpuReading,
@@ -36,6 +36,7 @@ from exporter.readings import (
     ProcessInfo,
     ProfilingReading,
     ProfilingStatus,
+    strongest,
 )
 
 __all__ = ["Device", "ProcessInfo", "Snapshot", "SnapshotStore", "SourceResult"]
@@ -152,22 +153,16 @@ class Snapshot:
     def jobs(self) -> Mapping[str, JobIdentity]:
         """gpu -> the job it works for, from every identity source: the kubelet's pods (a
         job label, else the pod) and each published :class:`JobAssignments`. Per GPU the
-        strongest identity wins by its own ``source`` (:data:`JOB_SOURCES` order; one reading
-        may carry several kinds, as the process source's Slurm and session jobs do), ties
-        broken by key, so the answer never depends on publish order. GPUs of no known job
-        are absent."""
-        rank = {name: i for i, name in enumerate(JOB_SOURCES)}
-
-        def strength(j: JobIdentity) -> tuple[int, tuple[str, str, str]]:
-            return (rank.get(j.source, len(rank)), j.key)
-
-        found: dict[str, JobIdentity] = {}
+        strongest identity wins by the strength its source declared (:func:`strongest`; one
+        reading may carry several kinds, as the process source's Slurm and session jobs do),
+        ties broken by key, so the answer never depends on publish order. GPUs of no known
+        job are absent."""
+        named: dict[str, list[JobIdentity]] = {}
         for claim in (*_pod_jobs(self.pods_known), *self.all(JobAssignments)):
             for gpu, identity in claim.gpus.items():
-                held = found.get(gpu)
-                if held is None or strength(identity) < strength(held):
-                    found[gpu] = identity
-        return MappingProxyType(found)
+                named.setdefault(gpu, []).append(identity)
+        found = {gpu: strongest(identities) for gpu, identities in named.items()}
+        return MappingProxyType({gpu: j for gpu, j in found.items() if j is not None})
 
     @property
     def availability(self) -> tuple[Availability, ...]:
@@ -310,8 +305,8 @@ def _pod_jobs(pods: PodAssignments | None) -> tuple[JobAssignments, ...]:
     gpus: dict[str, JobIdentity] = {}
     for (namespace, job), held in sorted(pods.job_gpus().items()):
         for gpu in held:
-            gpus.setdefault(gpu, JobIdentity("kubernetes", job, namespace))
-    return (JobAssignments("kubernetes", gpus),)
+            gpus.setdefault(gpu, KUBERNETES_JOBS.identity(job, namespace))
+    return (JobAssignments(KUBERNETES_JOBS.name, gpus),)
 
 
 def _has_gpus(reading: object) -> bool:

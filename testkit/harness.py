@@ -288,13 +288,17 @@ def daemon(*args: str, log: Path | None = None, env: dict[str, str] | None = Non
 
 
 @contextmanager
-def module_daemon(module: str, *args: str, timeout: float = 30.0) -> Iterator[str]:
-    """``python -m <module> --listen 127.0.0.1:<free port> ARGS`` (a daemon with a test-only
-    collector registered); yields its base URL once ``/readyz`` answers 200."""
+def module_daemon(module: str, *args: str, timeout: float = 30.0,
+                  root: Path = REPO) -> Iterator[str]:
+    """``python -m <module> --listen 127.0.0.1:<free port> ARGS`` run in ``root`` (a scratch
+    checkout with a test-only collector in its registry: tests/support/scratch.py); yields
+    its base URL once ``/readyz`` answers 200."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}", *args],
-        cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        cwd=root, env=child_env(None if root == REPO else {"PYTHONPATH": str(root)}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -90,7 +90,7 @@ class KubeletStandIn(pb_grpc.PodResourcesListerServicer):
 async def serve(path: str) -> tuple[grpc.aio.Server, KubeletStandIn]:
     server = grpc.aio.server()
     standin = KubeletStandIn()
-    pb_grpc.add_PodResourcesListerServicer_to_server(standin, server)
+    pb_grpc.add_PodResourcesListerServicer_to_server(standin, server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"unix://{path}")
     await server.start()
     return server, standin

@@ -10,9 +10,10 @@ import pytest
 
 from exporter import collectors
 from exporter.collectors.base import Context
-from exporter.config import Settings
-from exporter.daemon import build
-from exporter.reload import needs_restart
+from exporter.model.config import ModelConfig
+from exporter.runtime.daemon import build
+from exporter.runtime.reload import needs_restart
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
@@ -24,7 +25,7 @@ def test_any_collector_that_declares_live_keys_gets_its_section(
     handed: list[int] = []
 
     def reconfigure(running: Sequence[Source], ctx: Context) -> list[Source]:
-        handed.append(ctx.settings.model.enter_windows)
+        handed.append(ctx.settings.section(ModelConfig).enter_windows)
         return []
 
     model = next(c for c in collectors.REGISTRY if c.section == "model")
@@ -39,7 +40,7 @@ def test_any_collector_that_declares_live_keys_gets_its_section(
     new = Settings(simulate=True, simulate_gpus=1, model={"enter_windows": 5})
     assert needs_restart(old, new) == []
     daemon.apply(new)
-    assert handed == [5] and daemon.settings.model.enter_windows == 5
+    assert handed == [5] and daemon.settings.section(ModelConfig).enter_windows == 5
     both = Settings(simulate=True, simulate_gpus=1, model={"enter_windows": 5, "leave_windows": 4})
     assert needs_restart(old, both) == ["model.leave_windows"]
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from exporter import cli, collectors
-from exporter.config import build
-from exporter.daemon import build as build_daemon
+from exporter.runtime.daemon import build as build_daemon
+from exporter.settings.config import build
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import REPO

@@ -8,8 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from exporter.cli import main
-from exporter.config import (
-    MAX_INTERVAL,
+from exporter.settings.config import (
     ConfigError,
     Settings,
     build,
@@ -17,6 +16,8 @@ from exporter.config import (
     ignored_env,
     parse_listen,
 )
+from exporter.settings.section import MAX_INTERVAL, Section
+from exporter.sources.serving.config import ServingConfig
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -38,7 +39,7 @@ def test_env_nests_and_parses_lists():
     tree = from_env(env)
     assert tree["serving"]["timeout"] == 1.5
     s = build({}, env)
-    assert s.serving.targets[0].gpus == ["0"]
+    assert s.section(ServingConfig).targets[0].gpus == ["0"]
 
 
 @pytest.mark.parametrize(
@@ -193,18 +194,19 @@ def test_every_interval_setting_is_finite_and_at_most_an_hour() -> None:
     like an interval, in every section, has an upper bound of at most an hour."""
     import annotated_types
 
-    from exporter import config as cfg
+    from exporter.collectors import REGISTRY
+    from exporter.settings.core import CoreSettings
 
     checked = []
-    for model in vars(cfg).values():
-        if not (isinstance(model, type) and issubclass(model, cfg.Section)):
-            continue
+    sections = [CoreSettings, *(c.config for c in REGISTRY if c.config)]
+    for model in sections:
+        assert issubclass(model, Section)
         for name, field in model.model_fields.items():
             if "interval" not in name:
                 continue
             bounds = [m for m in field.metadata if isinstance(m, (annotated_types.Le,
                                                                   annotated_types.Lt))]
             limit = [getattr(m, "le", getattr(m, "lt", None)) for m in bounds]
-            assert limit and min(limit) <= cfg.MAX_INTERVAL, f"{model.__name__}.{name}"
+            assert limit and min(limit) <= MAX_INTERVAL, f"{model.__name__}.{name}"
             checked.append(name)
     assert len(checked) >= 6

@@ -9,33 +9,43 @@ import subprocess
 import sys
 from pathlib import Path
 
-from exporter import collectors, names
-from exporter.config import Settings, compose
+from exporter import collectors
+from exporter.settings import names
+from exporter.settings.config import Settings, compose
 from exporter.sources.serving import engines
 from tests.conftest import REPO
 
+
+def _with_packages(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
 # What importing the settings may load: the registry, the declarations, the readings they
-# name, the section base, the profiling mode list and the GPU selection's parser (leaves).
+# name, the section base and core keys, each section's own module (next to its code, with
+# its package's empty __init__), the profiling mode list and the GPU selection's parser.
 ALLOWED = {
-    "exporter", "exporter.config", "exporter.config_messages", "exporter.names",
-    "exporter.yamlfile", "exporter.devices",
-    "exporter.section", "exporter.readings",
+    "exporter", "exporter.settings", "exporter.settings.config", "exporter.settings.core",
+    "exporter.settings.config_messages", "exporter.settings.names",
+    "exporter.settings.yamlfile", "exporter.settings.devices",
+    "exporter.settings.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",
     *(f"exporter.collectors.{name}" for name in names.COLLECTOR_NAMES),
+    *(m for c in collectors.REGISTRY if c.config for m in _with_packages(c.config.__module__)),
 }
 
 
 def test_importing_config_loads_declarations_but_no_source() -> None:
     probe = (
-        "import sys, exporter.config; "
+        "import sys, exporter.settings.config; "
         "print('\\n'.join(m for m in sys.modules if m.startswith(('exporter', 'grpc', "
         "'aiohttp', 'prometheus_client', 'pynvml'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert "exporter.config" in out
+    assert "exporter.settings.config" in out
     assert set(out) <= ALLOWED, sorted(set(out) - ALLOWED)
 
 
@@ -45,18 +55,30 @@ def test_settings_have_one_section_per_collector_that_declares_one() -> None:
     assert Settings.model_fields.keys() == compose(collectors.REGISTRY).model_fields.keys()
 
 
-def test_the_type_checkers_settings_spell_out_the_composed_sections() -> None:
-    """exporter/config.py spells the sections out under ``if TYPE_CHECKING`` for mypy; the
-    running code never sees that class, so read it from the source."""
-    tree = ast.parse((REPO / "exporter" / "config.py").read_text())
-    (stub,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Settings"]
-    spelled = {
-        n.target.id: ast.unparse(n.annotation)
-        for n in stub.body
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-    }
-    wanted = {c.section: c.config.__name__ for c in collectors.REGISTRY if c.section and c.config}
-    assert spelled == wanted
+def test_the_composition_names_no_section() -> None:
+    """Issue 41: the type checker's copy of the composed ``Settings`` (one field per section,
+    edited by every new collector and held to the registry by a test) is not needed:
+    typed code reads a section by its type, and exporter/settings/config.py names none."""
+    source = (REPO / "exporter" / "settings" / "config.py").read_text()
+    (stub,) = [n for n in ast.walk(ast.parse(source))
+               if isinstance(n, ast.ClassDef) and n.name == "Settings"]
+    assert not [n for n in stub.body if isinstance(n, ast.AnnAssign)], "no fields spelled out"
+    named = {c.config.__name__ for c in collectors.REGISTRY if c.config}
+    assert not [name for name in named if name in source]
+
+
+def test_the_exporter_reads_a_section_by_its_type() -> None:
+    """``settings.serving`` is untyped for the type checker (the stub above); the exporter's
+    own code reads ``settings.section(ServingConfig)``, which is typed."""
+    sections = {c.section for c in collectors.REGISTRY if c.section}
+    found = []
+    for path in (REPO / "exporter").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in sections
+                    and isinstance(node.value, (ast.Name, ast.Attribute))
+                    and ast.unparse(node.value).endswith("settings")):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
 
 
 def test_engine_names_come_from_the_engine_tables() -> None:

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from exporter.config import ConfigError, build
-from exporter.devices import DeviceSelectionError, select, spans
 from exporter.readings import Device
+from exporter.settings.config import ConfigError, build
+from exporter.settings.devices import DeviceSelectionError, select, spans
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession
 from testkit.harness import REPO, child_env, daemon, http_get

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter import config, healthcheck
+from exporter.settings import config
+from exporter.web import healthcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -108,7 +109,7 @@ def test_runtime_is_non_root_without_build_tools(stages: list[dict[str, Any]]) -
 
 def test_healthcheck_uses_python_not_curl(stages: list[dict[str, Any]]) -> None:
     (check,) = values(stage(stages, "runtime"), "HEALTHCHECK")
-    assert "exporter.healthcheck" in check
+    assert "exporter.web.healthcheck" in check
     assert "curl" not in DOCKERFILE.read_text() and "wget" not in DOCKERFILE.read_text()
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from exporter.config import Settings
 from exporter.metrics import docs as metrics_docs
+from exporter.settings.config import Settings
 from exporter.sim.patterns import LOST_AFTER_SECONDS, NODE
 from tests.conftest import REPO
 from tests.support.daemon import DaemonProcess
@@ -84,7 +84,8 @@ def _offset_of_word(text: str, n: int) -> int:
 
 def test_config_default_is_the_simulated_node() -> None:
     assert Settings.model_fields["simulate_gpus"].default == len(NODE), (
-        "exporter/config.py simulate_gpus default must equal len(exporter/sim/patterns.py NODE)")
+        "exporter/settings/core.py simulate_gpus default must equal "
+        "len(exporter/sim/patterns.py NODE)")
 
 
 def test_every_statement_of_the_node_size_agrees() -> None:

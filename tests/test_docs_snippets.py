@@ -36,7 +36,7 @@ import promql_parser
 import pytest
 import yaml
 
-from exporter.config import ConfigError, build
+from exporter.settings.config import ConfigError, build
 from exporter.sim.patterns import NODE
 from tests.support import docsnippets as ds
 from tests.support.prometheus import free_port
@@ -592,7 +592,7 @@ ELSEWHERE = (
     ("docs/benchmarks.md", "bench.gpu.gpu_validation"),  # on the GPU machine, its own Python
     ("docs/benchmarks.md", "bench.gpu.workloads"),
     ("docs/architecture.md", "bench.gpu.workloads"),
-    ("docs/install.md", "exporter.healthcheck"),  # inside the image
+    ("docs/install.md", "exporter.web.healthcheck"),  # inside the image
 )
 """Commands the docs run somewhere other than the checkout, each saying where."""
 INLINE = re.compile(r"`(?:PYTHONPATH=\S+ )?(python3?|gpu-goodput-exporter) (-m (\w+)\S*|top)[^`]*`")

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from exporter.config import ServingConfig
-from exporter.login_guard import FAILURE_REASONS
 from exporter.sources.serving.accumulate import DROP_REASONS
+from exporter.sources.serving.config import ServingConfig
+from exporter.web.login_guard import FAILURE_REASONS
 from tests.conftest import REPO
 
 UNITS = {"": 1.0, "s": 1.0, "characters": 1.0, "MiB": 1024.0 * 1024.0}

@@ -9,9 +9,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import Settings
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
@@ -127,7 +127,7 @@ def test_openmetrics_parses_and_ends_with_eof(sim, clock):
 def full_node_exposition(sim, clock, openmetrics: bool) -> str:
     """Every collector's families, optional ones included, over a snapshot that has model
     verdicts, a 3-GPU job and a served model: nothing any family can emit is left out."""
-    from exporter.config import ModelConfig
+    from exporter.model.config import ModelConfig
     from exporter.model.node import NodeModel
     from exporter.readings import ServingState
     from exporter.snapshot import SourceResult

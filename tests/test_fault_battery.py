@@ -35,8 +35,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import config
-from exporter.daemon import Daemon, build
+from exporter.runtime.daemon import Daemon, build
+from exporter.settings import config
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml
 from exporter.sim.patterns import NODE
 from exporter.sim.physics import GpuPhysics

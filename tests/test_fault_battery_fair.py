@@ -28,17 +28,20 @@ from aiohttp import web
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from exporter import config, healthcheck, logdamp, webconfig
 from exporter.cli import MAX_ENV_NAME_CHARS
-from exporter.config import ServingConfig, ServingTarget
-from exporter.section import MAX_SETTING_CHARS
+from exporter.runtime import logdamp
+from exporter.settings import config
+from exporter.settings.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.podlabels import PodLabelError, PodLabelSource
 from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.pool import ScrapePool
 from exporter.sources.serving.scrape import Outcome
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, merge_duplicates, static_targets
+from exporter.web import healthcheck, webconfig
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,
@@ -172,7 +175,7 @@ def test_other_variables_read_from_outside_are_capped(
     assert healthcheck.main([]) == 1
     assert len(capsys.readouterr().err) < 200
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", BIG)
-    source = PodLabelSource(config.KubernetesConfig(), "n")
+    source = PodLabelSource(KubernetesConfig(), "n")
     with pytest.raises(PodLabelError) as refused:
         source._base_url()
     assert len(str(refused.value)) < 200
@@ -258,7 +261,7 @@ async def test_loopback_aliases_of_one_engine_are_counted_once() -> None:
     spellings = [engine.url, f"http://localhost:{port}/metrics", f"http://[::1]:{port}/metrics"]
     settings = config.build({"serving": {"extra_targets": spellings}}, environ={})
     with capture_logs() as logs:
-        source = make_source(settings.serving)
+        source = make_source(settings.section(ServingConfig))
     try:
         result = await _poll_rounds(source, 5)
     finally:
@@ -287,7 +290,7 @@ async def test_two_engines_behind_one_proxy_both_run() -> None:
     runner, base = await start(app)
     wanted = [f"{base}/metrics?engine=a&token=s3cr3t-a", f"{base}/metrics?engine=b&token=s3cr3t-b"]
     settings = config.build({"serving": {"extra_targets": wanted}}, environ={})
-    source = make_source(settings.serving)
+    source = make_source(settings.section(ServingConfig))
     try:
         result = await _poll_rounds(source, 2)
     finally:

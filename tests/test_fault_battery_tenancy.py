@@ -4,7 +4,7 @@ numbers, no client floods the logs, no single input stops the rest.
 Each case drives the real part (a real HTTP engine or server on loopback, the real serving
 source, the real Kubernetes API client against kmock, the daemon as a subprocess) through
 one hostile or careless input and asserts what the other tenants see. The log floods run a
-virtual minute through the damper (``exporter/logdamp.py``: its clock steps with each
+virtual minute through the damper (``exporter/runtime/logdamp.py``: its clock steps with each
 line) and assert the bytes written stay under the budgets of docs/security.md.
 """
 
@@ -26,14 +26,17 @@ import structlog
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from exporter import config, logdamp, urls
-from exporter.logging import configure
+from exporter import urls
 from exporter.metrics.cache import negotiate
 from exporter.readings import ContainerGpus, PodAssignments
-from exporter.server import is_loopback
+from exporter.runtime import logdamp
+from exporter.runtime.logging import configure
+from exporter.settings import config
 from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import PodWatcher, pod_target
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
+from exporter.web.server import is_loopback
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_GPUS,
@@ -81,7 +84,7 @@ async def test_a_pod_cannot_claim_gpus_the_kubelet_did_not_assign(
     refused: bool,
 ) -> None:
     engine = ThreadEngine(lambda _n: vllm_text(500.0))
-    source = make_source(config.ServingConfig(), targets=[_pod_target(engine.url, claim)],
+    source = make_source(ServingConfig(), targets=[_pod_target(engine.url, claim)],
                          pods=_assigned(*assigned) if assigned else None)
     try:
         result = await source.poll()
@@ -103,7 +106,7 @@ async def test_engine_labels_of_a_pod_are_held_to_its_assignment() -> None:
         'nv_inference_count{model="m",version="1",gpu_uuid="GPU-0"} 10\n'
     )
     engine = ThreadEngine(lambda _n: body)
-    source = make_source(config.ServingConfig(), targets=[_pod_target(engine.url)],
+    source = make_source(ServingConfig(), targets=[_pod_target(engine.url)],
                          pods=_assigned("3"))
     try:
         result = await source.poll()
@@ -218,7 +221,7 @@ def test_two_targets_with_one_label_are_refused(second: dict[str, Any]) -> None:
 def test_spellings_of_one_endpoint_are_merged(spelling: str) -> None:
     base = "http://h/metrics" if "h:80" in spelling else "http://127.0.0.1:9/metrics"
     settings = config.build({"serving": {"targets": [base, spelling]}}, environ={})
-    assert len(static_targets(settings.serving)) == 1
+    assert len(static_targets(settings.section(ServingConfig))) == 1
 
 
 def test_discovered_spellings_that_share_a_label_are_one_target() -> None:
@@ -264,7 +267,7 @@ async def _honest_scrapes(hung: bool, seconds: float = 4.5) -> int:
     runner, base = await start(app)
     urls_ = [honest.url] + ([base + "/metrics"] if hung else [])
     # The default interval; a long timeout makes the old behaviour plain (3 scrapes in 24 s).
-    source = make_source(config.ServingConfig(extra_targets=urls_, timeout=10.0))
+    source = make_source(ServingConfig(extra_targets=urls_, timeout=10.0))
     try:
         deadline = time.monotonic() + seconds
         tick = time.monotonic()
@@ -434,7 +437,7 @@ def _state_request(remote: str, authenticated: bool = False) -> web.Request:
         (remote, 40000) if name == "peername" else default), is_closing=lambda: False)
     request = make_mocked_request("GET", "/debug/state", transport=transport)
     if authenticated:
-        from exporter.webconfig import AUTHENTICATED
+        from exporter.web.webconfig import AUTHENTICATED
 
         request[AUTHENTICATED] = True
     return request
@@ -448,7 +451,7 @@ def _state_request(remote: str, authenticated: bool = False) -> web.Request:
 async def test_debug_state_is_loopback_only_without_basic_auth(
     remote: str, authenticated: bool, status: int,
 ) -> None:
-    from exporter.daemon import build
+    from exporter.runtime.daemon import build
     from tests.test_fault_battery import node
 
     daemon = build(config.build({"node_name": "n"}, environ={}), node(None))
@@ -548,9 +551,9 @@ async def test_a_reload_of_a_large_file_never_blocks_metrics(tmp_path: Path) -> 
     is read (before: 7.7 s of a blocked event loop for a 1.9 MB alias file)."""
     import aiohttp
 
-    from exporter import webconfig
-    from exporter.daemon import build
-    from exporter.reload import Reloader, WebLayer
+    from exporter.runtime.daemon import build
+    from exporter.runtime.reload import Reloader, WebLayer
+    from exporter.web import webconfig
     from tests.test_fault_battery import node, running
 
     cfg = tmp_path / "c.yml"
@@ -618,9 +621,9 @@ async def test_a_bad_web_config_on_sighup_is_one_line_even_with_logins(tmp_path:
     import bcrypt
     from structlog.testing import capture_logs
 
-    from exporter import webconfig
-    from exporter.daemon import build
-    from exporter.reload import Reloader, WebLayer
+    from exporter.runtime.daemon import build
+    from exporter.runtime.reload import Reloader, WebLayer
+    from exporter.web import webconfig
     from tests.test_fault_battery import node
     from tests.test_reload import serving
 

@@ -1,7 +1,8 @@
 """A GPU source is one module plus one registry line (issue #32).
 
 ``tests/support/second_vendor.py`` is a whole second GPU vendor: its settings section and
-flag, a ``GpuReading``, a source and a family. Registered (the one line), the real daemon
+flag, a ``GpuReading``, a source and a family. Added to a scratch copy of the package as a
+contributor would (``exporter/collectors/vendor.py`` and its registry line), the real daemon
 runs it with every NVML collector off on this machine, which has no NVIDIA driver: it gets
 ready on the vendor's first poll, the model judges the vendor's two GPUs from their windows,
 and their families are served. Its flag, environment variable and config key come from its
@@ -11,26 +12,32 @@ section.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.readings import Device, GpuState, NvmlReading
 from exporter.snapshot import SnapshotStore, SourceResult
-from testkit.harness import REPO, child_env, http_get, module_daemon
-from tests.support import second_vendor
+from testkit.harness import http_get, module_daemon
+from tests.support import scratch, second_vendor
 
 NVML_OFF = ("--no-collector.nvml", "--no-collector.xid", "--no-collector.profiling")
-LAUNCH = [sys.executable, "-m", "tests.support.second_vendor"]
+
+
+@pytest.fixture(scope="module")
+def vendor_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package with the vendor added: one module, one registry line."""
+    return scratch.checkout(tmp_path_factory.mktemp("vendor"),
+                            {second_vendor.NAME: Path(second_vendor.__file__)})
 
 
 @pytest.fixture
-def vendor_daemon() -> Iterator[str]:
-    with module_daemon("tests.support.second_vendor", *NVML_OFF, "--interval", "0.2",
-                       "--vendor-interval", "0.2") as url:
+def vendor_daemon(vendor_root: Path) -> Iterator[str]:
+    with module_daemon("exporter", *NVML_OFF, "--interval", "0.2",
+                       "--vendor-interval", "0.2", root=vendor_root) as url:
         yield url
 
 
@@ -61,12 +68,10 @@ def test_the_model_judges_a_second_vendors_gpus_without_nvml(vendor_daemon: str)
     assert not [k for k in samples if k[0].startswith("goodput_gpu_utilization")]  # nvml's
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LAUNCH, *args], cwd=REPO, env=child_env(env), text=True,
-                          capture_output=True, timeout=60, check=False)
+def test_its_flag_env_name_and_help_come_from_its_section(vendor_root: Path) -> None:
+    def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return scratch.run(vendor_root, "-m", "exporter", *args, extra=env)
 
-
-def test_its_flag_env_name_and_help_come_from_its_section() -> None:
     out = _run("--help").stdout
     assert "--vendor-interval SECONDS" in out and "[GOODPUT_VENDOR__INTERVAL]" in out
     assert "Seconds between polls of the test vendor's GPUs" in out

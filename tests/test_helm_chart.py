@@ -15,7 +15,10 @@ import pytest
 import yaml
 
 from exporter import __version__, cli, collectors
-from exporter import config as daemon_config
+from exporter.settings import config as daemon_config
+from exporter.sources.kubernetes.config import KubernetesConfig
+from exporter.sources.profiling.config import ProfilingConfig
+from exporter.sources.serving.config import ServingConfig
 from tests.support.helm import (
     CHART,
     ROOT,
@@ -93,12 +96,12 @@ def test_rendered_daemon_config_passes_the_daemon_schema(name: str, tmp_path: Pa
     settings = daemon_config.build(cli.flags_to_tree(ns), environ=env, config_file=ns.config)
     assert settings.listen == ":9433"
     discovery = values.get("serving", {}).get("discovery", {}).get("enabled", False)
-    assert settings.serving.discover_pods is discovery
+    assert settings.section(ServingConfig).discover_pods is discovery
     pod_labels = values.get("kubernetes", {}).get("podLabels", {}).get("enabled", False)
-    assert settings.kubernetes.pod_labels is pod_labels
+    assert settings.section(KubernetesConfig).pod_labels is pod_labels
     attribution = values.get("kubernetes", {}).get("attribution", {}).get("enabled", False)
-    assert settings.kubernetes.enabled is attribution
-    assert settings.profiling.mode == values.get("profiling", {}).get("mode", "auto")
+    assert settings.section(KubernetesConfig).enabled is attribution
+    assert settings.section(ProfilingConfig).mode == values.get("profiling", {}).get("mode", "auto")
     exporter_values = values.get("exporter", {})
     assert settings.collectors == exporter_values.get("collectors", {})
     assert settings.extended_metrics is exporter_values.get("extendedMetrics", False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from exporter.login_guard import CheckPool, FailureLog
+from exporter.web.login_guard import CheckPool, FailureLog
 from tests.conftest import ManualClock
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.node import NodeModel
 from exporter.readings import NodeVerdicts, ServingState

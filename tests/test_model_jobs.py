@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from exporter.readings import Device, JobAssignments, JobIdentity, NodeVerdicts, ProfilingWindow
+from exporter.readings import Device, JobAssignments, NodeVerdicts, ProfilingWindow
 from exporter.snapshot import SourceResult
+from exporter.sources.jobs.identity import PROCESS, SLURM
 from tests.test_model_node import H100, Node, job
 
 
@@ -36,7 +37,7 @@ UTIL = {"host_stall": {"0": 1.0, "1": 0.0}}
 
 
 def slurm(*gpus: str) -> JobAssignments:
-    return JobAssignments("slurm", {g: JobIdentity("slurm", "4242") for g in gpus})
+    return JobAssignments("slurm", {g: SLURM.identity("4242") for g in gpus})
 
 
 def run_job(w0: ProfilingWindow, w1: ProfilingWindow, n: int, *, pods: bool = True,
@@ -116,7 +117,7 @@ def test_balanced_jobs_never_name_anyone_even_with_noise(
 def test_a_slurm_job_is_judged_like_a_pod() -> None:
     _, v = run_job(*MEASURED["10pct"][:2], 12, pods=False)
     (j,) = v.jobs
-    assert j.identity == JobIdentity("slurm", "4242") and j.straggler == "1"
+    assert j.identity == SLURM.identity("4242") and j.straggler == "1"
 
 
 def test_the_kubelet_wins_over_slurm_for_the_same_gpu() -> None:
@@ -203,7 +204,7 @@ def test_one_gpu_of_a_slurm_job_is_split_a_lone_process_is_not() -> None:
     assert parts["waiting"] / 5 == pytest.approx(0.16, abs=0.05)
     lone = Node(gpus=("0",), pods=None)
     lone.store.publish(SourceResult(source="jobs", reading=JobAssignments(
-        "process", {"0": JobIdentity("process", "vm/4101-1")})))
+        "process", {"0": PROCESS.identity("vm/4101-1")})))
     assert lone.run(5, {"0": waiting}).jobs == ()
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from exporter.collectors.model import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import Window, assess
 from exporter.model.jobs import PARTS, WAITING, JobTracker, judge
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.config import ModelConfig
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
 from exporter.model import families as model_families
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
 from exporter.readings import (
     ContainerGpus,
@@ -348,8 +348,8 @@ def test_an_implausible_mfu_is_counted_by_the_model_step() -> None:
     from prometheus_client import CollectorRegistry
 
     from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.model.step import ModelStep
     from exporter.readings import NodeVerdicts
-    from exporter.scheduler import ModelStep
     from exporter.snapshot import SnapshotStore, SourceResult
 
     class Model:

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import REGIMES, GpuModel, ModelRates, Window, assess
 from exporter.model.flops import PEAK_DENSE_FLOPS, peak_flops
 from tests.support.typed import evaluate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
     COMM_WAIT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
 from exporter.readings import NodeVerdicts
 from exporter.sim.fake_nvml import simulated_node

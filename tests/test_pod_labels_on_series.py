@@ -6,9 +6,9 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import Settings
 from exporter.metrics.encode import Encoder
 from exporter.readings import ContainerGpus, Device, GpuState, NvmlReading, PodAssignments
+from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 
 SHARED = PodAssignments((

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from exporter import config
 from exporter.readings import Device
+from exporter.settings import config
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle
 from exporter.sources.profiling.build import ProfilingOffSource, build_profiling_sources
+from exporter.sources.profiling.config import ProfilingConfig
 from exporter.sources.profiling.dcgm import DcgmSource
 from exporter.sources.profiling.dcgm_bindings import load_bindings
 from exporter.sources.profiling.families import AVAILABILITY
@@ -108,7 +109,7 @@ def test_auto_never_starts_an_embedded_engine() -> None:
 def test_config_from_environment() -> None:
     settings = config.build({}, environ={"GOODPUT_PROFILING__MODE": "dcgm",
                                          "GOODPUT_PROFILING__DCGM_HOST_ENGINE": "unix:///run/he"})
-    assert settings.profiling.mode == "dcgm"
+    assert settings.section(ProfilingConfig).mode == "dcgm"
     with pytest.raises(config.ConfigError, match="dcgm_exporter_url"):
         config.build({"profiling": {"mode": "dcgm-exporter"}}, environ={})
     with pytest.raises(config.ConfigError, match="http"):

@@ -9,9 +9,11 @@ from collections import Counter
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter import collectors, names
-from exporter.config import Settings
-from exporter.daemon import build
+from exporter import collectors
+from exporter.readings import JobAssignments
+from exporter.runtime.daemon import build
+from exporter.settings import names
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
 from tests.support import toy_collector
@@ -35,9 +37,22 @@ def test_every_family_belongs_to_exactly_one_registered_collector() -> None:
     assert len(owners) > 50  # the check saw the real catalog
 
 
-def test_every_reading_type_has_one_owner() -> None:
+def test_every_reading_type_has_one_owner_or_says_it_is_shared() -> None:
     counts = Counter(kind for c in collectors.REGISTRY for kind in c.readings)
     assert counts and all(n == 1 for n in counts.values()), counts
+    shared = {kind for c in collectors.REGISTRY for kind in c.shares}
+    assert shared and not shared & set(counts), "a shared type has no single owner"
+
+
+def test_several_collectors_may_share_a_reading_type() -> None:
+    """Issue 41: the test-only lease source publishes ``JobAssignments`` as the built-in
+    job collector does, and both say so."""
+    from tests.support import lease_jobs
+
+    registry = (*collectors.REGISTRY, lease_jobs.COLLECTOR)
+    sharing = [c.name for c in registry if JobAssignments in c.shares]
+    assert sharing == ["jobs", "lease"]
+    assert not [c.name for c in registry if JobAssignments in c.readings]
 
 
 def test_collector_names_are_unique_and_sections_exist() -> None:
@@ -52,13 +67,13 @@ async def test_a_toy_source_is_one_module_and_one_registry_line(
 ) -> None:
     # the new module (it would be exporter/collectors/toy.py) ...
     monkeypatch.setitem(sys.modules, "exporter.collectors.toy", toy_collector)
-    # ... and the one registry line (one more name in exporter/names.py)
+    # ... and the one registry line (one more name in exporter/settings/names.py)
     monkeypatch.setattr(names, "COLLECTOR_NAMES", (*names.COLLECTOR_NAMES, "toy"))
     monkeypatch.setattr(collectors, "REGISTRY", collectors.load(names.COLLECTOR_NAMES))
     assert Settings(collectors={"toy": False}).collectors == {"toy": False}  # switchable
     settings = Settings(simulate=True, simulate_gpus=1)
     daemon = build(settings, NvmlSession(simulated_node(gpus=1), "simulated"))
-    daemon.session.open()
+    daemon.shared.get(NvmlSession).open()
     (toy,) = [s for s in daemon.sources if s.name == "toy"]
     await daemon.scheduler.poll_once(toy)
     assert daemon.store.current.get(toy_collector.ToyReading) == toy_collector.ToyReading(42.0)

@@ -91,7 +91,7 @@ def test_runtime_needs_no_kubernetes_client() -> None:
     assert not [d for d in meta["dependencies"] if d.startswith("kubernetes")]
     assert meta["optional-dependencies"]["kubernetes"]
     code = ("import sys; sys.modules['kubernetes'] = None\n"
-            "import exporter.cli, exporter.daemon, exporter.sources.serving")
+            "import exporter.cli, exporter.runtime.daemon, exporter.sources.serving")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -101,7 +101,7 @@ def test_discovery_without_the_client_says_how_to_install_it(
 
     from structlog.testing import capture_logs
 
-    from exporter.sources import serving
+    from exporter.sources.serving import build as serving
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)
     with capture_logs() as logs:

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from exporter import scheduler as scheduler_module
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.scheduler import Scheduler
+from exporter.runtime import scheduler as scheduler_module
+from exporter.runtime.scheduler import Scheduler
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import BlockingSource, Source
 

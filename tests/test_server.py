@@ -10,15 +10,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import Settings
-from exporter.config import build as build_settings
-from exporter.daemon import build
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.readings import Device, GpuState, NvmlReading
-from exporter.server import build_app
+from exporter.runtime.daemon import build
+from exporter.settings.config import Settings
+from exporter.settings.config import build as build_settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml_session import NvmlSession
+from exporter.web.server import build_app
 
 
 async def client_for(nvml, **flags) -> tuple[TestClient, object]:

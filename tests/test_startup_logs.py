@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from exporter.config import ConfigError, build
+from exporter.settings.config import ConfigError, build
 from tests.conftest import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

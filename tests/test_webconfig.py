@@ -16,8 +16,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from exporter import webconfig
-from exporter.webconfig import WebConfigError
+from exporter.web import webconfig
+from exporter.web.webconfig import WebConfigError
 
 x509 = pytest.importorskip("cryptography.x509")
 from tests.support.pki import Pki, make_pki  # noqa: E402

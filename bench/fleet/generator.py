@@ -43,10 +43,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import ModelConfig, Settings
-from exporter.logging import configure
 from exporter.metrics.encode import Encoder
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
+from exporter.runtime.logging import configure
+from exporter.settings.config import Settings
 from exporter.sim import patterns
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml
 from exporter.sim.physics import GpuPhysics

@@ -14,15 +14,16 @@ import gzip
 import statistics
 import time
 
-from exporter.config import build as build_settings
-from exporter.daemon import build, open_nvml
+from exporter.runtime.daemon import build
+from exporter.settings.config import build as build_settings
+from exporter.sources.nvml_session import NvmlSession
 
 
 async def _snapshot(gpus: int) -> tuple[object, object]:
     settings = build_settings(
         {"simulate": True, "simulate_gpus": gpus, "node_name": "bench-node"}, environ={}
     )
-    session = open_nvml(settings)
+    session = NvmlSession.open_for(settings)
     daemon = build(settings, session)
     for _ in range(3):
         for source in daemon.sources:

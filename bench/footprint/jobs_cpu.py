@@ -22,8 +22,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from exporter.config import JobsConfig
 from exporter.readings import ProcessInfo
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 
 GPUS = 8

@@ -66,10 +66,10 @@ def pick(values: Mapping[str, Any] | None, name: str) -> float | None:
     if not values:
         return None
     if name in values:
-        return values[name]
+        return float(values[name])
     for key in sorted(values):
         if key.startswith(name + "{"):
-            return values[key]
+            return float(values[key])
     return None
 
 
@@ -282,7 +282,7 @@ def poll_cost_lines(data: Mapping[str, Any]) -> list[str]:
 def verdict(entry: Mapping[str, Any], max_windows: int = 3) -> str:
     summary = entry.get("summary") or {}
     if entry.get("status") != "ok":
-        return entry.get("status", "—")
+        return str(entry.get("status", "—"))
     if summary.get("steady_regime") in (None, "none"):
         return "no regime data"
     good = {entry.get("expected"), *(entry.get("acceptable") or [])}

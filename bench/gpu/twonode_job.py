@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from bench.gpu.jobs import launch, truth
@@ -29,7 +28,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start the job, let both daemons and the rules watch it, stop it; truth over the span
     the rules measured (their last ``--seconds``)."""
     opts = ["--extra", str(args.extra)]
-    row = SimpleNamespace(simulate=False, no_torchrun=False, seconds=args.seconds + 120)
+    row = argparse.Namespace(simulate=False, no_torchrun=False, seconds=args.seconds + 120)
     cmd, env = launch(args.row, args.workload, opts, row, "4242")
     log = (args.out / "twonode-job-logs.txt").open("w")
     proc = WorkloadProcess("twonode", cmd, REPO, env, log, threading.Lock())

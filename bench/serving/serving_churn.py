@@ -109,7 +109,7 @@ async def run(minutes: float, unbounded: bool) -> list[dict[str, object]]:
             async with http.get(daemon.url + "/metrics") as resp:
                 text = await resp.text()
             series, token_series, churn_sum, models = measure(text)
-            sample = {
+            sample: dict[str, object] = {
                 "minute": round(elapsed / 60, 2), "engine_scrapes": engines.churn_scrapes,
                 "series": series, "token_series": token_series, "churn_models": models,
                 "churn_tokens_published": churn_sum, "rss_mib": round(rss_kb(daemon.pid) / 1024, 1),

@@ -145,7 +145,8 @@ def main() -> int:
     print("| minute | fault now | RSS MiB | threads | open fds | scrapes | failed |")
     print("|---|---|---|---|---|---|---|")
     for s in samples:
-        print(f"| {s['minute']} | {s['fault']} | {int(s['rss_kb']) / 1024:.1f} | {s['threads']} "
+        rss_mib = float(str(s["rss_kb"])) / 1024
+        print(f"| {s['minute']} | {s['fault']} | {rss_mib:.1f} | {s['threads']} "
               f"| {s['fds']} | {s['scrapes']} | {s['scrape_failures']} |")
     return 0
 

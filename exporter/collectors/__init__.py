@@ -1,12 +1,13 @@
-"""The collector registry, resolved: ``exporter/names.py`` lists the collectors, and each is
-declared in the module of this package named after it (name, default, settings section and
-flags, sources, reading types, families). ``exporter/config.py`` composes ``Settings`` from
-:data:`REGISTRY` (so this package imports no config at run time); ``daemon.py`` wires only
-what :func:`enabled` returns; the CLI makes each collector's flags and one
-``--collector.<name>`` / ``--no-collector.<name>`` pair per entry, the config file takes
-``collectors: {<name>: true|false}``, and ``docs/metrics.md`` lists every family of every
-entry. Adding a collector means one new module here and one name in
-``exporter/names.py`` (docs/architecture.md has the recipe).
+"""The collector registry, resolved: ``exporter/settings/names.py`` lists the collectors,
+and each is declared in the module of this package named after it (name, default, settings
+section and flags, sources, reading types, families). ``exporter/settings/config.py``
+composes ``Settings`` from :data:`REGISTRY`, so this package never imports it: collectors
+type their settings as ``CoreSettings`` and read their own section with ``section()``.
+``exporter/runtime/daemon.py`` wires only what :func:`enabled` returns; the CLI makes each
+collector's flags and one ``--collector.<name>`` / ``--no-collector.<name>`` pair per
+entry, the config file takes ``collectors: {<name>: true|false}``, and ``docs/metrics.md``
+lists every family of every entry. Adding a collector means one new module here and one
+name in ``exporter/settings/names.py`` (docs/architecture.md has the recipe).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from exporter import names
 from exporter.collectors.base import Collector, Context
+from exporter.settings import names
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.core import CoreSettings
 
 __all__ = ["NAMES", "REGISTRY", "Collector", "Context", "enabled", "families", "is_enabled"]
 
@@ -40,15 +41,15 @@ REGISTRY: tuple[Collector, ...] = load(names.COLLECTOR_NAMES)
 NAMES: tuple[str, ...] = tuple(c.name for c in REGISTRY)
 
 
-def is_enabled(collector: Collector, settings: Settings) -> bool:
+def is_enabled(collector: Collector, settings: CoreSettings) -> bool:
     choice = settings.collectors.get(collector.name)
     return collector.default(settings) if choice is None else choice
 
 
-def enabled(settings: Settings) -> list[Collector]:
+def enabled(settings: CoreSettings) -> list[Collector]:
     return [c for c in REGISTRY if is_enabled(c, settings)]
 
 
-def families(collectors: Iterable[Collector], settings: Settings) -> list[Group]:
+def families(collectors: Iterable[Collector], settings: CoreSettings) -> list[Group]:
     """The family groups of ``collectors``, in registry order."""
     return [group for collector in collectors for group in collector.families(settings)]

@@ -3,41 +3,84 @@ readings, families, and what the daemon may ask of it (a step after GPU polls, a
 reload). One module per collector (this package) holds one :class:`Collector`; the registry
 (``exporter/collectors/__init__.py``) is the only list of them.
 
-Imports nothing of the exporter at run time but the section base: ``exporter/config.py``
-composes ``Settings`` from the registry, so the registry must load before it.
+Imports nothing of the exporter at run time but the section base:
+``exporter/settings/config.py`` composes ``Settings`` from the registry, so the registry
+must load before it, and a collector sees ``CoreSettings`` (its section by type).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
-from exporter.section import Section
+from exporter.settings.section import Section
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
     from exporter.metrics.self_metrics import SelfMetrics
+    from exporter.settings.core import CoreSettings
     from exporter.snapshot import SnapshotStore, SourceResult
     from exporter.sources.base import Source
-    from exporter.sources.nvml_session import NvmlSession
+
+
+class Shared(Protocol):
+    """A resource the sources of several collectors share (a GPU library's session): the
+    core knows it only by this shape, never by its library."""
+
+    backend: str
+    """What it runs on (``nvml``, ``simulated``...): the ``backend`` of build_info."""
+
+    def close(self) -> None: ...
+
+
+class Opens(Protocol):
+    """A shared resource's class: opens one for the settings (and may raise, e.g.
+    ``NvmlUnavailable``)."""
+
+    @classmethod
+    def open_for(cls, settings: CoreSettings) -> Shared: ...
+
+
+R = TypeVar("R", bound=Shared)
+
+
+class Resources:
+    """The shared resources, by class: opened when a builder first asks for one, so a node
+    whose sources need no GPU library starts without its driver; closed at shutdown."""
+
+    def __init__(self, settings: CoreSettings, given: Sequence[Shared] = ()) -> None:
+        self._settings = settings
+        self._open: dict[type, Shared] = {type(r): r for r in given}
+        """Already open (a test's session, the CLI's), found by their class."""
+
+    def get(self, kind: type[R]) -> R:
+        """The one ``kind`` this daemon shares, opened now if nobody asked yet."""
+        found = self._open.get(kind)
+        if found is None:
+            found = self._open[kind] = cast("type[Opens]", kind).open_for(self._settings)
+        return cast(R, found)
+
+    @property
+    def backend(self) -> str:
+        """The first open resource's backend; ``none`` while none is open."""
+        return next((r.backend for r in self._open.values()), "none")
+
+    def close(self) -> None:
+        for resource in self._open.values():
+            resource.close()
 
 
 @dataclass(frozen=True)
 class Context:
-    """What builders may use: the settings, the shared NVML session and the store (whose
+    """What builders may use: the settings, the shared resources and the store (whose
     ``current`` they may only pass on as a view to the sources that declared a need)."""
 
-    settings: Settings
-    nvml: Callable[[], NvmlSession]
-    """Opens the NVML session on first call (raises ``NvmlUnavailable``), so only the
-    collectors that read NVML need a driver."""
+    settings: CoreSettings
+    shared: Resources
+    """A builder asks for what its sources read (``ctx.shared.get(NvmlSession)``); only
+    the collectors that ask open it."""
     store: SnapshotStore
-
-    @property
-    def session(self) -> NvmlSession:
-        return self.nvml()
 
 
 @dataclass(frozen=True)
@@ -72,17 +115,21 @@ class Collector:
 
     name: str
     help: str
-    default: Callable[[Settings], bool]
+    default: Callable[[CoreSettings], bool]
     sources: Callable[[Context], list[Source]]
-    families: Callable[[Settings], tuple[Group, ...]]
+    families: Callable[[CoreSettings], tuple[Group, ...]]
     readings: tuple[type, ...] = ()
-    """The reading types its sources publish (``SourceResult.reading``); each type has one
-    owner, so ``Snapshot.get(kind)`` finds it."""
+    """The reading types its sources publish (``SourceResult.reading``) and it alone owns,
+    so ``Snapshot.get(kind)`` finds the one."""
+    shares: tuple[type, ...] = ()
+    """Reading types it publishes next to other collectors (each that publishes one says
+    so here): ``JobAssignments`` from every job-identity source, which ``Snapshot.all``
+    gathers and ``Snapshot.jobs`` ranks."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
-    """That section's schema, declared in the collector's module; ``Settings`` gets a field
-    ``section`` of this type (``exporter/config.py`` composes it from the registry)."""
+    """That section's schema, declared next to the code that reads it; ``Settings`` gets a field
+    ``section`` of this type (``exporter/settings/config.py`` composes it from the registry)."""
     flags: tuple[Flag, ...] = ()
     """Command-line spellings of keys of its section; the CLI adds them in a group titled
     ``flag_group`` (help, default, type and environment variable from the field)."""
@@ -97,7 +144,7 @@ class Collector:
     waits for) their classes declare."""
 
 
-def always(_: Settings) -> bool:
+def always(_: CoreSettings) -> bool:
     return True
 
 

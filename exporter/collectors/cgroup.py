@@ -6,15 +6,17 @@ from typing import TYPE_CHECKING
 
 from exporter.collectors.base import Collector, Context
 from exporter.readings import PodUsageReading
+from exporter.sources.kubernetes.config import KubernetesConfig
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.core import CoreSettings
     from exporter.sources.base import Source
 
 
-def _on(settings: Settings) -> bool:
-    return settings.kubernetes.enabled and settings.kubernetes.processes
+def _on(settings: CoreSettings) -> bool:
+    k8s = settings.section(KubernetesConfig)
+    return k8s.enabled and k8s.processes
 
 
 def _sources(ctx: Context) -> list[Source]:
@@ -23,17 +25,17 @@ def _sources(ctx: Context) -> list[Source]:
     store = ctx.store
     return [
         PodProcessSource(
-            ctx.settings.kubernetes,
+            ctx.settings.section(KubernetesConfig),
             processes=lambda: store.current.processes,
             pods=lambda: store.current.pods_known,
         )
     ]
 
 
-def _families(settings: Settings) -> tuple[Group, ...]:
+def _families(settings: CoreSettings) -> tuple[Group, ...]:
     from exporter.sources.kubernetes.families import usage_families
 
-    k8s = settings.kubernetes
+    k8s = settings.section(KubernetesConfig)
     from exporter.metrics.families import erase
 
     return (erase(usage_families(k8s.namespace_label, k8s.pod_label, k8s.container_label)),)

@@ -7,44 +7,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import JobAssignments
-from exporter.section import MAX_INTERVAL, Section
+from exporter.sources.jobs.config import JobsConfig
+from exporter.sources.kubernetes.config import KubernetesConfig
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.core import CoreSettings
     from exporter.sources.base import Source
 
 
-class JobsConfig(Section):
-    """Which job each GPU works for outside Kubernetes (Slurm, MPI, torchrun, dcgm-exporter's
-    HPC job mapping, else the process session); see docs/jobs.md."""
-
-    processes: bool = True
-    """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
-    few environ variables (needs the host's PID namespace)."""
-    environ: bool = True
-    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
-    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
-    come from Slurm cgroup paths and process sessions)."""
-    proc_root: str = ""
-    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
-    under --simulate without --proc-root a generated tree of the simulated processes."""
-    interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
-    """Seconds between job-identity reads (each process is read once and cached; only its
-    start time is read again, to tell a reused pid). A job's GPU time is split from the
-    poll that first names it, so this is also how much of a new job's start can go
-    uncounted (4 s of a late joiner's waiting, on H200, at the former 5 s)."""
-    hpc_job_mapping_dir: str = ""
-    """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
-    GPU index, one job id per line."""
-
-
 def _sources(ctx: Context) -> list[Source]:
-    jobs = ctx.settings.jobs
+    jobs = ctx.settings.section(JobsConfig)
     store = ctx.store
     sources: list[Source] = []
     if jobs.processes:
@@ -68,21 +43,22 @@ def _sources(ctx: Context) -> list[Source]:
     return sources
 
 
-def _proc_root(settings: Settings) -> tuple[str, object]:
+def _proc_root(settings: CoreSettings) -> tuple[str, object]:
     """The /proc to read, and what must live as long as the source: on the simulated node
     without an explicit root (``jobs.proc_root``, or ``--proc-root`` given), a generated
     tree for its processes (the same code path)."""
-    if settings.jobs.proc_root:
-        return settings.jobs.proc_root, None
-    if settings.simulate and "proc_root" not in settings.kubernetes.model_fields_set:
+    jobs, k8s = settings.section(JobsConfig), settings.section(KubernetesConfig)
+    if jobs.proc_root:
+        return jobs.proc_root, None
+    if settings.simulate and "proc_root" not in k8s.model_fields_set:
         from exporter.sim.fake_proc import simulated_proc
 
         tree = simulated_proc()
         return tree.name, tree
-    return settings.kubernetes.proc_root, None
+    return k8s.proc_root, None
 
 
-def _families(_: Settings) -> tuple[Group, ...]:
+def _families(_: CoreSettings) -> tuple[Group, ...]:
     """None of its own: ``goodput_gpu_job_info`` is the model's (every source's jobs)."""
     return ()
 
@@ -94,7 +70,7 @@ COLLECTOR = Collector(
     always,
     _sources,
     _families,
-    readings=(JobAssignments,),
+    shares=(JobAssignments,),
     section="jobs",
     config=JobsConfig,
     flags=(

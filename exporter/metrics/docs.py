@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.collectors import REGISTRY
-from exporter.config import Settings
 from exporter.metrics.families import GPU_LABELS, NODE_LABELS
 from exporter.metrics.self_metrics import SELF_FAMILIES
+from exporter.settings.config import Settings
 
 # A scrape of the default simulated node, measured; tests/test_docs_numbers.py measures it
 # again and fails when it is more than 10 % off, so docs/metrics.md cannot drift.

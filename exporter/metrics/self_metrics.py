@@ -18,7 +18,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily
 
-from exporter.logdamp import DAMPER
+from exporter.runtime.logdamp import DAMPER
 
 
 @dataclass(frozen=True)

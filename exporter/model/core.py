@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from exporter.config import ModelConfig
 from exporter.model import regimes
+from exporter.model.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.hysteresis import Hysteresis
 from exporter.util import clamp_ratio as _ratio

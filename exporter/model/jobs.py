@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     ALLOCATED_IDLE,
     COMPUTE_BOUND,

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import structlog
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import (
     COMM_WAIT,
     Assessment,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from exporter.config import ModelConfig
+from exporter.model.config import ModelConfig
 from exporter.model.core import ModelRates, Window
 from exporter.readings import (
     Device,

@@ -15,8 +15,9 @@ from typing import Any
 
 import structlog
 
-from exporter import devices
 from exporter.readings import Device
+from exporter.settings import devices
+from exporter.settings.core import CoreSettings
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.links import link_peaks
@@ -76,6 +77,25 @@ class NvmlSession:
         self.driver_version = ""
         self._lock = threading.Lock()
         self._refs = 0
+
+    @classmethod
+    def open_for(cls, settings: CoreSettings) -> NvmlSession:
+        """The session the sources share, opened (raises :class:`NvmlUnavailable`).
+
+        With ``simulate`` it runs on the built-in simulated node, a pynvml drop-in, so every
+        source runs the same code it runs on a GPU node."""
+        nvml: Any
+        if settings.simulate:
+            from exporter.sim.fake_nvml import simulated_node
+
+            nvml, backend = simulated_node(gpus=settings.simulate_gpus), "simulated"
+        else:
+            import pynvml
+
+            nvml, backend = pynvml, "nvml"
+        session = cls(nvml, backend, settings.devices)
+        session.open()
+        return session
 
     def open(self) -> None:
         """Initialise once for all sources sharing the session (reference counted)."""

@@ -225,3 +225,18 @@ def handler(exposition: ExpositionCache, debug_state: bool = True,
         return response
 
     return landing
+
+
+def pages(
+    exposition: ExpositionCache, debug_state: bool = True
+) -> Callable[[web.Application], None]:
+    """What the daemon hands ``build_app`` (``exporter/web/server.py``): the docs at
+    ``/docs/`` and the landing page at ``/``, linking the docs that are served."""
+    from exporter.view import docs
+
+    def add(app: web.Application) -> None:
+        served = docs.add_routes(app)
+        linked = [d for d in docs.LINKED if d in served]
+        app.router.add_get("/", handler(exposition, debug_state, linked))
+
+    return add

@@ -12,10 +12,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from exporter.urls import redact
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 USER_AGENT = "gpu-goodput-exporter-top"
 MAX_BYTES = 4 << 20
@@ -90,12 +95,18 @@ class Endpoint:
         return body.decode("utf-8", "replace")
 
 
+AppFactory = Callable[[int], "web.Application"]
+"""GPUs -> the simulated node's daemon as an aiohttp app (``exporter.cli.simulated_app``):
+handed in, so the views never import the daemon they show."""
+
+
 class SimulatedNode:
     """The simulated node's daemon on 127.0.0.1, an ephemeral port, in a background thread.
 
     Its logs are dropped (the terminal belongs to ``top``); ``stop()`` ends it."""
 
-    def __init__(self, gpus: int = 12) -> None:
+    def __init__(self, app: AppFactory, gpus: int = 12) -> None:
+        self.app = app
         self.gpus = gpus
         self.url = ""
         self._loop = asyncio.new_event_loop()
@@ -122,13 +133,7 @@ class SimulatedNode:
     def _serve(self) -> None:
         from aiohttp import web
 
-        from exporter.config import build
-        from exporter.daemon import build as build_daemon
-        from exporter.daemon import open_nvml
-
-        settings = build({"simulate": True, "simulate_gpus": self.gpus, "log_level": "error"})
-        daemon = build_daemon(settings, open_nvml(settings))
-        runner = web.AppRunner(daemon.app(), access_log=None, shutdown_timeout=0.1)
+        runner = web.AppRunner(self.app(self.gpus), access_log=None, shutdown_timeout=0.1)
         self._runner = runner
         asyncio.set_event_loop(self._loop)
 

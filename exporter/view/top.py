@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from exporter.view.printable import printable
 from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
-from exporter.view.source import Endpoint, SimulatedNode
+from exporter.view.source import AppFactory, Endpoint, SimulatedNode
 from exporter.view.table import frame
 
 DEFAULT_URL = "http://127.0.0.1:9433/metrics"
@@ -34,7 +34,7 @@ HELP = "s sort  r reverse  / filter  j/k select  q quit"
 
 
 def parser() -> argparse.ArgumentParser:
-    from exporter.cli import Parser
+    from exporter.settings.argparser import Parser
 
     p = Parser(
         prog="gpu-goodput-exporter top",
@@ -215,14 +215,20 @@ def quiet_logs() -> None:
     structlog.configure(processors=[], logger_factory=structlog.ReturnLoggerFactory())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None,
+         simulated_app: AppFactory | None = None) -> int:
+    """``top``; ``simulated_app`` builds the daemon ``--simulate`` serves (the CLI passes it)."""
     args = parser().parse_args(argv)
     state = State(sort=args.sort, reverse=args.reverse, filter=args.filter)
     node = None
     url = args.url
     if args.simulate:
+        if simulated_app is None:
+            print("gpu-goodput-exporter top: --simulate needs the daemon (run it through the "
+                  "gpu-goodput-exporter command)", file=sys.stderr)
+            return 2
         quiet_logs()
-        node = SimulatedNode(args.simulate_gpus)
+        node = SimulatedNode(simulated_app, args.simulate_gpus)
         try:
             url = node.start()
         except OSError as exc:

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.collectors.jobs import JobsConfig
-from exporter.readings import JobIdentity, ProcessInfo
+from exporter.readings import ProcessInfo
 from exporter.sources.jobs import procfs
+from exporter.sources.jobs.config import JobsConfig
+from exporter.sources.jobs.identity import PROCESS, SLURM
 from exporter.sources.jobs.procfs import ProcJobSource
 from tests.jobs.test_procfs import NODE, jobs, proc, slurm_cgroup, source
 
@@ -55,7 +56,7 @@ def _other(tmp_path: Path) -> None:
     proc(tmp_path, 20, {"SLURM_JOB_ID": "900"}, cgroup=slurm_cgroup(900))
 
 
-OTHER = JobIdentity("slurm", "900")
+OTHER = SLURM.identity("900")
 
 
 def _fifo(path: Path) -> None:
@@ -139,7 +140,7 @@ def test_the_cgroup_outranks_the_environment(tmp_path: Path) -> None:
     src = source(tmp_path, [("0", 10), ("1", 11)])
     with capture_logs() as logs:
         result = src.poll_blocking()
-    assert jobs(result) == {"0": JobIdentity("slurm", "5000"), "1": JobIdentity("slurm", "5000")}
+    assert jobs(result) == {"0": SLURM.identity("5000"), "1": SLURM.identity("5000")}
     assert result.errors == {"job_claim_refused": 2}
     refused = [e for e in logs if e["event"] == "job_claim_refused"]
     assert len(refused) == 2 and all("5000" in e["why"] for e in refused)
@@ -160,8 +161,8 @@ def test_a_claim_from_outside_slurm_joins_no_job(tmp_path: Path) -> None:
     with capture_logs() as logs:
         result = src.poll_blocking()
     got = jobs(result)
-    assert got["0"] == got["1"] == JobIdentity("slurm", "4242")
-    assert got["2"] == JobIdentity("process", "n1/30-77")
+    assert got["0"] == got["1"] == SLURM.identity("4242")
+    assert got["2"] == PROCESS.identity("n1/30-77")
     assert result.errors == {"job_claim_refused": 1}
     assert [e["variable"] for e in logs if e["event"] == "job_claim_refused"] == [
         "SLURM_JOB_ID"]
@@ -175,7 +176,7 @@ def test_a_claim_without_any_cgroup_is_believed_and_counted(
     d = proc(tmp_path, 10, {"SLURM_JOB_ID": "12"})
     deny(monkeypatch, d / "cgroup")
     result = source(tmp_path, [("0", 10)]).poll_blocking()
-    assert jobs(result) == {"0": JobIdentity("slurm", "12")}
+    assert jobs(result) == {"0": SLURM.identity("12")}
     assert result.errors == {"permission_denied": 1, "job_claim_unverified": 1}
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.readings import Device, JobAssignments, JobIdentity
+from exporter.readings import Device, JobAssignments
 from exporter.snapshot import SourceResult
-from exporter.sources.jobs.hpc import MAX_FILE, MAX_JOBS, HpcJobMapSource
+from exporter.sources.jobs.hpc import HPC, MAX_FILE, MAX_JOBS, HpcJobMapSource
 
 INVENTORY = (
     Device("0", "GPU-0"),
@@ -42,7 +42,7 @@ def test_the_format_dcgm_exporter_reads(tmp_path: Path) -> None:
     result = poll(tmp_path)
     assert result.ok and not result.errors
     assert gpus(result) == {"0": "4242", "1": "4242", "3-1": "77", "3-2": "77"}
-    assert result.get(JobAssignments).gpus["0"] == JobIdentity("hpc", "4242")  # type: ignore[union-attr]
+    assert result.get(JobAssignments).gpus["0"] == HPC.identity("4242")  # type: ignore[union-attr]
 
 
 def test_several_jobs_pick_the_first_by_order_and_count_once(tmp_path: Path) -> None:

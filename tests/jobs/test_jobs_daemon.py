@@ -10,12 +10,19 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.config import Settings
-from exporter.daemon import build
-from exporter.readings import ContainerGpus, JobAssignments, JobIdentity, PodAssignments
+from exporter.readings import (
+    KUBERNETES_JOBS,
+    ContainerGpus,
+    JobAssignments,
+    PodAssignments,
+)
+from exporter.runtime.daemon import build
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import NODE, SLURM_JOB
 from exporter.snapshot import Snapshot, SourceResult
+from exporter.sources.jobs.hpc import HPC
+from exporter.sources.jobs.identity import PROCESS, SLURM
 from exporter.sources.nvml_session import NvmlSession
 
 
@@ -56,17 +63,17 @@ def _snap(*readings: object) -> Snapshot:
 
 
 def test_jobs_rank_each_identity_by_its_own_source() -> None:
-    slurm, session = JobIdentity("slurm", "7"), JobIdentity("process", "n/1-2")
+    slurm, session = SLURM.identity("7"), PROCESS.identity("n/1-2")
     procfs = JobAssignments("jobs_proc", {"0": session, "1": slurm, "2": session})
-    hpc = JobAssignments("hpc", {"0": JobIdentity("hpc", "7"), "1": JobIdentity("hpc", "8")})
+    hpc = JobAssignments("hpc", {"0": HPC.identity("7"), "1": HPC.identity("8")})
     held = ContainerGpus("ns", "pod-a", "c", "nvidia.com/gpu", ("GPU-2",), ("2",))
     pods = PodAssignments((held,))
     for order in ((procfs, hpc, pods), (pods, hpc, procfs)):
         jobs = dict(_snap(*order).jobs)
         assert jobs == {
-            "0": JobIdentity("hpc", "7"),  # hpc beats a process session
+            "0": HPC.identity("7"),  # hpc beats a process session
             "1": slurm,  # a Slurm job found in /proc beats the mapping file
-            "2": JobIdentity("kubernetes", "pod-a", "ns"),  # the kubelet beats everything
+            "2": KUBERNETES_JOBS.identity("pod-a", "ns"),  # the kubelet beats everything
         }
 
 
@@ -85,7 +92,7 @@ def test_proc_root_moves_the_jobs_source_under_simulate(tmp_path: Path) -> None:
     """--proc-root (kubernetes.proc_root) moves the jobs source on the simulated node too,
     so a hostile tree can be tested through the whole daemon."""
     from exporter.collectors.jobs import _proc_root
-    from exporter.config import build as build_settings
+    from exporter.settings.config import build as build_settings
 
     moved = build_settings({"simulate": True, "kubernetes": {"proc_root": str(tmp_path)}})
     assert _proc_root(moved) == (str(tmp_path), None)

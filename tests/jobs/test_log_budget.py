@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import structlog
 
-from exporter import logdamp
-from exporter.collectors.jobs import JobsConfig
-from exporter.logging import configure
 from exporter.readings import ProcessInfo
+from exporter.runtime import logdamp
+from exporter.runtime.logging import configure
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 
 PROCESSES = 10_000

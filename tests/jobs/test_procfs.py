@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.collectors.jobs import JobsConfig
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.jobs import identity as ident
 from exporter.sources.jobs import procfs
+from exporter.sources.jobs.config import JobsConfig
+from exporter.sources.jobs.identity import MPI, PROCESS, SLURM, TORCHRUN
 from exporter.sources.jobs.procfs import MAX_ENVIRON, ProcJobSource
 
 NODE = "n1"
@@ -71,7 +72,7 @@ def test_slurm_from_the_environment_joins_gpus_of_one_job(tmp_path: Path) -> Non
     proc(tmp_path, 11, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "1"}, ppid=9)
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.ok and not result.errors
-    assert jobs(result) == {"0": JobIdentity("slurm", "777"), "1": JobIdentity("slurm", "777")}
+    assert jobs(result) == {"0": SLURM.identity("777"), "1": SLURM.identity("777")}
 
 
 @pytest.mark.parametrize(
@@ -89,7 +90,7 @@ def test_slurm_from_the_environment_joins_gpus_of_one_job(tmp_path: Path) -> Non
 def test_slurm_from_the_cgroup_without_the_environment(tmp_path: Path, cgroup: str) -> None:
     proc(tmp_path, 10, cgroup=cgroup)
     result = source(tmp_path, [("0", 10)], environ=False).poll_blocking()
-    assert jobs(result) == {"0": JobIdentity("slurm", "4242")}
+    assert jobs(result) == {"0": SLURM.identity("4242")}
 
 
 def test_a_job_directory_outside_slurm_is_not_a_slurm_job() -> None:
@@ -101,14 +102,14 @@ def test_a_job_directory_outside_slurm_is_not_a_slurm_job() -> None:
     ("env", "expected"),
     [
         ({"PMIX_NAMESPACE": "prterun-host-2211@1", "OMPI_COMM_WORLD_RANK": "0"},
-         JobIdentity("mpi", "prterun-host-2211@1")),
-        ({"OMPI_MCA_ess_base_jobid": "3126001665"}, JobIdentity("mpi", "3126001665")),
+         MPI.identity("prterun-host-2211@1")),
+        ({"OMPI_MCA_ess_base_jobid": "3126001665"}, MPI.identity("3126001665")),
         ({"TORCHELASTIC_RUN_ID": "c2a1f0e6-run", "LOCAL_RANK": "0"},
-         JobIdentity("torchrun", "c2a1f0e6-run")),
+         TORCHRUN.identity("c2a1f0e6-run")),
         # srun --mpi=pmix sets both: the scheduler's id wins over the launcher's
         ({"PMIX_NAMESPACE": "slurm.pmix.99.0", "SLURM_JOB_ID": "99",
-          "TORCHELASTIC_RUN_ID": "r1"}, JobIdentity("slurm", "99")),
-        ({"TORCHELASTIC_RUN_ID": "r1", "PMIX_NAMESPACE": "ns"}, JobIdentity("mpi", "ns")),
+          "TORCHELASTIC_RUN_ID": "r1"}, SLURM.identity("99")),
+        ({"TORCHELASTIC_RUN_ID": "r1", "PMIX_NAMESPACE": "ns"}, MPI.identity("ns")),
     ],
 )
 def test_launcher_variables(tmp_path: Path, env: dict[str, str], expected: JobIdentity) -> None:
@@ -127,11 +128,11 @@ def test_plain_processes_are_their_session(tmp_path: Path) -> None:
     listed = [("0", 101), ("1", 102), ("2", 200), ("3", 400), ("4", 500)]
     got = jobs(source(tmp_path, listed).poll_blocking())
     assert got == {
-        "0": JobIdentity("process", "n1/100-900"),
-        "1": JobIdentity("process", "n1/100-900"),
-        "2": JobIdentity("process", "n1/300"),
-        "3": JobIdentity("process", "n1/400-7"),
-        "4": JobIdentity("process", "n1/500-8"),
+        "0": PROCESS.identity("n1/100-900"),
+        "1": PROCESS.identity("n1/100-900"),
+        "2": PROCESS.identity("n1/300"),
+        "3": PROCESS.identity("n1/400-7"),
+        "4": PROCESS.identity("n1/500-8"),
     }
 
 
@@ -154,12 +155,12 @@ def test_the_ranks_torchrun_starts_in_sessions_of_their_own_are_one_job(tmp_path
     listed = [("0", 601), ("1", 602), ("2", 701), ("3", 702), ("4", 811), ("5", 812)]
     got = jobs(source(tmp_path, listed, environ=False).poll_blocking())
     assert got == {
-        "0": JobIdentity("process", "n1/100-900"),
-        "1": JobIdentity("process", "n1/100-900"),
-        "2": JobIdentity("process", "n1/701-11"),
-        "3": JobIdentity("process", "n1/702-12"),
-        "4": JobIdentity("process", "n1/810-21"),
-        "5": JobIdentity("process", "n1/810-21"),
+        "0": PROCESS.identity("n1/100-900"),
+        "1": PROCESS.identity("n1/100-900"),
+        "2": PROCESS.identity("n1/701-11"),
+        "3": PROCESS.identity("n1/702-12"),
+        "4": PROCESS.identity("n1/810-21"),
+        "5": PROCESS.identity("n1/810-21"),
     }
 
 
@@ -186,7 +187,7 @@ def test_a_bad_value_is_dropped_and_counted(tmp_path: Path, value: bytes, reason
     with capture_logs() as logs:
         result = src.poll_blocking()
     assert result.errors == {reason: 1}
-    assert jobs(result) == {"0": JobIdentity("process", "n1/10-3")}  # falls through
+    assert jobs(result) == {"0": PROCESS.identity("n1/10-3")}  # falls through
     assert [e["variable"] for e in logs if e["event"] == "job_variable_dropped"] == [
         "SLURM_JOB_ID"
     ]
@@ -201,7 +202,7 @@ def test_an_oversized_environment_is_read_to_its_cap_only(tmp_path: Path) -> Non
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.errors == {"environ_too_long": 2}
     got = jobs(result)
-    assert got["0"] == JobIdentity("slurm", "31")
+    assert got["0"] == SLURM.identity("31")
     assert got["1"].source == "process"  # the cut entry "SLURM_JOB_ID=12" is not trusted
 
 
@@ -214,7 +215,7 @@ def test_a_process_gone_between_listing_and_reading(tmp_path: Path) -> None:
     proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup=slurm_cgroup(1))
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.ok and result.errors == {"pid_gone": 1}
-    assert jobs(result) == {"0": JobIdentity("slurm", "1")}
+    assert jobs(result) == {"0": SLURM.identity("1")}
 
 
 def test_no_listed_process_exists_means_no_host_pid(tmp_path: Path) -> None:
@@ -252,7 +253,7 @@ def test_an_unreadable_environment_falls_back_and_is_counted_once(
     with capture_logs() as logs:
         result = src.poll_blocking()
     assert result.errors == {"environ_denied": 2}
-    assert jobs(result)["0"] == JobIdentity("slurm", "8")  # the cgroup still tells
+    assert jobs(result)["0"] == SLURM.identity("8")  # the cgroup still tells
     assert jobs(result)["1"].source == "process"
     assert [e["event"] for e in logs].count("job_environ") == 1
     assert src.poll_blocking().errors == {}
@@ -279,7 +280,7 @@ def test_several_jobs_on_one_gpu_pick_the_strongest_and_count_once(tmp_path: Pat
     src = source(tmp_path, [("0", 12), ("0", 10), ("0", 11)])
     with capture_logs() as logs:
         first = src.poll_blocking()
-    assert jobs(first) == {"0": JobIdentity("slurm", "10")}
+    assert jobs(first) == {"0": SLURM.identity("10")}
     assert first.errors == {"several_jobs": 1}
     assert [e["event"] for e in logs].count("gpu_shared_by_jobs") == 1
     assert src.poll_blocking().errors == {}

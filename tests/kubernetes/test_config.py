@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import ConfigError, build
+from exporter.settings.config import ConfigError, build
+from exporter.sources.kubernetes.config import KubernetesConfig
 
 
 def test_defaults() -> None:
-    k8s = build({}, environ={}).kubernetes
+    k8s = build({}, environ={}).section(KubernetesConfig)
     assert not k8s.enabled and k8s.interval == 10.0
     assert k8s.kubelet_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert (k8s.namespace_label, k8s.pod_label, k8s.container_label) == (
@@ -23,7 +24,7 @@ def test_environment_sets_label_names_and_extras() -> None:
             "GOODPUT_KUBERNETES__POD_LABEL": "k8s_pod",
             "GOODPUT_KUBERNETES__RESOURCE_NAMES": "[example.com/gpu]",
         },
-    ).kubernetes
+    ).section(KubernetesConfig)
     assert k8s.pod_label == "k8s_pod" and k8s.resource_names == ["example.com/gpu"]
 
 

@@ -4,8 +4,8 @@ driver names them (gpu-<minor>, gpu-<minor>-mig-..., CDI ids k8s.gpu.nvidia.com/
 
 from __future__ import annotations
 
-from exporter.config import KubernetesConfig
 from exporter.readings import PodAssignments
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.device_ids import DeviceIndex
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from testkit.kubelet import KubeletStandIn, pod

@@ -1,5 +1,6 @@
 """Stand-in kubelet -> attribution sources -> snapshot -> /metrics over HTTP, in-process:
-the daemon as ``exporter.daemon.build`` wires it on the simulated node, served on loopback."""
+the daemon as ``exporter.runtime.daemon.build`` wires it on the simulated node, served on
+loopback."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import build as build_settings
-from exporter.daemon import build, open_nvml
+from exporter.runtime.daemon import build
+from exporter.settings.config import build as build_settings
+from exporter.sources.nvml_session import NvmlSession
 from testkit.kubelet import KubeletStandIn, pod
 
 Series = list[tuple[str, dict[str, str], float]]
@@ -30,7 +32,7 @@ async def serving(flags: Mapping[str, object]) -> AsyncIterator[TestClient]:
         {"simulate": True, "simulate_gpus": 4, "node_name": "node-a", "interval": 0.2, **flags},
         {},
     )
-    daemon = build(settings, open_nvml(settings))
+    daemon = build(settings, NvmlSession.open_for(settings))
     client = TestClient(TestServer(daemon.app()))
     await client.start_server()
     try:

@@ -15,9 +15,9 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.config import KubernetesConfig
 from exporter.readings import Device
 from exporter.snapshot import SourceResult
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from testkit.kubelet import KubeletStandIn, pod
 from tests.kubernetes.conftest import INVENTORY, MIG_UUIDS, UUIDS
@@ -254,7 +254,7 @@ async def test_garbage_on_the_socket(garbage_server: str) -> None:
 
 _AS_NOBODY = textwrap.dedent("""
     import asyncio, sys
-    from exporter.config import KubernetesConfig
+    from exporter.sources.kubernetes.config import KubernetesConfig
     from exporter.sources.kubernetes.kubelet import KubeletSource
     cfg = KubernetesConfig(enabled=True, kubelet_socket=sys.argv[1])
     src = KubeletSource(cfg, inventory=lambda: ())

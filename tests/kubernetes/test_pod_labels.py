@@ -15,11 +15,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from exporter.config import KubernetesConfig
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
 from exporter.readings import ContainerGpus, Device, NvmlReading, PodAssignments, PodJobs
 from exporter.snapshot import Snapshot, SourceResult
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.families import families
 from exporter.sources.kubernetes.podlabels import PodLabelSource, job_names
 

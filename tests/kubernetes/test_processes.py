@@ -7,10 +7,10 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from exporter.config import KubernetesConfig
 from exporter.readings import PodAssignments, ProcessInfo
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.kubelet import KubeletSource
 from exporter.sources.kubernetes.processes import PodProcessSource
 from testkit.kubelet import KubeletStandIn, pod

@@ -88,7 +88,7 @@ def test_procfs_finds_the_listener_and_its_descendants(tmp_path: Path) -> None:
 async def test_source_attributes_a_local_engine_through_proc(tmp_path: Path) -> None:
     from aiohttp import web
 
-    from exporter.config import ServingConfig, ServingTarget
+    from exporter.sources.serving.config import ServingConfig, ServingTarget
     from tests.support.serving import TARGET_GPUS, TOKENS, make_source, metric, start, vllm_text
 
     async def ok(_: web.Request) -> web.Response:
@@ -116,7 +116,7 @@ async def test_source_attributes_a_local_engine_through_proc(tmp_path: Path) -> 
 async def test_triton_series_go_to_the_gpu_they_name(tmp_path: Path) -> None:
     from aiohttp import web
 
-    from exporter.config import ServingConfig, ServingTarget
+    from exporter.sources.serving.config import ServingConfig, ServingTarget
     from tests.support.serving import BUSY, TOKENS, make_source, metric, start
 
     text = (Path(__file__).parent / "fixtures" / "triton_trtllm.txt").read_text()

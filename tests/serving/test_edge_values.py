@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from exporter.config import ServingConfig, ServingTarget
 from exporter.snapshot import SourceResult
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from tests.support import serving
 from tests.support.serving import KV_CACHE, REQUESTS, TOKENS, metric
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.config import ServingConfig, ServingTarget
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from tests.support import serving
 from tests.support.serving import TARGET_ERROR, TARGET_UP, Zoo, metric, series, zoo_app
 

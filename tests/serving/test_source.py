@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.config import ServingConfig, ServingTarget
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, static_targets
 from tests.support import serving
@@ -208,7 +208,7 @@ async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
 
 
 def test_config_names_the_bad_serving_setting() -> None:
-    from exporter.config import ConfigError, build
+    from exporter.settings.config import ConfigError, build
 
     with pytest.raises(ConfigError, match=r"'serving\.extra_targets'.*not an http"):
         build({"serving": {"extra_targets": ["ftp://x"]}}, environ={})
@@ -217,7 +217,7 @@ def test_config_names_the_bad_serving_setting() -> None:
     settings = build({"serving": {"targets": ["http://a/metrics"],
                                   "extra_targets": ["http://b/metrics", "http://a/metrics"]}},
                      environ={})
-    assert [t.url for t in static_targets(settings.serving)] == [
+    assert [t.url for t in static_targets(settings.section(ServingConfig))] == [
         "http://a/metrics", "http://b/metrics"]
 
 

@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.config import ConfigError, ServingConfig, ServingTarget, build
+from exporter.settings.config import ConfigError, build
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.discovery import pod_target
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, static_targets

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.config import ServingConfig, ServingTarget
+from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.source import ServingSource
 from tests.support.serving import PREEMPTIONS, TOKENS, make_source, metric, start, vllm_text
 

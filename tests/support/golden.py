@@ -21,14 +21,17 @@ from pathlib import Path
 import structlog
 from prometheus_client import CollectorRegistry
 
-from exporter import collectors, logdamp
-from exporter.config import Settings
+from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
+from exporter.runtime import logdamp
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.fake_proc import simulated_proc
 from exporter.snapshot import SnapshotStore
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
@@ -67,7 +70,8 @@ def render(openmetrics: bool = False) -> str:
     encoder = Encoder(collectors.families(collectors.enabled(settings), settings), registry)
     proc = simulated_proc()
     jobs = ProcJobSource(
-        settings.jobs, proc.name, NODE, processes=lambda: store.current.processes, keep=proc
+        settings.section(JobsConfig), proc.name, NODE,
+        processes=lambda: store.current.processes, keep=proc,
     )
     sources = [
         NvmlSource(session, clock=clock),
@@ -75,7 +79,7 @@ def render(openmetrics: bool = False) -> str:
         XidSource(session),
         jobs,
     ]
-    model = NodeModel(settings.model, clock=clock)
+    model = NodeModel(settings.section(ModelConfig), clock=clock)
     try:
         for s in sources:
             s.open()

@@ -5,31 +5,32 @@ flag), a source that publishes :class:`~exporter.readings.JobAssignments` with i
 ``job_source``, and the collector entry. Nothing else in the exporter changes: the snapshot
 merges its identities with every other source's, the model judges the GPUs it names as one
 job (straggler, waited seconds), the encoder puts them on ``goodput_gpu_job_info`` and the
-job series. The one registry line is ``tests.support.second_vendor.register`` (what one
-more name in ``exporter/names.py`` does).
-
-``python -m tests.support.lease_jobs ARGS`` runs the real daemon with it registered:
-``tests/test_job_source.py`` starts it on the simulated node.
+job series; its identities outrank the process session's by the strength it declares
+(:data:`LEASE`), no list edited. ``tests/support/scratch.py`` adds it as a contributor
+would (this file as ``exporter/collectors/lease.py``, its name in
+``exporter/settings/names.py``), and ``tests/test_job_source.py`` runs and checks that copy.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from exporter.collectors.base import Collector, Context, Flag, always
-from exporter.readings import JobAssignments, JobIdentity
-from exporter.section import Section
+from exporter.readings import JobAssignments, JobSource
+from exporter.settings.section import Section
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
     from exporter.metrics.families import Group
+    from exporter.settings.core import CoreSettings
 
 NAME = "lease"
+LEASE = JobSource(NAME, 55)
+"""A scheduler's own word: above Slurm's (50) and every launcher's and process session's,
+below the kubelet's pods (60)."""
 
 
 class LeaseConfig(Section):
@@ -47,7 +48,7 @@ class LeaseSource(Source):
         self.gpus = tuple(gpus)
 
     async def poll(self) -> SourceResult:
-        job = JobIdentity(NAME, "lease-7")
+        job = LEASE.identity("lease-7")
         leases = JobAssignments(NAME, dict.fromkeys(self.gpus, job))
         return SourceResult(source=NAME, reading=leases)
 
@@ -56,7 +57,7 @@ def _sources(ctx: Context) -> list[Source]:
     return [LeaseSource(ctx.settings.section(LeaseConfig).gpus)]
 
 
-def _families(_: Settings) -> tuple[Group, ...]:
+def _families(_: CoreSettings) -> tuple[Group, ...]:
     return ()
 
 
@@ -66,15 +67,9 @@ COLLECTOR = Collector(
     always,
     _sources,
     _families,
-    readings=(),
+    shares=(JobAssignments,),
     section=NAME,
     config=LeaseConfig,
     flags=(Flag("--lease-gpu", "gpus", "GPU"),),
     flag_group="test leases",
 )
-
-
-if __name__ == "__main__":
-    from tests.support.second_vendor import run_daemon
-
-    sys.exit(run_daemon(sys.modules[__name__], NAME))

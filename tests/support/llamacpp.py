@@ -136,7 +136,7 @@ def server_binary(version: str = VERSION, log: Path | None = None,
                 out.flush()
                 done = _run_logged(cmd, out, progress)
                 if done != 0:
-                    raise RuntimeError(f"{cmd[:2]} failed ({done.returncode}); see {log}")
+                    raise RuntimeError(f"{cmd[:2]} failed ({done}); see {log}")
         (root / DONE).write_text(version + "\n")
     return binary
 

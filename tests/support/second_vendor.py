@@ -3,19 +3,16 @@
 It declares its settings section (with a flag), a reading that is a ``GpuReading`` (so the
 snapshot lists its GPUs next to NVML's and the model judges them), a source that says it
 lists GPUs and polls them (readiness and the model's step follow), one family of its own,
-and the collector entry. Nothing else in the exporter changes. The one registry line is
-:func:`register`, which does what one more name in ``exporter/names.py`` does.
-
-``python -m tests.support.second_vendor ARGS`` runs the real daemon (``exporter.cli.main``)
-with this collector registered: ``tests/test_gpu_source.py`` starts it with every NVML
-collector off, on a machine without a driver.
+and the collector entry. Nothing else in the exporter changes. ``tests/support/scratch.py``
+adds it as a contributor would: this file as ``exporter/collectors/vendor.py`` and its name
+in ``exporter/settings/names.py`` (the one registry line), in a scratch copy of the package,
+where ``tests/test_gpu_source.py`` runs the real daemon with every NVML collector off, on a
+machine without a driver.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -23,12 +20,12 @@ from pydantic import Field
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.metrics.families import GpuFamilies, Group, erase, gauge
 from exporter.readings import Device, GpuReading, GpuState
-from exporter.section import Section
+from exporter.settings.section import Section
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 
 if TYPE_CHECKING:
-    from exporter.config import Settings
+    from exporter.settings.core import CoreSettings
 
 NAME = "vendor"
 GIB = float(2**30)
@@ -82,7 +79,7 @@ def _sources(ctx: Context) -> list[Source]:
     return [VendorSource(ctx.settings.section(VendorConfig).interval)]
 
 
-def _families(_: Settings) -> tuple[Group, ...]:
+def _families(_: CoreSettings) -> tuple[Group, ...]:
     return (erase(FAMILIES),)
 
 
@@ -98,28 +95,3 @@ COLLECTOR = Collector(
     flags=(Flag("--vendor-interval", "interval", "SECONDS"),),
     flag_group="test vendor",
 )
-
-
-def register(module: ModuleType, name: str = NAME) -> None:
-    """The one registry line, made before the settings are composed: ``module`` becomes
-    ``exporter.collectors.<name>`` and its name joins the registry (what one more name in
-    ``exporter/names.py`` does)."""
-    from exporter import collectors, names
-
-    sys.modules[f"exporter.collectors.{name}"] = module
-    names.COLLECTOR_NAMES = (*names.COLLECTOR_NAMES, name)
-    collectors.REGISTRY = collectors.load(names.COLLECTOR_NAMES)
-    collectors.NAMES = tuple(c.name for c in collectors.REGISTRY)
-
-
-def run_daemon(module: ModuleType, name: str) -> int:
-    """``python -m <module> ARGS``: the real daemon with ``module`` registered."""
-    assert "exporter.config" not in sys.modules, "register before the settings are composed"
-    register(module, name)
-    from exporter.cli import main
-
-    return main(sys.argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(run_daemon(sys.modules[__name__], NAME))

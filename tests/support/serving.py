@@ -13,11 +13,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import ServingConfig
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
 from exporter.readings import Device, PodAssignments, ProcessInfo
 from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.families import GPU, NODE
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, static_targets

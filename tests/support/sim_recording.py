@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.config import ModelConfig, Settings
 from exporter.metrics.encode import Encoder
+from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
+from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource

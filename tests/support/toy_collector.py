@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.collectors.base import Collector, Context, always
-from exporter.config import Settings
 from exporter.metrics.families import Group, NodeFamilies, erase, gauge
+from exporter.settings.core import CoreSettings
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 
@@ -42,7 +42,7 @@ def _sources(_: Context) -> list[Source]:
     return [ToySource()]
 
 
-def _families(_: Settings) -> tuple[Group, ...]:
+def _families(_: CoreSettings) -> tuple[Group, ...]:
     return (erase(FAMILIES),)
 
 

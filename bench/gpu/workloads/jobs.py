@@ -190,7 +190,7 @@ def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
         shared = torch.tensor([one], device=device)
         dist.broadcast(shared, 1 if world > 1 else 0)
         one = float(shared.item())
-    return one * per_step
+    return float(one * per_step)
 
 
 def p2p_ops(kind: str, rank: int, world: int, microbatches: int) -> int:

@@ -58,8 +58,9 @@ def _copy_phases() -> list[Phase]:
     out = []
     for pinned, tag in ((True, "pinned"), (False, "pageable")):
         for to_device, d in ((True, "h2d"), (False, "d2h")):
-            sizes = ((4 * KIB, "4k"), (64 * KIB, "64k"), (1 * MIB, "1m"), (16 * MIB, "16m"),
-                     (256 * MIB, "256m"), (1 * GIB, "1g"))
+            sizes: tuple[tuple[int, str], ...] = (
+                (4 * KIB, "4k"), (64 * KIB, "64k"), (1 * MIB, "1m"), (16 * MIB, "16m"),
+                (256 * MIB, "256m"), (1 * GIB, "1g"))
             if not to_device:
                 sizes = ((4 * KIB, "4k"), (1 * MIB, "1m"), (256 * MIB, "256m"), (1 * GIB, "1g"))
             for size, s in sizes:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
-from exporter.readings import Device, JobAssignments, JobIdentity
+from exporter.readings import Device, JobAssignments, JobIdentity, JobSource
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
@@ -36,6 +36,9 @@ from exporter.sources.jobs.reader import (
 log = structlog.get_logger("jobs")
 
 SOURCE = "jobs_hpc"
+HPC = JobSource("hpc", 40)
+"""dcgm-exporter's HPC job map: what the node's scheduler wrote per GPU, above a
+launcher's word, below a Slurm cgroup's."""
 MAX_FILES = 1024
 MAX_FILE = 64 * 1024
 MAX_JOBS = 64
@@ -111,7 +114,7 @@ class HpcJobMapSource(BlockingSource):
             for d in self._inventory()
             if (index := d.gpu.split("-", 1)[0]) in by_index
         }
-        return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments("hpc", gpus))
+        return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(HPC.name, gpus))
 
     def _failed(self, exc: BaseException) -> SourceResult:
         if isinstance(exc, (ReadTimeout, Unavailable)):
@@ -124,7 +127,7 @@ class HpcJobMapSource(BlockingSource):
         return SourceResult(
             source=SOURCE, ok=False, reason=reason,
             error=f"HPC job-mapping directory {self._dir}: {why}",
-            reading=JobAssignments("hpc"),
+            reading=JobAssignments(HPC.name),
         )
 
     def _job_of(
@@ -153,7 +156,7 @@ class HpcJobMapSource(BlockingSource):
                 problems.add((exc.reason, path))
         if len(jobs) > 1:
             problems.add(("several_jobs", path))
-        return JobIdentity("hpc", min(jobs)) if jobs else None
+        return HPC.identity(min(jobs)) if jobs else None
 
 
 def _list(directory: str) -> tuple[list[str], list[str]]:

@@ -8,10 +8,10 @@ other environment entry is skipped without being decoded or kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.readings import JOB_SOURCES, JobIdentity
+from exporter.readings import JobIdentity, JobSource, strongest
 
 MAX_VALUE = 128
 """Longest identity value published; a longer one is dropped (``value_too_long``)."""
@@ -23,11 +23,20 @@ PMIX_NAMESPACE = "PMIX_NAMESPACE"
 OMPI_JOBID = "OMPI_MCA_ess_base_jobid"
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 
-VARIABLES: Mapping[str, str] = {
-    SLURM_JOB: "slurm",
-    PMIX_NAMESPACE: "mpi",
-    OMPI_JOBID: "mpi",
-    TORCHELASTIC_RUN_ID: "torchrun",
+SLURM = JobSource("slurm", 50)
+"""A Slurm job: the job's cgroup (authoritative) or ``SLURM_JOB_ID`` checked against it."""
+MPI = JobSource("mpi", 30)
+"""An MPI launch: its PMIx namespace or Open MPI job id."""
+TORCHRUN = JobSource("torchrun", 20)
+"""A torchrun rendezvous id."""
+PROCESS = JobSource("process", 10)
+"""A process session: the weakest word, what names a job nothing else names."""
+
+VARIABLES: Mapping[str, JobSource] = {
+    SLURM_JOB: SLURM,
+    PMIX_NAMESPACE: MPI,
+    OMPI_JOBID: MPI,
+    TORCHELASTIC_RUN_ID: TORCHRUN,
 }
 """The only environment variables read, and the source each names."""
 _WANTED = tuple((name + "=").encode() for name in VARIABLES)
@@ -136,13 +145,6 @@ def parse_stat(text: str) -> Stat | None:
         return None
 
 
-def strongest(identities: Iterable[JobIdentity]) -> JobIdentity | None:
-    """The strongest identity (:data:`JOB_SOURCES` order), ties broken by key: the same
-    answer whatever order the processes were listed in."""
-    rank = {name: i for i, name in enumerate(JOB_SOURCES)}
-    return min(identities, key=lambda j: (rank.get(j.source, len(rank)), j.key), default=None)
-
-
 @dataclass(frozen=True, slots=True)
 class Claim:
     """An environment claim checked against a stronger source: refused (the cgroup says
@@ -183,7 +185,7 @@ def from_process(
     claims: list[Claim] = []
     found: list[JobIdentity] = []
     if cgroup is not None and cgroup.job is not None:
-        found.append(JobIdentity("slurm", cgroup.job))
+        found.append(SLURM.identity(cgroup.job))
     for name, value in list(values.items()):
         job = slurm_claim(name, value)
         if job is None:
@@ -197,7 +199,7 @@ def from_process(
             claims.append(Claim(REFUSED, name, "outside any Slurm cgroup or slurmstepd"))
             return None, bad, claims
     for name, value in values.items():
-        found.append(JobIdentity(VARIABLES[name], value))
+        found.append(VARIABLES[name].identity(value))
     return strongest(found), bad, claims
 
 
@@ -221,4 +223,4 @@ def session_identity(node: str, session: int, leader_start: int | None) -> JobId
     """A process session as a job: ``<node>/<session>-<leader start ticks>`` (the start time
     keeps a reused session id a new job), ``<node>/<session>`` when the leader is gone."""
     suffix = "" if leader_start is None else f"-{leader_start}"
-    return JobIdentity("process", f"{node}/{session}{suffix}")
+    return PROCESS.identity(f"{node}/{session}{suffix}")

@@ -33,11 +33,11 @@ from typing import Any
 
 import structlog
 
-from exporter.collectors.jobs import JobsConfig
-from exporter.readings import JobAssignments, JobIdentity, ProcessInfo
+from exporter.readings import JobAssignments, JobIdentity, ProcessInfo, strongest
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
+from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.reader import (
     Reader,
     ReadTimeout,
@@ -350,7 +350,7 @@ class ProcJobSource(BlockingSource):
         gpus: dict[str, JobIdentity] = {}
         conflicts = set()
         for gpu, found in per_gpu.items():
-            best = ident.strongest(found)
+            best = strongest(found)
             if best is not None:
                 gpus[gpu] = best
             if len(found) > 1:

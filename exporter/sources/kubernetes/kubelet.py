@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import structlog
 
-from exporter.config import KubernetesConfig
 from exporter.readings import Availability, Device, PodAssignments
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.kubernetes.attribution import container_gpus
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.kubernetes.device_ids import (
     BUILTIN_DRA_DRIVERS,
     DeviceIndex,

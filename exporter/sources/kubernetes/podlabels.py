@@ -23,10 +23,10 @@ from urllib.parse import quote
 import aiohttp
 
 from exporter import urls
-from exporter.config import KubernetesConfig
 from exporter.readings import Availability, PodJobs
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
+from exporter.sources.kubernetes.config import KubernetesConfig
 
 SOURCE = "pod_labels"
 MAX_BYTES = 32 * 1024 * 1024

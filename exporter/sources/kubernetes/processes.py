@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
-from exporter.config import KubernetesConfig
 from exporter.readings import (
     Availability,
     ContainerGpus,
@@ -36,6 +35,7 @@ from exporter.sources.base import BlockingSource
 from exporter.sources.kubernetes.attribution import Holder, holders_by_gpu
 from exporter.sources.kubernetes.cgroup import CgroupRef, parse_cgroup
 from exporter.sources.kubernetes.checkpoint import parse_checkpoint, pod_uids
+from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.util import OnChange
 
 log = structlog.get_logger("cgroup")

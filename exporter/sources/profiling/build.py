@@ -13,11 +13,12 @@ from collections.abc import Callable
 
 import structlog
 
-from exporter.config import ProfilingConfig, Settings
 from exporter.readings import Device, ProfilingReading, ProfilingStatus
+from exporter.settings.core import CoreSettings
 from exporter.snapshot import SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
+from exporter.sources.profiling.config import ProfilingConfig
 from exporter.sources.profiling.integrator import ProfilingIntegrator
 from exporter.sources.profiling.modes import BACKENDS
 from exporter.sources.profiling.select import ProfilingSelector
@@ -47,12 +48,12 @@ class ProfilingOffSource(Source):
 
 
 def build_profiling_sources(
-    settings: Settings, session: NvmlSession, inventory: Inventory
+    settings: CoreSettings, session: NvmlSession, inventory: Inventory
 ) -> list[Source]:
     """The profiling sources for ``settings.profiling.mode``. ``session`` is the NVML session
     the NVML source uses (GPM shares its handles); DCGM and dcgm-exporter match their rows to
     ``inventory()`` by UUID."""
-    cfg = settings.profiling
+    cfg = settings.section(ProfilingConfig)
     mode = cfg.mode
     candidates: tuple[str, ...] = ()
     if mode == "auto":

@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config import ServingConfig
+from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.signals import SIGNALS
 
 SignalKey = tuple[str, str, str]

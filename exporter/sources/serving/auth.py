@@ -11,7 +11,7 @@ import base64
 import os
 import ssl
 
-from exporter.config import Authorization, BasicAuth, TlsConfig
+from exporter.sources.serving.config import Authorization, BasicAuth, TlsConfig
 from exporter.sources.serving.fetch import Request, ScrapeError
 
 Stamp = tuple[tuple[str, float], ...]

@@ -29,7 +29,6 @@ import aiohttp
 import structlog
 
 from exporter import urls
-from exporter.config import ServingConfig
 from exporter.readings import (
     Device,
     PodAssignments,
@@ -44,6 +43,7 @@ from exporter.sources.serving.account import Accounts, Gauges
 from exporter.sources.serving.accumulate import Ledger, Limits
 from exporter.sources.serving.adapter import Reading
 from exporter.sources.serving.attribution import NONE, Attribution, PodGpus, resolve
+from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
 from exporter.sources.serving.pool import CUT_REASON, LIMITED_REASONS, ScrapePool

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import structlog
 
 from exporter import urls
-from exporter.config import ServingConfig
 from exporter.sources.serving import aliases
 from exporter.sources.serving.auth import Access
+from exporter.sources.serving.config import ServingConfig
 from exporter.util import OnChange
 
 log = structlog.get_logger("serving")

@@ -1,4 +1,4 @@
-"""Container health check without curl: ``python -m exporter.healthcheck [URL]``.
+"""Container health check without curl: ``python -m exporter.web.healthcheck [URL]``.
 
 Exit 0 when URL (default ``$GOODPUT_HEALTHCHECK_URL`` or http://127.0.0.1:9433/healthz)
 answers 200 within 3 s, else 1 with one line on stderr. HTTPS is checked without
@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 
-# The daemon's default port (exporter.config.DEFAULT_PORT), written out so that a check
+# The daemon's default port (exporter.settings.core.DEFAULT_PORT), written out so that a check
 # every 30 s does not import pydantic; a test keeps the two equal.
 DEFAULT_URL = "http://127.0.0.1:9433/healthz"
 

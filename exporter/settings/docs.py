@@ -1,4 +1,4 @@
-"""Generate docs/settings.md from the settings schema: ``python -m exporter.settings_docs
+"""Generate docs/settings.md from the settings schema: ``python -m exporter.settings.docs
 [--check]``.
 
 Every key, its flag, its environment variable, default and help come from the same place
@@ -19,16 +19,17 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from exporter.collectors import REGISTRY
-from exporter.config import ENV_PREFIX, Settings
+from exporter.settings.config import ENV_PREFIX, Settings
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 HEADER = """# Settings reference
 
-Generated from the code by `.venv/bin/python -m exporter.settings_docs`; do not edit by hand
+Generated from the code by `.venv/bin/python -m exporter.settings.docs`; do not edit by hand
 (CI checks that this file matches the code). README.md "Configuration" says how the layers
 combine: flags win over the environment, which wins over the `--config` YAML file. Each collector's
-section is declared in its module (`exporter/collectors/<name>.py`), with its flags.
+section is named, with its flags, in its module (`exporter/collectors/<name>.py`), and declared
+next to the code that reads it (`exporter/sources/<package>/config.py`, `exporter/model/config.py`).
 
 """
 
@@ -97,7 +98,7 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     from exporter.metrics.docs import generated_doc_main
 
-    return generated_doc_main(render, DEFAULT_PATH, "exporter.settings_docs", argv)
+    return generated_doc_main(render, DEFAULT_PATH, "exporter.settings.docs", argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 model step, the exposition and the HTTP app. It decides nothing itself: what runs comes from
 the collector registry (``exporter/collectors/``).
 
-Kept apart from the CLI so tests can build a daemon in-process around any NVML module.
+Kept apart from the CLI so tests can build a daemon in-process around any NVML module
+(``session``: a shared resource already open). It names no backend: the collectors ask
+``Context.shared`` for what their sources read.
 """
 
 from __future__ import annotations
@@ -19,70 +21,24 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from exporter import __version__, collectors
-from exporter.config import Settings
-from exporter.interpreter import FREEZE_AFTER_S, freeze_startup_heap
+from exporter.collectors.base import Resources, Shared
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.scheduler import AfterPublish, Scheduler
-from exporter.server import build_app
+from exporter.runtime.interpreter import FREEZE_AFTER_S, freeze_startup_heap
+from exporter.runtime.scheduler import AfterPublish, Scheduler
+from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
-from exporter.sources.nvml_session import NvmlSession
-
-
-def open_nvml(settings: Settings) -> NvmlSession:
-    """Open the NVML session the sources share; raises ``NvmlUnavailable``.
-
-    With ``simulate`` the session runs on the built-in simulated node, a pynvml drop-in, so
-    every source runs the same code it runs on a GPU node.
-    """
-    nvml: Any
-    if settings.simulate:
-        from exporter.sim.fake_nvml import simulated_node
-
-        nvml, backend = simulated_node(gpus=settings.simulate_gpus), "simulated"
-    else:
-        import pynvml
-
-        nvml, backend = pynvml, "nvml"
-    session = NvmlSession(nvml, backend, settings.devices)
-    session.open()
-    return session
-
-
-class LazyNvml:
-    """The NVML session the sources share, opened when the first collector asks for it
-    (``Context.session``): a node whose GPU sources need no NVML starts without a driver."""
-
-    def __init__(self, settings: Settings, session: NvmlSession | None = None) -> None:
-        self._settings = settings
-        self._session = session
-
-    def __call__(self) -> NvmlSession:
-        """The session, opened on first use; raises ``NvmlUnavailable``."""
-        if self._session is None:
-            self._session = open_nvml(self._settings)
-        return self._session
-
-    @property
-    def backend(self) -> str:
-        """``nvml`` or ``simulated``; ``none`` while no collector has needed NVML."""
-        return self._session.backend if self._session is not None else "none"
-
-    @property
-    def devices(self) -> int:
-        return len(self._session.devices) if self._session is not None else 0
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
+from exporter.sources.kubernetes.config import KubernetesConfig
+from exporter.view.page import pages
+from exporter.web.server import build_app
 
 
 @dataclass
 class Daemon:
     settings: Settings
-    nvml: LazyNvml
+    shared: Resources
     store: SnapshotStore
     registry: CollectorRegistry
     scheduler: Scheduler
@@ -95,18 +51,14 @@ class Daemon:
     """Re-reads the configuration (set by the CLI, run on SIGHUP)."""
     _reloads: set[asyncio.Future[bool]] = field(default_factory=set)
 
-    @property
-    def session(self) -> NvmlSession:
-        """The NVML session (opened now if no collector has needed it yet)."""
-        return self.nvml()
-
     def app(self, middlewares: list[Any] | None = None) -> web.Application:
         app = build_app(
             self.store,
             self.exposition,
-            self.nvml.backend,
+            self.shared.backend,
             middlewares,
             debug_state=self.settings.debug_state,
+            pages=pages(self.exposition, self.settings.debug_state),
         )
 
         async def start(_: web.Application) -> None:
@@ -120,7 +72,7 @@ class Daemon:
         async def stop(_: web.Application) -> None:
             await self.scheduler.stop()
             self.exposition.stop()
-            self.nvml.close()
+            self.shared.close()
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
@@ -146,7 +98,7 @@ class Daemon:
         self.settings = self.settings.model_copy(
             update={c.section: getattr(settings, c.section) for c in live}
         )
-        ctx = collectors.Context(self.settings, self.nvml, self.store)
+        ctx = collectors.Context(self.settings, self.shared, self.store)
         for c in live:
             if c.reconfigure is None or not collectors.is_enabled(c, self.settings):
                 continue
@@ -169,25 +121,25 @@ def _chain(steps: list[AfterPublish]) -> AfterPublish | None:
     return run
 
 
-def build(settings: Settings, session: NvmlSession | None = None) -> Daemon:
+def build(settings: Settings, session: Shared | None = None) -> Daemon:
     """The daemon for ``settings``; NVML (``session``, else opened when a collector first
     needs it) may raise ``NvmlUnavailable`` here."""
     node = settings.node_name
-    nvml = LazyNvml(settings, session)
+    shared = Resources(settings, [] if session is None else [session])
     chosen = collectors.enabled(settings)
     from exporter.sources.profiling.modes import BACKENDS
 
     store = SnapshotStore(node, profiling_order=BACKENDS)
-    ctx = collectors.Context(settings, nvml, store)
+    ctx = collectors.Context(settings, shared, store)
     owned = {c.name: c.sources(ctx) for c in chosen}
     sources = [source for c in chosen for source in owned[c.name]]
     # Ready once a GPU-listing source has listed GPUs; with none enabled, at once.
     store.wait_for(s.name for s in sources if s.starts_first)
     registry = CollectorRegistry(auto_describe=False)
     metrics = SelfMetrics(registry, node)
-    metrics.build_info.labels(node, __version__, nvml.backend, platform.python_version()).set(1)
+    metrics.build_info.labels(node, __version__, shared.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
-    k8s = settings.kubernetes
+    k8s = settings.section(KubernetesConfig)
     encoder = Encoder(
         collectors.families(chosen, settings),
         registry,
@@ -203,4 +155,4 @@ def build(settings: Settings, session: NvmlSession | None = None) -> Daemon:
     triggers = frozenset(s.name for s in sources if s.gpu_poll)
     steps = [c.after_gpu_poll(ctx, metrics, triggers) for c in chosen if c.after_gpu_poll]
     scheduler = Scheduler(sources, store, metrics, after_publish=_chain(steps))
-    return Daemon(settings, nvml, store, registry, scheduler, exposition, sources, owned)
+    return Daemon(settings, shared, store, registry, scheduler, exposition, sources, owned)

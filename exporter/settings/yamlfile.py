@@ -10,9 +10,12 @@ and turns every failure into :class:`YamlError` with a one-line message. A leaf 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from exporter.settings.section import MAX_SETTING_CHARS
 
 MAX_BYTES = 1024 * 1024
 """A config file longer than this is refused (the chart's is about 2 KB)."""
@@ -103,3 +106,22 @@ def describe(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"not valid YAML: {problem}{where}"
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A file's UTF-8 text; ``what`` names it in the ValueError a bad file gives."""
+    if len(str(path)) > MAX_SETTING_CHARS:
+        raise ValueError(f"{what} path {str(path)[:64]!r}... is longer than {MAX_SETTING_CHARS}")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_BYTES:
+        raise ValueError(f"{what} {path}: larger than {MAX_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{what} {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from exc

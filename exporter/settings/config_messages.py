@@ -1,12 +1,14 @@
 """One validation error in a person's words: ``bad value for 'interval': must be at most 60
 seconds``, not pydantic's ``Input should be less than or equal to 60`` or its
 ``Value error, ...`` prefix. Only the wording: which values are valid stays in the settings
-schema (``exporter/config.py``)."""
+schema (``exporter/settings/config.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from pydantic import ValidationError
 
 BOUNDS = {
     "less_than_equal": ("le", "at most"),
@@ -37,3 +39,14 @@ def message(err: Mapping[str, Any]) -> str:
         return str(ctx["error"])
     text = str(err.get("msg", ""))
     return text.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown config key {key!r}")
+        else:
+            parts.append(f"bad value for {key!r}: {message(err)}")
+    return "; ".join(parts)

@@ -1,12 +1,12 @@
 """Refusals an operator must always see: a damped one is summarized, never silent.
 
-The damper (``exporter/logdamp.py``) drops lines past their budget and tells the next line
+The damper (``exporter/runtime/logdamp.py``) drops lines past their budget and tells the next line
 of their subject how many were left out. For most events that is enough; for a refusal
 (a refused reload) the next line may never come, and the log would fall silent on a
 configuration that is not running. So when such a line is dropped, one summary line is
 written once the subject's budget allows a line again (``N more refusals``, with the
 last refusal's fields), whether or not another refusal follows: at most one summary per
-subject per :data:`~exporter.logdamp.SUBJECT_PERIOD`, so the log budget holds.
+subject per :data:`~exporter.runtime.logdamp.SUBJECT_PERIOD`, so the log budget holds.
 """
 
 from __future__ import annotations

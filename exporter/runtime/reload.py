@@ -15,9 +15,11 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from exporter import collectors, webconfig
-from exporter.config import ConfigError, Settings, build
-from exporter.daemon import Daemon
+from exporter import collectors
+from exporter.runtime.daemon import Daemon
+from exporter.settings.config import ConfigError, Settings, build
+from exporter.sources.serving.config import ServingConfig
+from exporter.web import webconfig
 
 log = structlog.get_logger("reload")
 
@@ -123,11 +125,12 @@ class Reloader:
             restart.append("tls_server_config")
         self.web.config = web_config
         metrics.reloaded(True)
+        serving = settings.section(ServingConfig)
         log.info(
             "config_reloaded",
             config_file=self.config_file,
             web_config_file=self.web_config_file,
-            targets=len(settings.serving.targets) + len(settings.serving.extra_targets),
+            targets=len(serving.targets) + len(serving.extra_targets),
         )
         if restart:
             log.warning(

@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import json
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -19,9 +20,11 @@ from aiohttp import web
 from exporter import runbooks
 from exporter.metrics.cache import ExpositionCache, negotiate
 from exporter.snapshot import SnapshotStore
-from exporter.view import docs
-from exporter.view.page import handler as landing_page
-from exporter.webconfig import AUTHENTICATED
+from exporter.web.webconfig import AUTHENTICATED
+
+Pages = Callable[[web.Application], None]
+"""Adds the pages for people (the landing page at ``/``, ``/docs/``): built by the daemon
+from ``exporter/view/page.py`` and handed in, so the web layer imports no view."""
 
 
 def build_app(
@@ -30,6 +33,7 @@ def build_app(
     backend: str,
     middlewares: list[Any] | None = None,
     debug_state: bool = True,
+    pages: Pages | None = None,
 ) -> web.Application:
     app = web.Application(middlewares=middlewares or [])
 
@@ -68,9 +72,8 @@ def build_app(
             content_type="application/json",
         )
 
-    served_docs = docs.add_routes(app)
-    app.router.add_get("/", landing_page(exposition, debug_state,
-                                         [d for d in docs.LINKED if d in served_docs]))
+    if pages is not None:
+        pages(app)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

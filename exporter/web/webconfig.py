@@ -45,13 +45,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from exporter import yamlfile
-from exporter.config import describe_validation_error, read_text
-from exporter.login_guard import FAILURE_REASONS as FAILURE_REASONS
-from exporter.login_guard import CheckPool, FailureLog
-from exporter.section import oversized
+from exporter.settings import yamlfile
+from exporter.settings.config_messages import describe_validation_error
+from exporter.settings.section import oversized
+from exporter.settings.yamlfile import read_text
+from exporter.web.login_guard import FAILURE_REASONS as FAILURE_REASONS
+from exporter.web.login_guard import CheckPool, FailureLog
 
-log = structlog.get_logger("exporter.webconfig")
+log = structlog.get_logger("exporter.web.webconfig")
 
 AUTHENTICATED = web.RequestKey("basic_auth_accepted", bool)
 """Set on a request basic auth accepted (/debug/state then answers any client)."""

@@ -1,0 +1,31 @@
+"""The job-identity section (``jobs:``), next to the sources that read it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from exporter.settings.section import MAX_INTERVAL, Section
+
+
+class JobsConfig(Section):
+    """Which job each GPU works for outside Kubernetes (Slurm, MPI, torchrun, dcgm-exporter's
+    HPC job mapping, else the process session); see docs/jobs.md."""
+
+    processes: bool = True
+    """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
+    few environ variables (needs the host's PID namespace)."""
+    environ: bool = True
+    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
+    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
+    come from Slurm cgroup paths and process sessions)."""
+    proc_root: str = ""
+    """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
+    under --simulate without --proc-root a generated tree of the simulated processes."""
+    interval: float = Field(1.0, gt=0, le=MAX_INTERVAL)
+    """Seconds between job-identity reads (each process is read once and cached; only its
+    start time is read again, to tell a reused pid). A job's GPU time is split from the
+    poll that first names it, so this is also how much of a new job's start can go
+    uncounted (4 s of a late joiner's waiting, on H200, at the former 5 s)."""
+    hpc_job_mapping_dir: str = ""
+    """dcgm-exporter's HPC job-mapping directory (its --hpc-job-mapping-dir): one file per
+    GPU index, one job id per line."""
