@@ -590,7 +590,8 @@ def test_gzip_refused_with_q_0_gets_a_plain_body(header: str) -> None:
 async def test_https_to_a_plain_http_engine_is_a_tls_error_with_a_message() -> None:
     import aiohttp
 
-    from exporter.sources.serving.fetch import ScrapeError, fetch
+    from exporter.sources.serving.errors import ScrapeError
+    from exporter.sources.serving.fetch import fetch
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

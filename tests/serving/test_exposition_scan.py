@@ -27,6 +27,7 @@ from exporter.sources.serving.adapter import (
     read_body,
 )
 from exporter.sources.serving.engines import TABLES
+from exporter.sources.serving.errors import ScrapeError
 from exporter.sources.serving.exposition import (
     MAX_SAMPLES,
     ExpositionError,
@@ -34,7 +35,6 @@ from exporter.sources.serving.exposition import (
     parse,
     scan,
 )
-from exporter.sources.serving.fetch import ScrapeError
 from testkit.harness import REPO
 
 HERE = Path(__file__).parent

@@ -12,7 +12,8 @@ import os
 import ssl
 
 from exporter.sources.serving.config import Authorization, BasicAuth, TlsConfig
-from exporter.sources.serving.fetch import Request, ScrapeError
+from exporter.sources.serving.errors import ScrapeError
+from exporter.sources.serving.fetch import Request
 
 Stamp = tuple[tuple[str, float], ...]
 """(path, mtime) of each file a value was built from."""

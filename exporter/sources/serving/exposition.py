@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample as PromSample
 
-from exporter.sources.serving.fetch import ScrapeError
+from exporter.sources.serving.errors import ScrapeError
 
 
 class ExpositionError(ValueError):

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from exporter.sources.serving.errors import ScrapeError
+
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 CHUNK = 64 * 1024
 MODELS_MAX_BYTES = 1024 * 1024
@@ -31,14 +33,6 @@ class Fetched:
     text: str
     started: str = ""
     """The ``Process-Start-Time-Unix`` header, "" when absent."""
-
-
-class ScrapeError(Exception):
-    """A scrape failed; ``reason`` is a short snake_case code for metrics and logs."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

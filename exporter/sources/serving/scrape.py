@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from exporter.sources.serving.adapter import Reading, UnknownEngine, read_body
+from exporter.sources.serving.errors import ScrapeError
 from exporter.sources.serving.exposition import ExpositionError
-from exporter.sources.serving.fetch import PLAIN, Request, ScrapeError, fetch
+from exporter.sources.serving.fetch import PLAIN, Request, fetch
 from exporter.sources.serving.targets import Target
 
 
