@@ -306,3 +306,26 @@ def module_daemon(module: str, *args: str, timeout: float = 30.0,
         yield url
     finally:
         stop_process(proc)
+
+
+class LoggedServer:
+    """A server process on loopback with its output in a log file: started, waited for
+    until ``ready_url`` answers (stopped again if it never does), stopped with SIGTERM then
+    SIGKILL and its log closed. Prometheus, VictoriaMetrics and vmalert share it."""
+
+    port: int
+    url: str
+
+    def _launch(self, argv: list[str], log_path: Path, ready_url: str, timeout: float) -> None:
+        self.log = log_path.open("ab")
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_http(ready_url, timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_process(self.process, timeout=30)
+        self.log.close()
+

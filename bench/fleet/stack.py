@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet_mod
-from testkit.harness import free_port, stop_process, wait_http
+from testkit.harness import LoggedServer, free_port
 from testkit.rules import levels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def groups(path: Path, prefix: str) -> list[dict[str, Any]]:
             if g["name"].startswith(prefix)]
 
 
-class Prometheus:
+class Prometheus(LoggedServer):
     """A real Prometheus process on loopback."""
 
     def __init__(self, workdir: Path, config: dict[str, Any], rules: list[dict[str, Any]],
@@ -85,23 +85,12 @@ class Prometheus:
             (workdir / "rules.yml").write_text(yaml.safe_dump({"groups": rules}))
             config = {**config, "rule_files": [str(workdir / "rules.yml")]}
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = (workdir / "prometheus.log").open("ab")
         binary = shutil.which("prometheus") or "prometheus"
-        self.process = subprocess.Popen(
-            [binary, f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}",
-             "--storage.tsdb.retention.time=30d", *extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_http(f"{self.url}/-/ready", timeout=120)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        stop_process(self.process, timeout=30)
-        self.log.close()
+        self._launch([binary, f"--config.file={workdir / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={workdir / 'data'}",
+                      f"--web.listen-address=127.0.0.1:{self.port}",
+                      "--storage.tsdb.retention.time=30d", *extra_args],
+                     workdir / "prometheus.log", f"{self.url}/-/ready", 120)
 
     def api(self, path: str, **params: str) -> Any:
         q = urllib.parse.urlencode(params)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testkit.harness import free_port, stop_process, wait_http
+from testkit.harness import LoggedServer, free_port
 from tests.support.prometheus import require
 
 # Lines per import request: a few MB each.
@@ -41,7 +41,7 @@ def openmetrics_to_import(lines: Iterable[str]) -> Iterator[str]:
         yield f"{head} {round(float(stamp) * 1000)}\n"
 
 
-class VictoriaMetrics:
+class VictoriaMetrics(LoggedServer):
     """A single-node victoria-metrics on loopback, its own data directory, no response cache
     (every test query sees what was just written)."""
 
@@ -50,21 +50,10 @@ class VictoriaMetrics:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (workdir / "victoria-metrics.log").open("ab")
-        self.process = subprocess.Popen(
-            [binary, f"-storageDataPath={workdir / 'data'}",
-             f"-httpListenAddr=127.0.0.1:{self.port}", "-retentionPeriod=100y",
-             "-search.disableCache", "-loggerLevel=WARN", *extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_http(f"{self.url}/health", timeout=60)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        stop_process(self.process, timeout=30)
-        self.log.close()
+        self._launch([binary, f"-storageDataPath={workdir / 'data'}",
+                      f"-httpListenAddr=127.0.0.1:{self.port}", "-retentionPeriod=100y",
+                      "-search.disableCache", "-loggerLevel=WARN", *extra_args],
+                     workdir / "victoria-metrics.log", f"{self.url}/health", 60)
 
     def import_openmetrics(self, path: Path) -> int:
         """Every sample of an OpenMetrics file; returns how many."""
@@ -132,7 +121,7 @@ def replay(vm: VictoriaMetrics, rule_file: Path, start: float, end: float, log: 
     vm.flush()
 
 
-class VmAlert:
+class VmAlert(LoggedServer):
     """vmalert evaluating ``rule_files`` live against ``vm``. Notifications go to a port
     nothing listens on: the test reads the alerts from vmalert's own API."""
 
@@ -142,22 +131,11 @@ class VmAlert:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (workdir / "vmalert.log").open("ab")
-        self.process = subprocess.Popen(
-            [binary, *(f"-rule={f}" for f in rule_files), f"-datasource.url={vm.url}",
-             f"-notifier.url=http://127.0.0.1:{free_port()}",
-             f"-evaluationInterval={interval}", f"-httpListenAddr=127.0.0.1:{self.port}",
-             "-loggerLevel=ERROR"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_http(f"{self.url}/health", timeout=60)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        stop_process(self.process, timeout=30)
-        self.log.close()
+        self._launch([binary, *(f"-rule={f}" for f in rule_files), f"-datasource.url={vm.url}",
+                      f"-notifier.url=http://127.0.0.1:{free_port()}",
+                      f"-evaluationInterval={interval}",
+                      f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=ERROR"],
+                     workdir / "vmalert.log", f"{self.url}/health", 60)
 
     def _get(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as resp:
