@@ -110,7 +110,8 @@ def render(result: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    print(render(json.loads(Path(args[0]).read_text())), end="")
+    for path in args:
+        print(render(json.loads(Path(path).read_text())), end="")
     return 0
 
 
