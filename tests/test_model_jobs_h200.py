@@ -1,8 +1,10 @@
 """The job model replayed on the windows measured on H200 (issue 42): each row's waited
 shares, time split and straggler names against the ranks' own timing.
 
-``tests/fixtures/jobs/h200-4gpu-windows.json`` (four GPUs, the calibration run) and
-``h200-2gpu-windows.json`` (two GPUs, the validation run) hold every 1 s window one daemon
+``tests/fixtures/jobs/h200-4gpu-windows.json`` (four GPUs, the calibration run),
+``h200-2gpu-windows.json`` (two GPUs, the first validation run) and
+``h200-4gpu-live-windows.json`` (four GPUs live, the run that refitted the collective link
+rate: 8 MiB all-reduces move faster on four GPUs than on two) hold every 1 s window one daemon
 published while the ranks ran (graphics activity, SM active, tensor, NVLink and PCIe bytes
 per GPU) and each rank's CUDA-event truth: its communication time and the transfer alone
 (timed after a barrier), whose difference is the share it waited. Replaying them pins the
@@ -27,6 +29,8 @@ from exporter.model.jobs import PARTS, WAITING, JobTracker, judge
 FIXTURES = Path(__file__).parent / "fixtures" / "jobs"
 ROWS: Mapping[str, Any] = json.loads((FIXTURES / "h200-4gpu-windows.json").read_text())["rows"]
 TWO: Mapping[str, Any] = json.loads((FIXTURES / "h200-2gpu-windows.json").read_text())["rows"]
+FOUR: Mapping[str, Any] = json.loads(
+    (FIXTURES / "h200-4gpu-live-windows.json").read_text())["rows"]
 TOLERANCE = 0.05
 STEADY = 10.0
 """Seconds after the ranks said ready before a window counts as steady."""
@@ -76,15 +80,43 @@ def test_waited_share_within_tolerance_of_the_ranks_timing(name: str) -> None:
         assert abs(got - want) <= TOLERANCE, f"{name} GPU {gpu}: {got:.3f} vs truth {want:.3f}"
 
 
-@pytest.mark.parametrize("name", sorted(TWO))
-def test_two_gpu_rows_waited_share_within_tolerance(name: str) -> None:
-    """The validation run: every row, the late joiner judged from its start (its windows
+@pytest.mark.parametrize(("rows", "name"), [*(("two", n) for n in sorted(TWO)),
+                                            *(("four", n) for n in sorted(FOUR))])
+def test_validation_rows_waited_share_within_tolerance(rows: str, name: str) -> None:
+    """The validation runs: every row, the late joiner judged from its start (its windows
     begin as the ranks say ready, the late rank's 8 s included)."""
+    measured = TWO if rows == "two" else FOUR
     steady = 0.0 if name == "late_joiner" else STEADY
-    judged = [j for t, j in replay(name, rows=TWO) if t >= steady]
-    for gpu, want in truth(name, TWO).items():
+    judged = [j for t, j in replay(name, rows=measured) if t >= steady]
+    for gpu, want in truth(name, measured).items():
         got = statistics.mean(j.waited_share[gpu] for j in judged)
         assert abs(got - want) <= TOLERANCE, f"{name} GPU {gpu}: {got:.3f} vs truth {want:.3f}"
+
+
+def test_small_collectives_on_four_gpus_are_not_read_as_transfer() -> None:
+    """The four-GPU tensor-parallel-like job (8 MiB all-reduces) is what fixed the link
+    rate: at the former 160 GB/s its transfer read 0.22 of the time where the ranks timed
+    0.16, and GPU 2's waiting 0.145 against 0.201."""
+    judged = [j for t, j in replay("comm_heavy", rows=FOUR) if t >= STEADY]
+    for gpu, want in truth("comm_heavy", FOUR).items():
+        got = statistics.mean(j.waited_share[gpu] for j in judged)
+        assert abs(got - want) <= 0.03, f"GPU {gpu}: {got:.3f} vs truth {want:.3f}"
+    old = ModelConfig(collective_link_bytes_per_second=160e9)
+    judged = [j for t, j in replay("comm_heavy", old, rows=FOUR) if t >= STEADY]
+    assert statistics.mean(j.waited_share["2"] for j in judged) < 0.201 - TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["straggler_10pct", "host_stall"])
+def test_the_live_four_gpu_stragglers_are_named(name: str) -> None:
+    judged = [j for t, j in replay(name, rows=FOUR) if t >= STEADY + 2]
+    assert sum(j.straggler == "3" for j in judged) / len(judged) >= 0.9
+    assert all(j.straggler in ("", "3") for j in judged)
+
+
+@pytest.mark.parametrize("name", sorted(set(FOUR) - {"straggler_10pct", "host_stall"}))
+def test_the_live_four_gpu_rows_without_a_straggler_name_nobody(name: str) -> None:
+    named = [(t, j.straggler) for t, j in replay(name, rows=FOUR) if t >= STEADY and j.straggler]
+    assert not named
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))

@@ -84,12 +84,12 @@ class ModelConfig(Section):
     tensor_per_compute_second: float = Field(default=0.95, gt=0, le=1)
     """Tensor-pipe activity per second of a job's GEMMs; with it the tensor counter tells
     compute from collective time, and so how many SMs a waiting kernel keeps busy."""
-    collective_link_bytes_per_second: float = Field(default=160e9, gt=0)
+    collective_link_bytes_per_second: float = Field(default=190e9, gt=0)
     """Bytes per second one direction of a GPU's NVLink carries while a collective's
     transfer runs: link bytes over this are transfer time, not waiting. Fitted on H200
-    (NVLink NV18) to the ranks' own timing of the transfer alone: 128 MiB all-reduces ran
-    at 287-309 GB/s, 8 MiB ones (latency-bound) at about 200 GB/s on two GPUs; 160 keeps
-    every measured row within 0.05 (docs/validation/lost-h200.md)."""
+    (NVLink NV18) to the ranks' own timing of the transfer alone: 8 MiB all-reduces ran at
+    170-177 GB/s on two GPUs and 215-224 GB/s on four, larger ones at 280-330 GB/s; 190
+    keeps every measured row within 0.05 (docs/validation/lost-h200.md)."""
     comm_wait_share_min: float = Field(default=0.5, ge=0, le=1)
     """A rank that waits on its job's straggler for at least this share of the time reads
     comm_wait; one that waits less keeps its own regime (the counter still counts it)."""
