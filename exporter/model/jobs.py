@@ -21,9 +21,10 @@ drain bubbles count: every rank waits, and every rank's waiting is counted. The 
 the least-hollow peer is kept as a floor (where one rank is the slow one, it is the most
 direct evidence there is).
 
-Measured on four H200 (docs/validation/lost-h200.md): waited shares within 0.04 of the
-ranks' own CUDA-event timing for rotating imbalance (0.35), a 4-stage pipeline (0.44), a
-10 % straggler (0.18), a host stall (0.96), balanced compute and tensor-parallel-like jobs.
+Measured live on four H200 (docs/validation/lost-h200.md): waited shares within 0.05 of the
+ranks' own CUDA-event timing (0.043 at worst, the pipeline) for rotating imbalance (0.35), a
+4-stage pipeline (0.44), a 10 % straggler (0.18), a host stall (0.96), a late joiner (0.42),
+balanced compute and a tensor-parallel-like job (0.22-0.28).
 
 The straggler is the GPU everyone waits for: the one that waits least while a peer exchanging
 data waits at least ``straggler_gap`` more and twice as much, held for
