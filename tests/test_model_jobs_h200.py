@@ -62,6 +62,13 @@ def replay(name: str, cfg: ModelConfig | None = None,
     return out
 
 
+def waited(name: str, rows: Mapping[str, Any] = ROWS, steady: float = STEADY,
+           cfg: ModelConfig | None = None) -> dict[str, float]:
+    """Each GPU's waited share, the mean over the row's windows from ``steady`` seconds on."""
+    judged = [j for t, j in replay(name, cfg, rows=rows) if t >= steady]
+    return {g: statistics.mean(j.waited_share[g] for j in judged) for g in judged[0].waited_share}
+
+
 def truth(name: str, rows: Mapping[str, Any] = ROWS) -> dict[str, float]:
     return {r: max(t["comm"] - t["pure_comm"], 0.0) for r, t in rows[name]["truth"].items()}
 
@@ -74,9 +81,9 @@ def test_waited_share_within_tolerance_of_the_ranks_timing(name: str) -> None:
         pytest.skip("its truth timed each small all-reduce alone, which overstates the "
                     "transfer (the 2-GPU run found it longer than the ranks' whole comm "
                     "time); the batched truth of the 2-GPU run is checked instead")
-    judged = [j for t, j in replay(name) if t >= STEADY]
+    got_all = waited(name)
     for gpu, want in truth(name).items():
-        got = statistics.mean(j.waited_share[gpu] for j in judged)
+        got = got_all[gpu]
         assert abs(got - want) <= TOLERANCE, f"{name} GPU {gpu}: {got:.3f} vs truth {want:.3f}"
 
 
@@ -87,9 +94,9 @@ def test_validation_rows_waited_share_within_tolerance(rows: str, name: str) -> 
     begin as the ranks say ready, the late rank's 8 s included)."""
     measured = TWO if rows == "two" else FOUR
     steady = 0.0 if name == "late_joiner" else STEADY
-    judged = [j for t, j in replay(name, rows=measured) if t >= steady]
+    got_all = waited(name, measured, steady)
     for gpu, want in truth(name, measured).items():
-        got = statistics.mean(j.waited_share[gpu] for j in judged)
+        got = got_all[gpu]
         assert abs(got - want) <= TOLERANCE, f"{name} GPU {gpu}: {got:.3f} vs truth {want:.3f}"
 
 
@@ -97,13 +104,11 @@ def test_small_collectives_on_four_gpus_are_not_read_as_transfer() -> None:
     """The four-GPU tensor-parallel-like job (8 MiB all-reduces) is what fixed the link
     rate: at the former 160 GB/s its transfer read 0.22 of the time where the ranks timed
     0.16, and GPU 2's waiting 0.145 against 0.201."""
-    judged = [j for t, j in replay("comm_heavy", rows=FOUR) if t >= STEADY]
+    got = waited("comm_heavy", FOUR)
     for gpu, want in truth("comm_heavy", FOUR).items():
-        got = statistics.mean(j.waited_share[gpu] for j in judged)
-        assert abs(got - want) <= 0.03, f"GPU {gpu}: {got:.3f} vs truth {want:.3f}"
+        assert abs(got[gpu] - want) <= 0.03, f"GPU {gpu}: {got[gpu]:.3f} vs truth {want:.3f}"
     old = ModelConfig(collective_link_bytes_per_second=160e9)
-    judged = [j for t, j in replay("comm_heavy", old, rows=FOUR) if t >= STEADY]
-    assert statistics.mean(j.waited_share["2"] for j in judged) < 0.201 - TOLERANCE
+    assert waited("comm_heavy", FOUR, cfg=old)["2"] < 0.201 - TOLERANCE
 
 
 @pytest.mark.parametrize("name", ["straggler_10pct", "host_stall"])
