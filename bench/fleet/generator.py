@@ -312,12 +312,17 @@ def record_archetypes(extended: bool = False) -> Traces:
                     labels["uuid"] = "{uuid}"
                 row[(gpu, fam.name, fam.type, s.name, tuple(sorted(labels.items())))] = s.value
         steps.append(row)
-    # Only series present at every step are replayed (a lost GPU's vanish for good).
-    keys = [k for k in steps[0] if all(k in r for r in steps)]
+    # Only series present at every step are replayed (a lost GPU's vanish for good), and
+    # counters born during the trace (a regime's seconds appear with its first window): at 0
+    # before, as a long-running exporter that has been through the loop once publishes them.
+    born = [k for k in dict.fromkeys(k for r in steps for k in r)
+            if k not in steps[0] and k[3] == "goodput_gpu_regime_seconds_total"
+            and all(k in r for r in steps[next(i for i, r in enumerate(steps) if k in r):])]
+    keys = [k for k in steps[0] if all(k in r for r in steps)] + born
     traces = Traces(defaultdict(list), [])
     for key in keys:
         gpu, family, kind, sample, label_set = key
-        series = Series(family, kind, sample, label_set, [r[key] for r in steps],
+        series = Series(family, kind, sample, label_set, [r.get(key, 0.0) for r in steps],
                         _cumulative(sample, kind))
         if gpu:
             traces.gpu[names[int(gpu)]].append(series)
