@@ -20,8 +20,9 @@ The intervals run at a third of a production setup's so the test takes minutes: 
 -datasource.queryTimeAlignment=false, as docs/scaling.md recommends (aligned, every rule
 reads data as of the last interval boundary: up to one more interval old at every hop).
 Every alert's `for:` is 0 s, so its activeAt is the first evaluation its condition held;
-GPUJobLosingToWaiting's threshold is lowered to 0.05 so the fleet's straggling jobs (0.09 and
-0.2 of their time waiting) raise it.
+GPUJobLosingToWaiting's threshold is lowered to 0.02 so the fleet's straggling jobs (0.09 and
+0.2 of their time waiting) raise it from their first evaluation on both engines: near the
+threshold, the first windows' few samples would decide when it fires, not the rules' hops.
 """
 
 from __future__ import annotations
@@ -68,10 +69,11 @@ ON_TIME = INTERVAL + WRITE_READ + 5
 DEAD_WITHIN = 120  # seconds
 # The alerts the simulated fleet raises, checked for time, and the first recorded rule on
 # each one's path from the counters (GPULost reads a raw series).
+# GPUThermalThrottling is left out: the simulated clock-event counters advance once every
+# 75 s, so when its first windows cross the threshold depends on the sample grid, not on hops.
 TIMED = {"GPUJobLosingToWaiting": N.NODE_JOB_GPU_SECONDS, "GPUJobStraggler": N.JOB_GPU_WAITING,
-         "GPUBusyButUnproductive": N.GPU_UTILIZATION, "GPUThermalThrottling": N.GPU_THROTTLED,
-         "GPUAllocatedIdle": N.GPU_UTILIZATION, "GPUHostBound": N.GPU_UTILIZATION,
-         "GPULost": "goodput_gpu_up"}
+         "GPUBusyButUnproductive": N.GPU_UTILIZATION, "GPUAllocatedIdle": N.GPU_UTILIZATION,
+         "GPUHostBound": N.GPU_UTILIZATION, "GPULost": "goodput_gpu_up"}
 KEYS = ("cluster", "node", "gpu", "job_source", "job_id")  # what an input shares with its alert
 # A dead node's figures, per GPU, per node and per namespace on the node.
 DEAD_FIGURES = (N.GPU_UTILIZATION, N.REGIME_GPUS, N.NODE_NS_GPUS)
@@ -79,7 +81,7 @@ DEAD_FIGURES = (N.GPU_UTILIZATION, N.REGIME_GPUS, N.NODE_NS_GPUS)
 
 def override() -> dict[str, Any]:
     alerts: dict[str, Any] = {name: {"for": "0s"} for name in load().alerts}
-    alerts["GPUJobLosingToWaiting"]["thresholds"] = {"min_waiting_share": 0.05}
+    alerts["GPUJobLosingToWaiting"]["thresholds"] = {"min_waiting_share": 0.02}
     return {"rule_interval": f"{INTERVAL}s", "alerts": alerts}
 
 
@@ -175,7 +177,7 @@ def _by_alert(alerts: dict[Labels, dict[str, Any]], name: str) -> dict[Labels, d
 
 
 def test_alerts_fire_on_time_on_vmalert(live: Live) -> None:
-    """GPUJobLosingToWaiting, the straggler and every per-GPU fault fire on vmalert within one
+    """GPUJobLosingToWaiting, the straggler and the per-GPU faults fire on vmalert within one
     evaluation of when they fire on Prometheus, each counted from the moment its first
     recorded input exists on that engine: each engine schedules its groups at its own phase
     and VictoriaMetrics shows raw samples -search.latencyOffset late, which no rule can

@@ -607,8 +607,11 @@ def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, en
 # --- serving live -------------------------------------------------------------------------------
 
 def serve(replay: Replay, nodes: list[str], host: str = "127.0.0.1",
-          ports: list[int] | None = None) -> list[ThreadingHTTPServer]:
-    """One HTTP server per node, each serving that node's /metrics at the current step."""
+          ports: list[int] | None = None, smooth: bool = False) -> list[ThreadingHTTPServer]:
+    """One HTTP server per node, each serving that node's /metrics at the current step.
+    ``smooth`` moves counters between two steps' values with the clock, so a scrape more
+    often than every 15 s sees them rise at every scrape (rates from a window's first
+    samples then read as they will later)."""
     t0 = time.time()
     servers = []
     for k, node in enumerate(nodes):
@@ -619,8 +622,16 @@ def serve(replay: Replay, nodes: list[str], host: str = "127.0.0.1",
             series = items
 
             def do_GET(self) -> None:
-                step = ORIGIN + int((time.time() - t0) / STEP)
-                body = "".join(f"{head} {_num(replay.value(s, phase + step, scale))}\n"
+                at = (time.time() - t0) / STEP
+                step, frac = ORIGIN + int(at), (at - int(at) if smooth else 0.0)
+
+                def value(s: Series, index: int, scale: float) -> float:
+                    v = replay.value(s, index, scale)
+                    if frac and s.counter:
+                        v += frac * (replay.value(s, index + 1, scale) - v)
+                    return v
+
+                body = "".join(f"{head} {_num(value(s, phase + step, scale))}\n"
                                for s, head, phase, scale in self.series)
                 data = body.encode()
                 self.send_response(200)

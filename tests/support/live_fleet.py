@@ -91,7 +91,7 @@ class Served:
 def served(plan: fleet.Fleet, traces: fleet.Traces | None = None) -> Iterator[Served]:
     configure(level="warning")  # the archetypes' regime changes are not news here
     replay = fleet.Replay(plan, traces or fleet.record_archetypes())
-    servers = dict(zip(plan.nodes, fleet.serve(replay, plan.nodes), strict=True))
+    servers = dict(zip(plan.nodes, fleet.serve(replay, plan.nodes, smooth=True), strict=True))
     try:
         yield Served(plan, servers)
     finally:
