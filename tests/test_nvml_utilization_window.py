@@ -8,6 +8,7 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.readings import GpuState
 from exporter.sim.fake_nvml import SAMPLE_PERIOD, FakeGpu, FakeNvml
 from exporter.sim.physics import Activity, GpuPhysics
 from exporter.sources import utilization as uw
@@ -34,14 +35,16 @@ def truth(t0: float, t1: float, steps: int = 2000) -> float:
     return sum(stalls(t0 + (i + 0.5) * dt).util for i in range(steps)) / steps
 
 
-def node(clock: ManualClock, **kw: object) -> FakeNvml:
-    return FakeNvml([FakeGpu(index=0, physics=GpuPhysics(stalls, start=clock()), **kw)],
-                    clock=clock)
+def node(clock: ManualClock, unsupported: set[str] | None = None,
+         fail: dict[str, int] | None = None) -> FakeNvml:
+    gpu = FakeGpu(index=0, physics=GpuPhysics(stalls, start=clock()),
+                  unsupported=unsupported or set(), fail=fail or {})
+    return FakeNvml([gpu], clock=clock)
 
 
 def read(source: NvmlSource, name: str, **labels: str) -> float | None:
     state = gpus_of(source.poll_blocking()).get("0")
-    assert state is not None
+    assert isinstance(state, GpuState)
     for fam in FAMILIES.families:
         if fam.name == name:
             for values, v in fam.rows(state):
