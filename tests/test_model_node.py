@@ -432,13 +432,14 @@ def test_the_model_steps_once_every_gpu_source_has_polled(monkeypatch: pytest.Mo
     a window's utilization and profiling window come from the same second (issue 46: stepping
     after NVML alone paired this second's utilization with the previous profiling window).
     A source silent for two intervals is not waited for."""
-    from exporter.model import step as step_module
+    import time
+
     from exporter.model.step import ModelStep
     from exporter.readings import NodeVerdicts
     from exporter.snapshot import SnapshotStore, SourceResult
 
     now = [100.0]
-    monkeypatch.setattr(step_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     stepped: list[float] = []
 
     class Model:

@@ -87,7 +87,7 @@ class JobRow:
         shares = [(p, v) for p, v in self.shares
                   if not (per is not None and p == "idle" and v < 0.005)]
         text = " ".join(f"{short[p]} {v:.2f}" for p, v in shares) or "-"
-        return text if per is None else f"{text} tok/work-s {per:.0f}"
+        return text if per is None else f"{text} tok/w {per:.0f}"
 
     def text(self) -> str:
         """Everything a filter can match."""
