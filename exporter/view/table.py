@@ -131,7 +131,9 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
         out.append(mark + line(row, columns, width - 1))
     out += [_fit(job_line(job), width) for job in jobs_of(view, rows)]
     if selected is not None and 0 <= selected < len(rows):
-        out.append(_fit(detail(rows[selected]), width))
+        row = rows[selected]
+        loss = next((j.loss_text() for j in view.jobs if row.gpu in j.gpus), "")
+        out.append(_fit(detail(row) + (f"  {loss}" if loss else ""), width))
     return out
 
 
