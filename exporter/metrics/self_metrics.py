@@ -16,8 +16,9 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from exporter.runtime import stuck
 from exporter.runtime.logdamp import DAMPER
 
 
@@ -93,9 +94,17 @@ LOG_SUPPRESSED = SelfFamily(
     "budget, docs/security.md), by event name.",
     ("node", "event"),
 )
+READS_STUCK = SelfFamily(
+    "goodput_exporter_source_reads_stuck",
+    "gauge",
+    "Reads a source gave up on that are still stuck in the kernel (a process in D state, a "
+    "hung file system): each holds a thread and a file descriptor, and what it reads is "
+    "not read again until it returns. Present for the job-identity sources.",
+    ("node", "source"),
+)
 SELF_FAMILIES = (
     BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES, RELOAD_OK,
-    RELOAD_TIME, LOG_SUPPRESSED,
+    RELOAD_TIME, LOG_SUPPRESSED, READS_STUCK,
 )
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -130,6 +139,7 @@ class SelfMetrics:
         self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
         registry.register(_Suppressed(node))
+        registry.register(_Stuck(node))
         self.reloaded(True)
 
     def count_auth_failures(self, reasons: tuple[str, ...]) -> Callable[[str], None]:
@@ -156,4 +166,18 @@ class _Suppressed:
         family = CounterMetricFamily(f.name.removesuffix("_total"), f.help, labels=f.labels)
         for event, count in sorted(DAMPER.suppressed.items()):
             family.add_metric([self._node, event], float(count))
+        yield family
+
+
+class _Stuck:
+    """``goodput_exporter_source_reads_stuck`` from the sources that register a count."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        f = READS_STUCK
+        family = GaugeMetricFamily(f.name, f.help, labels=f.labels)
+        for source, count in stuck.counts().items():
+            family.add_metric([self._node, source], float(count))
         yield family
