@@ -302,3 +302,22 @@ def test_stat_with_a_hostile_command_name() -> None:
     assert stat == ident.Stat(session=3, start_ticks=42, ppid=1, comm="a) b) c (d")
     assert ident.parse_stat("garbage") is None
     assert ident.parse_stat("1 (x) S 1 2 notanumber " + "0 " * 20) is None
+
+
+@pytest.mark.parametrize("others", [0, 60], ids=["listing", "stat-per-pid"])
+def test_a_reused_or_ended_pid_is_told_without_reading_it(tmp_path: Path, others: int) -> None:
+    """Known processes are not read again: the /proc/<pid> inode (a listing, or a stat per
+    pid when they are few among many processes) tells a new process under an old pid."""
+    for pid in range(1000, 1000 + others):  # the node's other processes
+        (tmp_path / str(pid)).mkdir()
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup=slurm_cgroup(1))
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "5"}, cgroup=slurm_cgroup(5))
+    src = source(tmp_path, [("0", 10), ("1", 11)])
+    for _ in range(2):  # the first poll learns the node's size
+        assert jobs(src.poll_blocking()) == {"0": SLURM.identity("1"), "1": SLURM.identity("5")}
+    (tmp_path / "10" / "environ").write_bytes(b"SLURM_JOB_ID=9\0")  # not read again
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"}, cgroup=slurm_cgroup(2))  # pid 11 reused
+    assert jobs(src.poll_blocking()) == {"0": SLURM.identity("1"), "1": SLURM.identity("2")}
+    shutil.rmtree(tmp_path / "11")
+    result = src.poll_blocking()
+    assert jobs(result) == {"0": SLURM.identity("1")} and result.errors == {"pid_gone": 1}
