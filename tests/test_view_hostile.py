@@ -262,9 +262,11 @@ def _four_megabytes() -> str:
     out = [line for line in lines if 'gpu="' not in line]
     size, k = 0, 0
     while size < source.MAX_BYTES - 100_000:
+        def renumber(m: re.Match[str], shift: int = 12 * k) -> str:
+            return f'gpu="{int(m.group(1)) + shift}"'
+
         for line in per_gpu:
-            out.append(re.sub(r'gpu="(\d+)"', lambda m: f'gpu="{int(m.group(1)) + 12 * k}"',
-                              line))
+            out.append(re.sub(r'gpu="(\d+)"', renumber, line))
             size += len(out[-1]) + 1
         k += 1
     return "\n".join(out) + "\n"
@@ -280,7 +282,7 @@ def test_top_once_deadline_covers_parsing_a_4mb_answer(
 
     body = _four_megabytes()
     assert 4_000_000 < len(body) <= source.MAX_BYTES
-    real = top.parse
+    real = top.parse  # type: ignore[attr-defined]
 
     def slow(text: str, rates: object = None) -> object:
         time.sleep(3)

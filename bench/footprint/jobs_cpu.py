@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 GPUS = 8
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +77,13 @@ def measure(poll: Callable[[], object], polls: int) -> dict[str, float]:
     }
 
 
-def measure_tree(pids: list[int], counts: list[int], polls: int, churn_polls: int) -> dict:
+def _fixed(listed: tuple[object, ...]) -> Callable[[], tuple[Any, ...]]:
+    return lambda: listed
+
+
+def measure_tree(
+    pids: list[int], counts: list[int], polls: int, churn_polls: int
+) -> dict[str, object]:
     """In this interpreter (whose ``exporter`` is the tree under test)."""
     from exporter.readings import ProcessInfo
     from exporter.sources.jobs.config import JobsConfig
@@ -86,7 +93,7 @@ def measure_tree(pids: list[int], counts: list[int], polls: int, churn_polls: in
     for count in counts:
         listed = tuple(ProcessInfo(str(i % GPUS), pid) for i, pid in enumerate(pids[:count]))
         source = ProcJobSource(JobsConfig(interval=1.0), "/proc", platform.node(),
-                               processes=lambda listed=listed: listed)
+                               processes=_fixed(listed))
         c, t = time.process_time(), time.monotonic()
         first = source.poll_blocking()
         assert first.ok, first.error

@@ -5,7 +5,9 @@ only. Every refused claim is counted and logged once, with its reason."""
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -22,7 +24,7 @@ DELEGATED = "0::/user.slice/user-1000.slice/user@1000.service"
 below it and move their own processes there."""
 
 
-def _refused(logs: list[dict[str, object]], event: str) -> list[dict[str, object]]:
+def _refused(logs: list[MutableMapping[str, Any]], event: str) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["event"] == event]
 
 

@@ -31,7 +31,7 @@ def blocked(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[set[str], list[st
     paths: set[str] = set()
     calls: list[str] = []
     release = threading.Event()
-    real = procfs.read_file
+    real = procfs.read_file  # type: ignore[attr-defined]
 
     def sleepy(path: str, cap: int) -> tuple[bytes, bool]:
         calls.append(path)
@@ -86,7 +86,7 @@ def test_a_stuck_process_is_read_again_once_its_read_returns(
 ) -> None:
     monkeypatch.setattr(reader, "READ_TIMEOUT", BOUND)
     release = threading.Event()
-    real = procfs.read_file
+    real = procfs.read_file  # type: ignore[attr-defined]
     environ = str(tmp_path / "10" / "environ")
 
     def sleepy(path: str, cap: int) -> tuple[bytes, bool]:

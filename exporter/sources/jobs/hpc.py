@@ -24,10 +24,10 @@ from collections.abc import Callable
 import structlog
 
 from exporter.readings import Device, JobAssignments, JobIdentity, JobSource
+from exporter.runtime import stuck as stuck_reads
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
-from exporter.runtime import stuck as stuck_reads
 from exporter.sources.jobs.reader import (
     Reader,
     ReadTimeout,

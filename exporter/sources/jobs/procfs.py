@@ -37,11 +37,11 @@ from typing import Any
 import structlog
 
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo, strongest
+from exporter.runtime import stuck as stuck_reads
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
 from exporter.sources.jobs.config import JobsConfig
-from exporter.runtime import stuck as stuck_reads
 from exporter.sources.jobs.reader import (
     Reader,
     ReadTimeout,
