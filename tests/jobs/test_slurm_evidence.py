@@ -177,3 +177,15 @@ def test_the_settings_refuse_a_malformed_prefix() -> None:
         with pytest.raises(ValidationError):
             JobsConfig(slurm_cgroup_prefix=bad)
     assert JobsConfig(slurm_cgroup_prefix="/../..").slurm_cgroup_prefix == "/../.."
+
+
+def test_from_a_pods_cgroup_namespace_the_root_is_found_through_init(tmp_path: Path) -> None:
+    """The exporter in its own cgroup namespace (a pod on cgroup v2) sees the host's paths
+    below ``..`` runs; PID 1's (``/../../../init.scope``) says how many lead to the root."""
+    proc(tmp_path, 1, cgroup="0::/../../../init.scope\n", comm="systemd", uid=0)
+    proc(tmp_path, 10, cgroup="0::/../../../system.slice/slurmstepd.scope/job_7/step_0\n")
+    proc(tmp_path, 11, start=3,  # one level short of the root: a pod's sibling, not slurmd
+         cgroup="0::/../../system.slice/slurmstepd.scope/job_8/step_0\n")
+    result = source(tmp_path, [("0", 10), ("1", 11)], environ=False).poll_blocking()
+    assert jobs(result) == {"0": SLURM.identity("7"), "1": PROCESS.identity("n1/11-3")}
+    assert result.errors == {"slurm_cgroup_refused": 1}

@@ -120,6 +120,24 @@ class Known:
     """Its read was given up: read again once that read has returned."""
 
 
+def climb_to_root(proc_root: str) -> str:
+    """The ``/..`` run that leads from this process's cgroup namespace to the host's root,
+    read from PID 1's cgroup v2 path (``/../../init.scope`` seen from a pod's namespace):
+    "" where the namespace is the host's, or PID 1 is not the host's init."""
+    try:
+        raw, _ = read_file(os.path.join(proc_root, "1", "cgroup"), MAX_SMALL)
+    except OSError:
+        return ""
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if line.startswith("0::/"):
+            parts = line[3:].split("/")[1:]
+            run = 0
+            while run < len(parts) and parts[run] == "..":
+                run += 1
+            return "/.." * run
+    return ""
+
+
 def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, str]:
     """Where this process sees each cgroup hierarchy: "" for v2, a v1 controller (or
     ``name=systemd``) for v1 -> its mount point; only mounts of the hierarchy's root, so
@@ -156,7 +174,7 @@ class ProcJobSource(BlockingSource):
         super().__init__()
         self.interval = config.interval
         self._environ = config.environ
-        self._prefix = config.slurm_cgroup_prefix
+        self._prefix = config.slurm_cgroup_prefix or climb_to_root(proc_root)
         self._mounts = cgroup_mounts() if mounts is None else dict(mounts)
         """cgroup hierarchies as mounted here, for the owner of a Slurm job's directory."""
         self._root = proc_root
@@ -344,8 +362,8 @@ class ProcJobSource(BlockingSource):
         for controllers, path in cgroup.dirs:
             mount = next((self._mounts[c] for c in controllers.split(",")
                           if c in self._mounts), None)
-            if mount is None:
-                continue
+            if mount is None or ".." in path.split("/"):
+                continue  # not mounted here, or outside this namespace's view: cannot tell
             try:
                 owner = os.stat(mount + path, follow_symlinks=False).st_uid
             except OSError:
