@@ -16,9 +16,8 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily
 
-from exporter.runtime import stuck
 from exporter.runtime.logdamp import DAMPER
 
 
@@ -99,7 +98,8 @@ READS_STUCK = SelfFamily(
     "gauge",
     "Reads a source gave up on that are still stuck in the kernel (a process in D state, a "
     "hung file system): each holds a thread and a file descriptor, and what it reads is "
-    "not read again until it returns. Present for the job-identity sources.",
+    "not read again until it returns. Present for the job-identity sources, from their "
+    "first poll.",
     ("node", "source"),
 )
 SELF_FAMILIES = (
@@ -138,8 +138,9 @@ class SelfMetrics:
         f = RELOAD_TIME
         self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
+        f = READS_STUCK
+        self.reads_stuck = Gauge(f.name, f.help, f.labels, registry=registry)
         registry.register(_Suppressed(node))
-        registry.register(_Stuck(node))
         self.reloaded(True)
 
     def count_auth_failures(self, reasons: tuple[str, ...]) -> Callable[[str], None]:
@@ -168,16 +169,3 @@ class _Suppressed:
             family.add_metric([self._node, event], float(count))
         yield family
 
-
-class _Stuck:
-    """``goodput_exporter_source_reads_stuck`` from the sources that register a count."""
-
-    def __init__(self, node: str) -> None:
-        self._node = node
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        f = READS_STUCK
-        family = GaugeMetricFamily(f.name, f.help, labels=f.labels)
-        for source, count in stuck.counts().items():
-            family.add_metric([self._node, source], float(count))
-        yield family

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from exporter.readings import Device, JobAssignments, ProcessInfo
-from exporter.runtime import stuck as stuck_reads
 from exporter.sources.jobs import hpc, procfs, reader
 from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.identity import SLURM
@@ -75,10 +74,10 @@ def test_200_stuck_environ_reads_leave_every_healthy_gpu_its_job(
         assert jobs(result) == HEALTHY, poll
         assert time.monotonic() - started < BOUND * 3 + 1
     assert result.errors == {}  # the stuck one counted once, at its first poll
+    assert result.stuck_reads == 1  # goodput_exporter_source_reads_stuck
     environ_reads = [p for p in calls
                      if p.endswith("/environ") and int(Path(p).parent.name) < 5000]
     assert environ_reads == [str(tmp_path / "100" / "environ")]  # one thread, once
-    assert stuck_reads.counts()["jobs_proc"] == 1
 
 
 def test_a_stuck_process_is_read_again_once_its_read_returns(
@@ -100,10 +99,11 @@ def test_a_stuck_process_is_read_again_once_its_read_returns(
     src = ProcJobSource(JobsConfig(), str(tmp_path), NODE, processes=lambda: listed)
     first = src.poll_blocking()
     assert first.ok and first.errors == {"read_timeout": 1} and jobs(first) == {}
+    assert first.stuck_reads == 1
     assert jobs(src.poll_blocking()) == {}  # still stuck: not read again
     release.set()  # the process leaves D state
     deadline = time.monotonic() + 5
-    while stuck_reads.counts()["jobs_proc"] and time.monotonic() < deadline:
+    while src._reader.stuck() and time.monotonic() < deadline:
         time.sleep(0.02)
     monkeypatch.setattr(procfs, "read_file", real)
     assert jobs(src.poll_blocking()) == {"0": SLURM.identity("5")}
@@ -143,8 +143,8 @@ def test_one_stuck_mapping_file_leaves_the_other_gpus_theirs(
             assert result.ok, (poll, result.error)
             assert result.get(JobAssignments).gpus == expected, poll  # type: ignore[union-attr]
             assert result.errors == ({"read_timeout": 1} if poll == 0 else {})
+            assert result.stuck_reads == 1
         assert reads.count(stuck) == 2  # once fine, once stuck: never again while stuck
-        assert stuck_reads.counts()["jobs_hpc"] == 1
     finally:
         release.set()
 

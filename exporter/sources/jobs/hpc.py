@@ -24,7 +24,6 @@ from collections.abc import Callable
 import structlog
 
 from exporter.readings import Device, JobAssignments, JobIdentity, JobSource
-from exporter.runtime import stuck as stuck_reads
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
@@ -89,7 +88,6 @@ class HpcJobMapSource(BlockingSource):
         self._inventory = inventory
         self._fresh = Fresh()
         self._reader = Reader(f"source-{SOURCE}-read")
-        stuck_reads.register(SOURCE, self._reader.stuck)
         self._known: dict[str, JobIdentity | None] = {}
         """GPU index -> the job its file said at its last read, kept while a read is stuck."""
 
@@ -126,7 +124,8 @@ class HpcJobMapSource(BlockingSource):
         errors: dict[str, int] = {}
         self._fresh(problems, errors)
         return SourceResult(source=SOURCE, errors=errors,
-                            reading=JobAssignments(HPC.name, self._gpus(by_index)))
+                            reading=JobAssignments(HPC.name, self._gpus(by_index)),
+                            stuck_reads=self._reader.stuck())
 
     def _gpus(self, by_index: dict[str, JobIdentity]) -> dict[str, JobIdentity]:
         return {
@@ -146,6 +145,7 @@ class HpcJobMapSource(BlockingSource):
                 source=SOURCE, ok=False, reason=reason,
                 error=f"HPC job-mapping directory {self._dir}: {why}",
                 reading=JobAssignments(HPC.name, self._gpus(last)),
+                stuck_reads=self._reader.stuck(),
             )
         if isinstance(exc, OSError):
             reason = "permission_denied" if isinstance(exc, PermissionError) else "dir_missing"
@@ -156,7 +156,7 @@ class HpcJobMapSource(BlockingSource):
         return SourceResult(
             source=SOURCE, ok=False, reason=reason,
             error=f"HPC job-mapping directory {self._dir}: {why}",
-            reading=JobAssignments(HPC.name),
+            reading=JobAssignments(HPC.name), stuck_reads=self._reader.stuck(),
         )
 
     def _job_of(

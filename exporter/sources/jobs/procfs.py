@@ -37,7 +37,6 @@ from typing import Any
 import structlog
 
 from exporter.readings import JobAssignments, JobIdentity, ProcessInfo, strongest
-from exporter.runtime import stuck as stuck_reads
 from exporter.snapshot import SourceResult
 from exporter.sources.base import BlockingSource
 from exporter.sources.jobs import identity as ident
@@ -184,7 +183,6 @@ class ProcJobSource(BlockingSource):
         self._cache: dict[int, Known] = {}
         """pid -> what it was read as, while NVML lists it and its /proc inode holds."""
         self._reader = Reader(f"source-{SOURCE}-read")
-        stuck_reads.register(SOURCE, self._reader.stuck)
         self._entries = 0
         """Entries in ``proc_root`` at its last listing: the node's processes."""
         self._since_listing = 0
@@ -235,7 +233,8 @@ class ProcJobSource(BlockingSource):
         gpus = self._assign(per_gpu, errors)
         self._log("state", "ok", "ok", event="job_identity", processes=len(live), jobs=len(
             set(gpus.values())))
-        return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(SOURCE, gpus))
+        return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(SOURCE, gpus),
+                            stuck_reads=self._reader.stuck())
 
     def _list(self, wanted: frozenset[int]) -> dict[int, int]:
         """pid -> inode of ``<root>/<pid>`` for the wanted pids present (on the reader's
@@ -497,7 +496,7 @@ class ProcJobSource(BlockingSource):
         self._log("state", reason, None, event="job_identity", level="warning", error=error)
         return SourceResult(
             source=SOURCE, ok=False, reason=reason, error=error,
-            reading=JobAssignments(SOURCE),
+            reading=JobAssignments(SOURCE), stuck_reads=self._reader.stuck(),
         )
 
 
