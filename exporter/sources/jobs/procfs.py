@@ -185,6 +185,7 @@ class ProcJobSource(BlockingSource):
         self._reader = Reader(f"source-{SOURCE}-read")
         self._entries = 0
         """Entries in ``proc_root`` at its last listing: the node's processes."""
+        self._interned: dict[JobIdentity, JobIdentity] = {}
         self._since_listing = 0
         self._log = OnChange(log)
         self._conflicts: frozenset[tuple[str, tuple[JobIdentity, ...]]] = frozenset()
@@ -224,12 +225,15 @@ class ProcJobSource(BlockingSource):
             )
         if gone:
             errors["pid_gone"] = len(gone)
-        per_gpu: dict[str, set[JobIdentity]] = {}
+        by_object: dict[str, dict[int, JobIdentity]] = {}
+        cache = self._cache
         for pid, on in live.items():
-            known = self._cache.get(pid)
+            known = cache.get(pid)
             if known is not None and known.identity is not None:
+                identity = known.identity  # interned: equal identities are one object
                 for gpu in on:
-                    per_gpu.setdefault(gpu, set()).add(known.identity)
+                    by_object.setdefault(gpu, {})[id(identity)] = identity
+        per_gpu = {gpu: set(found.values()) for gpu, found in by_object.items()}
         gpus = self._assign(per_gpu, errors)
         self._log("state", "ok", "ok", event="job_identity", processes=len(live), jobs=len(
             set(gpus.values())))
@@ -306,9 +310,20 @@ class ProcJobSource(BlockingSource):
                 log.warning("job_process_skipped", pid=pid, reason=reason,
                             error=outcome.strerror)
             elif isinstance(outcome, Read):
-                self._cache[pid] = Known(inode, self._judge(pid, outcome, errors))
+                self._cache[pid] = Known(inode, self._intern(self._judge(pid, outcome, errors)))
             elif isinstance(outcome, BaseException):
                 raise outcome  # a bug: the scheduler turns it into a failed poll
+
+    def _intern(self, identity: JobIdentity | None) -> JobIdentity | None:
+        """One object per distinct identity, so a poll groups 10,000 processes by object
+        (``id``) instead of hashing each identity's fields; forgotten identities are
+        dropped once the table is twice the processes known."""
+        if identity is None:
+            return None
+        if len(self._interned) > 2 * len(self._cache) + 64:
+            self._interned = {k.identity: k.identity for k in self._cache.values()
+                              if k.identity is not None}
+        return self._interned.setdefault(identity, identity)
 
     def _timed_out(self, pid: int, inode: int, errors: dict[str, int]) -> None:
         _count(errors, "read_timeout")
