@@ -129,6 +129,9 @@ class Cgroup:
         return Cgroup(False, None, refused=why)
 
 
+_NO_SLURM = Cgroup(False, None)
+
+
 def _anchored(controllers: str, path: str, prefix: str) -> tuple[str | None, int | None, bool]:
     """(job, v1 uid, in slurmd's tree) of one cgroup line's path, anchored at the root
     (after the site's ``prefix``)."""
@@ -153,6 +156,8 @@ def parse_cgroup(text: str, prefix: str = "") -> Cgroup:
     """The Slurm part of a ``/proc/<pid>/cgroup``, its paths anchored where slurmd's cgroup
     plugins create them (after the site's ``prefix``, e.g. the path a containerised slurmd
     lives under); any other path naming slurm is refused, with the reason."""
+    if "slurm" not in text.lower():  # most processes: nothing to anchor or refuse
+        return _NO_SLURM
     jobs: set[str] = set()
     uids: set[int] = set()
     dirs: list[tuple[str, str]] = []
