@@ -4,20 +4,23 @@ process session.
 Every ``jobs.interval`` it takes the compute processes NVML last listed and, for each
 process not seen before, reads a few small files under ``proc_root``:
 
-- ``<pid>/stat``: the session, the parent and the start time (the cache key, with the pid,
-  so a reused pid is a new process);
-- ``<pid>/cgroup``: a Slurm job's ``job_<id>`` directory (readable by anyone; only root
-  can move a process into or out of it, so it is the scheduler's word);
+- ``<pid>/stat``: the session, the parent and the start time;
+- ``<pid>/cgroup``: a Slurm job's ``job_<id>`` directory, believed only at the paths
+  slurmd's own cgroup plugins create (:func:`identity.parse_cgroup`; only root can make
+  them or move a process there, so they are the scheduler's word), checked against the
+  process's uid (v1, ``<pid>/status``) and the directory's owner where the cgroup file
+  system is mounted here;
 - ``<pid>/environ`` (``jobs.environ``): at most :data:`MAX_ENVIRON` bytes, of which only
   the variables in :data:`identity.VARIABLES` are looked at. Reading it needs the process's
   uid or CAP_SYS_PTRACE; other values never leave this module. A Slurm job named there is
-  believed only with evidence (:func:`identity.from_process`); the parents' ``stat`` and
-  ``status`` are read to find a slurmstepd when the cgroup does not say.
+  believed only where Slurm vouches for it (:func:`identity.from_process`); the parents'
+  ``stat`` and ``status`` and a slurmstepd's ``cmdline`` (its title names its job) are
+  read when the cgroup does not say.
 
 The identity is cached per process: NVML's pids are looked up in one listing of
-``proc_root`` per poll, whose entries carry the inode of each ``/proc/<pid>`` (the kernel
-makes a new one for every process), so a pid gone is forgotten and a reused pid is read
-anew without a read per known process. Every read is bounded
+``proc_root`` per poll (or a ``stat`` each, when they are few among many), which gives the
+inode of each ``/proc/<pid>`` (the kernel makes a new one for every process), so a pid gone
+is forgotten and a reused pid is read anew without a read per known process. Every read is bounded
 (:mod:`exporter.sources.jobs.reader`): a process whose read does not return in time is
 counted (``read_timeout``) and not read again before that read ends; while it is stuck, no
 other new process of its GPUs is read (one hung job costs one thread), and every identity
