@@ -11,24 +11,36 @@ suite stays quick on two shared cores; what is asserted is a share of rounds, no
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from aiohttp import web
 
+from exporter.settings import config
 from exporter.snapshot import SourceResult
 from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import pod_target
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet
+from testkit.harness import DaemonProcess
+from tests.conftest import REPO
 from tests.support.serving import (
     TARGET_UP,
     TOKENS,
     ThreadEngine,
     exposition,
     inventory,
+    make_source,
     metric,
     start,
     vllm_text,
@@ -175,7 +187,7 @@ async def test_60_pods_at_300ms_leave_honest_targets_their_scrapes_and_show_the_
     the rounds they miss count as ``queued``. Before: the honest ones got 5-16 of 30 and
     every counter stayed 0."""
     release = asyncio.Event()
-    runner, base, seen = await engines(lambda name: 0.3, release)
+    runner, base, _ = await engines(lambda name: 0.3, release)
     busy = [pod("busy", f"p{i}", base, f"/p{i}/metrics") for i in range(60)]
     honest = [ThreadEngine(lambda n: vllm_text(10.0 * (n + 1))) for _ in range(2)]
     config = ServingConfig(extra_targets=[e.url for e in honest], interval=0.5, timeout=2.0,
@@ -234,3 +246,103 @@ async def test_72_namespaces_under_max_targets_64_all_take_turns() -> None:
     published = sum(v for n, labels, v in exposition(result)
                     if n == TOKENS and labels["kind"] == "generation")
     assert published == 10.0 * sum(seen.values())
+
+
+# --- a refused reload is never lost to the byte budget ------------------------------------
+
+
+def _reload_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()
+            if '"config_reload' in line or '"config_reloaded"' in line]
+
+
+def test_kilobyte_refusals_are_summarized_with_their_times_before_the_next_success(
+    tmp_path: Path,
+) -> None:
+    """Three refused reloads whose log line is ~3 KB of JSON (an unknown key of 600
+    non-ASCII characters), then a good config: every refusal is in the log, as its own
+    line or in a summary carrying when the first and last were refused, and that summary
+    comes before ``config_reloaded``, not seconds after it. Before: the byte budget
+    dropped them with no summary and the log's last word was ``config_reloaded``."""
+    cfg, log = tmp_path / "c.yml", tmp_path / "log"
+    cfg.write_text("interval: 1\n")
+    daemon = DaemonProcess("--simulate", "--simulate-gpus", "1", "--config", str(cfg), log=log)
+    daemon.start(timeout=30)
+    assert daemon.proc is not None
+    try:
+        cfg.write_text('? "' + "é" * 600 + '"\n: 1\n', encoding="utf-8")
+        for _ in range(3):
+            daemon.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.3)
+        cfg.write_text("interval: 1\n")
+        daemon.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "config_reloaded" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        daemon.stop(timeout=15)
+    lines = _reload_lines(log.read_text())
+    events = [line["event"] for line in lines]
+    assert "config_reloaded" in events, events
+    before = lines[: events.index("config_reloaded")]
+    refusals = [line for line in before if line["event"] == "config_reload_failed"]
+    shown = sum(1 for line in refusals if "summary" not in line)
+    shown += sum(int(line.get("suppressed", 0)) for line in refusals)
+    assert shown == 3, refusals
+    summaries = [line for line in refusals if "summary" in line]
+    assert summaries, refusals  # the budget did drop some: said, with when
+    assert all(s["first_refused_at"] <= s["last_refused_at"] for s in summaries)
+
+
+@pytest.mark.parametrize("flag", ["--log-level", "--interval", "--simulate-gpus",
+                                  "--listen", "--no-such-flag"])
+def test_every_flag_value_is_capped_before_it_is_echoed(flag: str) -> None:
+    """A 100 KB value of any flag is refused in one short line (before: argparse
+    repeated the whole value to stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter", flag, "x" * 100_000, "--simulate"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=30, check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[:300]
+    assert len(proc.stderr) < 500 and proc.stderr.count("\n") == 1, proc.stderr[:500]
+
+
+# --- one engine, one identity; secrets after percent-decoding -----------------------------
+
+
+async def test_ipv4_mapped_dotted_and_fqdn_loopback_spellings_are_one_engine() -> None:
+    """``127.0.0.1``, ``[::ffff:127.0.0.1]``, ``127.1`` and ``LOCALHOST.`` reach one
+    engine: one target, its tokens once (before: the mapped and FQDN spellings were
+    scraped and counted again)."""
+    engine = ThreadEngine(lambda n: vllm_text(100.0 * (n + 1)))
+    port = engine.url.split(":")[2].split("/")[0]
+    spellings = [engine.url, f"http://[::ffff:127.0.0.1]:{port}/metrics",
+                 f"http://127.1:{port}/metrics", f"http://LOCALHOST.:{port}/metrics"]
+    settings = config.build({"serving": {"extra_targets": spellings}}, environ={})
+    src = make_source(settings.section(ServingConfig))
+    try:
+        for _ in range(3):
+            result = await src.poll()
+    finally:
+        await src.close()
+        engine.close()
+    assert len(src._states) == 1
+    assert metric(result, TOKENS, kind="generation") == 100.0 * len(engine.queries)
+    assert src._states[next(iter(src._states))].target.is_local
+
+
+async def test_a_percent_encoded_secret_name_never_reaches_a_label() -> None:
+    """``?%74oken=abc`` is ``?token=abc`` to the engine: its value is ``<secret>`` in the
+    ``target`` label as in the log (before: the label showed it)."""
+    engine = ThreadEngine(lambda n: vllm_text(1.0))
+    url = engine.url + "?%74oken=abc-s3cr3t&x=1"
+    src = make_source(ServingConfig(extra_targets=[url]))
+    try:
+        result = await src.poll()
+    finally:
+        await src.close()
+        engine.close()
+    assert "abc-s3cr3t" not in repr(exposition(result))
+    assert metric(result, TARGET_UP, target=engine.url + "?%74oken=<secret>&x=1") == 1.0
+    assert engine.queries == ["/metrics?token=abc-s3cr3t&x=1"]  # what the engine reads

@@ -100,6 +100,9 @@ class DeltaTracker:
     def last(self, key: Hashable) -> float | None:
         return self._last.get(key)
 
+    def series(self) -> list[Any]:
+        return list(self._last)
+
     def delta(self, key: Hashable, value: float, jitter: float = 0.0) -> float:
         """Growth since the last call; the whole value on first sight or after a reset.
 
@@ -164,7 +167,7 @@ class _Process:
         self.fresh = True
         """No reading of it yet: its first counts every counter whole."""
 
-    def vanish(self, key: SignalKey, limit: int) -> None:
+    def vanish(self, key: Any, limit: int) -> None:
         last = self.tracker.last(key)
         self.tracker.forget_where(lambda k: k == key)
         if last is not None:
@@ -274,11 +277,9 @@ class Ledger:
             del self._models[model]
         if gone:
             names = set(gone)
-            for proc in set(self._procs.values()) | {self._proc}:
-                keys: list[SignalKey] = []
-                proc.tracker.forget_where(lambda k: k[1] in names and not keys.append(k))
-                for key in keys:
-                    proc.vanished.pop(key, None)
+            for proc in {id(p): p for p in (*self._procs.values(), self._proc)}.values():
+                for key in [k for k in proc.tracker.series() if k[1] in names]:
+                    proc.vanish(key, self._bound)
         return gone
 
     def step(
@@ -309,7 +310,7 @@ class Ledger:
             for key in [k for k in proc.vanished if k[0] == signal]:
                 del proc.vanished[key]
         present = set(keys)
-        for key in [k for k in list(proc.tracker._last) if k not in present]:
+        for key in [k for k in proc.tracker.series() if k not in present]:
             if key[0] in wanted and key[0] not in rises:
                 proc.vanish(key, self._bound)
         growth: dict[SignalKey, float] = {}
@@ -403,9 +404,9 @@ class Ledger:
         if own is not None and own <= value:
             best = (key, own)
         for other, last in vanished.items():
-            if other[0] == key[0] and other[2] == key[2] and last <= value:
-                if best is None or last > best[1]:
-                    best = (other, last)
+            same = other[0] == key[0] and other[2] == key[2]
+            if same and last <= value and (best is None or last > best[1]):
+                best = (other, last)
         if best is not None and best[0] != key:
             del vanished[best[0]]
         return best

@@ -297,17 +297,16 @@ class ScrapePool:
         that used more), else ``cut``."""
         if not entry.long:
             done, _ = await asyncio.wait({task}, timeout=overrun)
-            if not done and not entry.preempted:
-                if not self._promote(entry):
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                    self.limited[CUT_REASON] += 1
-                    return cut(
-                        CUT_REASON,
-                        f"cut after {overrun:.2g}s: the {self.long_size} slots long scrapes "
-                        f"may hold (half of serving.max_concurrency {self.size}) are held "
-                        "by tenants that used less",
-                    )
+            if not done and not entry.preempted and not self._promote(entry):
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self.limited[CUT_REASON] += 1
+                return cut(
+                    CUT_REASON,
+                    f"cut after {overrun:.2g}s: the {self.long_size} slots long scrapes "
+                    f"may hold (half of serving.max_concurrency {self.size}) are held "
+                    "by tenants that used less",
+                )
         await asyncio.gather(task, return_exceptions=True)
         if entry.preempted or task.cancelled():
             return cut(

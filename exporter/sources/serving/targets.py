@@ -22,8 +22,6 @@ log = structlog.get_logger("serving")
 DROPPED_REASONS = ("bad_pod", "duplicate", "max_targets", "max_targets_per_namespace")
 """Why discovered targets are not scraped (``goodput_serving_targets_dropped``)."""
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
-
 
 @dataclass(frozen=True)
 class Target:
@@ -82,7 +80,7 @@ class Target:
     @property
     def is_local(self) -> bool:
         """Whether the engine listens on this host, so /proc can find its process."""
-        return (urlsplit(self.url).hostname or "") in LOOPBACK_HOSTS
+        return aliases.canonical(urlsplit(self.url).hostname or "") == aliases.LOOPBACK
 
 
 def static_targets(config: ServingConfig) -> list[Target]:
