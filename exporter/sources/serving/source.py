@@ -112,6 +112,8 @@ class ServingSource(Source):
         self._limits = Limits.of(config)
         for state in self._states.values():
             state.ledger.limits = self._limits
+        if self._pool is not None:
+            self._pool.grace = self._wait_budget()
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
