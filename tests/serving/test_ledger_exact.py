@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.sources.serving.accumulate import Ledger, Limits
+from exporter.sources.serving.accumulate import MAX_TOKENS, Ledger, Limits
 
 SIGNALS = ("generation_tokens", "prompt_tokens")
 MODELS = ("a", "b", "c")
@@ -222,3 +222,12 @@ def test_one_counter_under_two_alternating_names_counts_once() -> None:
     readings = [("", {"a": 1000.0}), ("", {"b": 1500.0}), ("", {"a": 2000.0}),
                 ("", {"b": 2500.0}), ("", {"a": 3000.0})]
     assert steps(Ledger(LIMITS), readings) == 3000.0
+
+
+def test_a_start_time_that_flaps_for_ever_keeps_bounded_state_and_counts_growth() -> None:
+    """A new start token on every scrape, counters going on: growth only, and the tokens
+    remembered stay bounded."""
+    ledger = Ledger(LIMITS)
+    readings = [(f"{1.7e9 + i:.3f}", {"a": 1000.0 + i}) for i in range(5000)]
+    assert steps(ledger, readings) == 1000.0 + 4999.0
+    assert len(ledger._procs) <= MAX_TOKENS

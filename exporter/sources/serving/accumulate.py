@@ -152,6 +152,9 @@ class Step:
 MAX_PROCESSES = 8
 """Engine processes (start tokens) remembered per target: replicas behind one URL, a
 process that restarted, each keeps its own counters' last values."""
+MAX_TOKENS = 4 * MAX_PROCESSES
+"""Start tokens remembered per target (a flapping start time maps many to one process);
+the least recently seen goes first."""
 
 
 class _Process:
@@ -355,7 +358,9 @@ class Ledger:
             restarted = True
             self._proc = self._procs[started] = _Process()
         self._token = started
-        while len(set(map(id, self._procs.values()))) > MAX_PROCESSES:
+        while len(self._procs) > MAX_TOKENS or (
+            len(set(map(id, self._procs.values()))) > MAX_PROCESSES
+        ):
             self._procs.popitem(last=False)
         return restarted, flapped
 
