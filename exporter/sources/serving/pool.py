@@ -231,10 +231,13 @@ class ScrapePool:
                 continue
             free = self.size - self._holding()
             if request.long:
-                if free > 0 and self._long_holding() < self.long_size:
+                places = self._long_holding() < self.long_size
+                if free > 0 and places:
                     self._grant(request, now)
                     continue
-                victim = self._victim(request.tenant, request.key, now, long=True)
+                # no long place: one held by a tenant that used more; a place but no
+                # slot: the slot of any scrape a fast request could cut
+                victim = self._victim(request.tenant, request.key, now, long=not places)
             elif free > 0:
                 self._grant(request, now)
                 continue
