@@ -21,16 +21,21 @@ from dataclasses import dataclass, field
 from exporter.view.printable import printable
 from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
 from exporter.view.source import AppFactory, Endpoint, SimulatedNode
-from exporter.view.table import frame
+from exporter.view.table import DETAIL_LINES, frame
 
 DEFAULT_URL = "http://127.0.0.1:9433/metrics"
 SETTLE_SECONDS = 10.0
 """--once waits at most this long for every GPU to have a verdict (a daemon just started
 says unknown for its first windows)."""
-ONCE_DEADLINE = 20.0
-"""--once gives up after this long overall (``--deadline``): the settling wait, and two
-reads of at most ``source.READ_DEADLINE`` each."""
-HELP = "s sort  r reverse  / filter  j/k select  q quit"
+ONCE_DEADLINE = 30.0
+"""--once gives up after this long overall (``--deadline``): the settling wait, the wait
+for a just-started job's first verdict, and reads of at most ``source.READ_DEADLINE`` each."""
+VERDICT_SECONDS = 15.0
+"""A multi-GPU job is judged once a GPU of it has been in it this long: the model names a
+straggler after ``straggler_confirm_seconds`` (10) of windows of
+``straggler_window_seconds`` (3) (exporter/model/config.py's defaults), plus a poll. Until
+then --once waits, so right after start it shows the straggler instead of none."""
+HELP = "s sort  r reverse  / filter  j/k select  q/Esc quit"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -130,7 +135,8 @@ def read(endpoint: Endpoint, rates: Rates, until: float | None = None) -> NodeVi
 def screen_lines(state: State, width: int, height: int) -> list[str]:
     """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
     rows = state.rows()
-    room = max(height - 4 - (1 if state.view.error else 0) - len(state.view.jobs), 1)
+    room = max(height - 3 - DETAIL_LINES - (1 if state.view.error else 0)
+               - len(state.view.jobs), 1)
     top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
     title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
              f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
@@ -182,7 +188,8 @@ steps, so a shorter window can miss a throttled GPU's step."""
 def once(endpoint: Endpoint, state: State, interval: float, width: int,
          deadline: float = ONCE_DEADLINE) -> int:
     """Print one frame after reads ONCE_RATE_SECONDS apart (so rates are known) and, within
-    SETTLE_SECONDS, once every GPU has a regime; whatever happens, within ``deadline``
+    SETTLE_SECONDS, once every GPU has a regime, and once every multi-GPU job has its first
+    straggler verdict (:func:`judged`); whatever happens, within ``deadline``
     seconds (a server that trickles its answer is given up, in one line). A daemon that
     cannot be read is one line on standard error, not a frame around it."""
     until = time.monotonic() + deadline
@@ -197,7 +204,8 @@ def once(endpoint: Endpoint, state: State, interval: float, width: int,
         state.view = view
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
         now = time.monotonic()
-        if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:
+        if ((settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS) \
+                and judged(state.view):
             break
     if state.view.error:
         print(f"gpu-goodput-exporter top: cannot read {state.view.error}", file=sys.stderr)
@@ -206,6 +214,12 @@ def once(endpoint: Endpoint, state: State, interval: float, width: int,
     rows = state.rows()
     print("\n".join(printable(line.rstrip()) for line in frame(state.view, rows, width)))
     return 0
+
+
+def judged(view: NodeView) -> bool:
+    """Whether every multi-GPU job has its first verdict: a straggler named, or watched
+    for VERDICT_SECONDS without one."""
+    return all(job.straggler or job.seconds >= VERDICT_SECONDS for job in view.jobs)
 
 
 def quiet_logs() -> None:
