@@ -147,25 +147,24 @@ def job_labels(rows: Sequence[GpuRow], node: str, width: int) -> dict[str, str]:
     :func:`job_forms` that fits and is part of no other job's name on this node, so it
     cannot be mistaken for another job (``4101`` for ``vm/4101-1000001``). Only a name no
     such form fits is cut, marked ``~``."""
-    names = sorted({r.job for r in rows if r.job})
+    shown = {r.job: printable(r.job) for r in rows if r.job}  # escaped as the terminal gets it
     out = {}
-    for name in names:
-        others = [n for n in names if n != name]
-        clear = [f for f in job_forms(name, node) if not any(f in o for o in others)]
+    for name, text in shown.items():
+        others = [o for n, o in shown.items() if n != name]
+        clear = [f for f in job_forms(text, node) if not any(f in o for o in others)]
         fits = [f for f in clear if len(f) <= width]
-        out[name] = fits[0] if fits else _fit((clear or [name])[-1], width).rstrip()
+        out[name] = fits[0] if fits else _fit((clear or [text])[-1], width).rstrip()
     return out
 
 
 def _job_need(rows: Sequence[GpuRow], node: str) -> tuple[int, int]:
     """(narrowest, widest) JOB column: every job identifiable / every name whole."""
-    names = {r.job for r in rows if r.job}
+    names = {printable(r.job) for r in rows if r.job}
     if not names:
         return 0, 0
-    shortest = job_labels(rows, node, 1)
     narrow = max(len(min((f for f in job_forms(n, node) if not any(
-        f in o for o in names - {n})), key=len, default=shortest[n])) for n in names)
-    return max(narrow, 3), max(len(printable(n)) for n in names)
+        f in o for o in names - {n})), key=len, default=n)) for n in names)
+    return max(narrow, 3), max(len(n) for n in names)
 
 
 def columns_for(rows: Sequence[GpuRow], width: int, node: str = "") -> list[Column]:
