@@ -43,8 +43,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -72,6 +70,8 @@ def in_the_venv(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     in_the_venv(sys.argv[1:])
+
+import yaml  # noqa: E402  (after in_the_venv: a system Python may lack it)
 
 from exporter.sim.patterns import NODE  # noqa: E402
 from mixin.config import load, seconds  # noqa: E402
