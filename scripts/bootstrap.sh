@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ticking() {
   local what="$1" start=$SECONDS pid
   shift
-  "$@" &
+  "$@" <&0 &  # keeps stdin (a script's background job would get /dev/null): sudo may ask
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     for _ in $(seq 20); do

@@ -29,6 +29,11 @@ def check_delivered(workdir: Path, stdout: str) -> None:
     first = min(n["received_after_seconds"] for n in notifications)
     assert came and all(seconds >= int(first) > 5 for seconds in came.values()), summary
     assert {"GPUBusyButUnproductive (gpu 5)", "GPUJobStraggler (gpu 9)"} <= set(came), summary
+    # docs/dashboards.md's timing table names every alert that reaches the webhook.
+    docs = (ROOT / "docs" / "dashboards.md").read_text()
+    table = docs[docs.index("| when | alerts"):docs.index("To make that fast")]
+    missing = {name.split(" (")[0] for name in came} - set(re.findall(r"`(\w+)`", table))
+    assert not missing, f"docs/dashboards.md's timing table leaves out {sorted(missing)}"
     firing = [(n["receiver"], a["labels"]) for n in notifications for a in n["alerts"]
               if a["labels"]["alertname"] == "GPUBusyButUnproductive"]
     assert any(labels["gpu"] == "5" and labels["node"] == "sim-node" and receiver == "gpu-team"
