@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     add("--filter", default="", metavar="WORDS",
         help="show rows containing every word, e.g. 'hollow' or 'comm_wait' (key /)")
     add("--once", action="store_true",
-        help="print one frame (after two reads, so rates are known) and exit")
+        help="print one frame and exit: once rates, every GPU's regime and every job's first "
+        "straggler verdict are known (at most --deadline)")
     add("--width", type=int, default=0, help="--once: line width (default: the terminal's)")
     add("--deadline", type=float, default=ONCE_DEADLINE, metavar="SECONDS",
         help=f"--once: give up after this long overall (default {ONCE_DEADLINE:.0f})")
