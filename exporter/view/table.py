@@ -6,6 +6,7 @@ strings. Plain ASCII, no colour: it reads the same over ssh, in a log, and in tm
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -147,24 +148,57 @@ def job_labels(rows: Sequence[GpuRow], node: str, width: int) -> dict[str, str]:
     :func:`job_forms` that fits and is part of no other job's name on this node, so it
     cannot be mistaken for another job (``4101`` for ``vm/4101-1000001``). Only a name no
     such form fits is cut, marked ``~``."""
-    shown = {r.job: printable(r.job) for r in rows if r.job}  # escaped as the terminal gets it
-    out = {}
-    for name, text in shown.items():
-        others = [o for n, o in shown.items() if n != name]
-        clear = [f for f in job_forms(text, node) if not any(f in o for o in others)]
-        fits = [f for f in clear if len(f) <= width]
-        out[name] = fits[0] if fits else _fit((clear or [text])[-1], width).rstrip()
-    return out
+    jobs = _jobs(tuple(sorted({r.job for r in rows if r.job})), node)
+    return {name: jobs.label(i, width) for i, name in enumerate(jobs.names)}
+
+
+class _Jobs:
+    """The jobs of one frame with the pieces of their names that tell them apart. Whether a
+    piece is part of another job's name takes one search of all names, made only for the
+    pieces a width asks about and remembered, so a thousand jobs cost milliseconds."""
+
+    def __init__(self, names: tuple[str, ...], node: str) -> None:
+        self.names = names
+        self.shown = [printable(n) for n in names]  # as the terminal shows them
+        self.forms = [job_forms(text, node) for text in self.shown]
+        self.joined = "\n".join(self.shown)
+        self.spans: list[tuple[int, int]] = []
+        at = 0
+        for text in self.shown:
+            self.spans.append((at, at + len(text)))
+            at += len(text) + 1
+        self._clear: dict[tuple[int, str], bool] = {}
+
+    def clear(self, i: int, form: str) -> bool:
+        """Whether ``form`` (a piece of job ``i``'s name) is in no other job's name."""
+        if (i, form) not in self._clear:
+            begin, end = self.spans[i]
+            self._clear[(i, form)] = (begin <= self.joined.find(form)
+                                      and self.joined.rfind(form) + len(form) <= end)
+        return self._clear[(i, form)]
+
+    def label(self, i: int, width: int) -> str:
+        for form in self.forms[i]:  # longest first
+            if len(form) <= width and self.clear(i, form):
+                return form
+        return _fit(self.narrowest(i), width).rstrip()
+
+    def narrowest(self, i: int) -> str:
+        return next((f for f in reversed(self.forms[i]) if self.clear(i, f)), self.shown[i])
+
+
+@functools.lru_cache(maxsize=8)
+def _jobs(names: tuple[str, ...], node: str) -> _Jobs:
+    return _Jobs(names, node)
 
 
 def _job_need(rows: Sequence[GpuRow], node: str) -> tuple[int, int]:
     """(narrowest, widest) JOB column: every job identifiable / every name whole."""
-    names = {printable(r.job) for r in rows if r.job}
-    if not names:
+    jobs = _jobs(tuple(sorted({r.job for r in rows if r.job})), node)
+    if not jobs.names:
         return 0, 0
-    narrow = max(len(min((f for f in job_forms(n, node) if not any(
-        f in o for o in names - {n})), key=len, default=n)) for n in names)
-    return max(narrow, 3), max(len(n) for n in names)
+    narrow = max(len(jobs.narrowest(i)) for i in range(len(jobs.names)))
+    return max(3, narrow), max(len(text) for text in jobs.shown)
 
 
 def columns_for(rows: Sequence[GpuRow], width: int, node: str = "") -> list[Column]:
@@ -315,11 +349,16 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
 
 
 def full_width(view: NodeView) -> int:
-    """The narrowest frame in which no row is shortened (rounded up to ten columns)."""
-    width = 80
-    while width < 400 and shortened(view, view.rows, width):
-        width += 10
-    return width
+    """The narrowest frame in which no row is shortened (rounded up to ten columns): every
+    column with data, whole job names, the longest reasons."""
+    titles = set(_data_titles(view.rows))
+    gpu = max((len(r.gpu) + 1 for r in view.rows), default=3)
+    used = sum((max(gpu, c.width) if c.title == "GPU" else c.width) + 1
+               for c in COLUMNS if c.title in titles and c.title != "JOB")
+    if "JOB" in titles:
+        used += min(_job_need(view.rows, view.node)[1], JOB_MAX) + 1
+    why = max((len(printable(r.why)) for r in view.rows), default=0)
+    return -(-(used + why + 1) // 10) * 10
 
 
 def jobs_of(view: NodeView, rows: Sequence[GpuRow]) -> list[JobRow]:
