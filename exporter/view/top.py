@@ -24,16 +24,22 @@ from typing import TypeVar
 from exporter.view.printable import printable
 from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
 from exporter.view.source import AppFactory, Endpoint, SimulatedNode
-from exporter.view.table import frame
+from exporter.view.table import DETAIL_LINES, frame
 
 DEFAULT_URL = "http://127.0.0.1:9433/metrics"
 SETTLE_SECONDS = 10.0
 """--once waits at most this long for every GPU to have a verdict (a daemon just started
 says unknown for its first windows)."""
-ONCE_DEADLINE = 20.0
-"""--once gives up after this long overall (``--deadline``): the settling wait, the reads
-(each at most ``source.READ_DEADLINE``), parsing them and drawing the frame."""
-HELP = "s sort  r reverse  / filter  j/k select  q quit"
+ONCE_DEADLINE = 30.0
+"""--once gives up after this long overall (``--deadline``): the settling wait, the wait
+for a just-started job's first verdict, the reads (each at most ``source.READ_DEADLINE``),
+parsing them and drawing the frame."""
+VERDICT_SECONDS = 15.0
+"""A multi-GPU job is judged once a GPU of it has been in it this long: the model names a
+straggler after ``straggler_confirm_seconds`` (10) of windows of
+``straggler_window_seconds`` (3) (exporter/model/config.py's defaults), plus a poll. Until
+then --once waits, so right after start it shows the straggler instead of none."""
+HELP = "s sort  r reverse  / filter  j/k select  q/Esc quit"
 T = TypeVar("T")
 
 
@@ -58,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     add("--filter", default="", metavar="WORDS",
         help="show rows containing every word, e.g. 'hollow' or 'comm_wait' (key /)")
     add("--once", action="store_true",
-        help="print one frame (after two reads, so rates are known) and exit")
+        help="print one frame and exit: once rates, every GPU's regime and every job's first "
+        "straggler verdict are known (at most --deadline)")
     add("--width", type=int, default=0, help="--once: line width (default: the terminal's)")
     add("--deadline", type=float, default=ONCE_DEADLINE, metavar="SECONDS",
         help=f"--once: give up after this long overall (default {ONCE_DEADLINE:.0f})")
@@ -168,7 +175,8 @@ def warn(message: str) -> None:
 def screen_lines(state: State, width: int, height: int) -> list[str]:
     """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
     rows = state.rows()
-    room = max(height - 4 - (1 if state.view.error else 0) - len(state.view.jobs), 1)
+    room = max(height - 3 - DETAIL_LINES - (1 if state.view.error else 0)
+               - len(state.view.jobs), 1)
     top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
     title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
              f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
@@ -224,7 +232,8 @@ steps, so a shorter window can miss a throttled GPU's step."""
 def once(endpoint: Endpoint, state: State, interval: float, width: int,
          deadline: float = ONCE_DEADLINE) -> int:
     """Print one frame after reads ONCE_RATE_SECONDS apart (so rates are known) and, within
-    SETTLE_SECONDS, once every GPU has a regime; whatever happens, within ``deadline``
+    SETTLE_SECONDS, once every GPU has a regime, and once every multi-GPU job has its first
+    straggler verdict (:func:`judged`); whatever happens, within ``deadline``
     seconds (a server that trickles its answer is given up, in one line). A daemon that
     cannot be read is one line on standard error, not a frame around it."""
     until = time.monotonic() + deadline
@@ -240,7 +249,8 @@ def once(endpoint: Endpoint, state: State, interval: float, width: int,
         state.view = view
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
         now = time.monotonic()
-        if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:
+        if ((settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS) \
+                and judged(state.view):
             break
     if state.view.error:
         warn(f"gpu-goodput-exporter top: cannot read {state.view.error}")
@@ -256,6 +266,12 @@ def once(endpoint: Endpoint, state: State, interval: float, width: int,
         return 1
     print(text)
     return 0
+
+
+def judged(view: NodeView) -> bool:
+    """Whether every multi-GPU job has its first verdict: a straggler named, or watched
+    for VERDICT_SECONDS without one."""
+    return all(job.straggler or job.seconds >= VERDICT_SECONDS for job in view.jobs)
 
 
 def quiet_logs() -> None:
