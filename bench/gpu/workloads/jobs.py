@@ -131,7 +131,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         step()
     want_stop()
     pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
-    timer.pure = pure
+    timer.pure = pure + flag_comm(torch, dist, flag)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
@@ -191,6 +191,24 @@ def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
         dist.broadcast(shared, 1 if world > 1 else 0)
         one = float(shared.item())
     return float(one * per_step)
+
+
+def flag_comm(torch: Any, dist: Any, flag: Any, reps: int = 5, batch: int = 20) -> float:
+    """Seconds the per-step stop flag's all-reduce takes with no rank late (a step's
+    transfer includes it: every rank pays its latency even when nobody waits)."""
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batch):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0 / batch)
+    return float(sorted(times)[len(times) // 2])
 
 
 def p2p_ops(kind: str, rank: int, world: int, microbatches: int) -> int:
