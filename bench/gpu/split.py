@@ -471,6 +471,34 @@ def render(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIXTURE_FIELDS = ("util", "util_avg", "util_samples", "graphics", "sm_active", "sm_occupancy",
+                  "tensor", "dram", "fp16", "fp32", "fp64", "nvlink_rx", "nvlink_tx", "pcie_rx",
+                  "pcie_tx", "processes", "parts", "peak_pcie", "peak_nvlink")
+
+
+def fixture(result: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """split.json as the model's replay tests read it (tests/fixtures/jobs): per row the
+    truth per GPU and every window's readings (t: seconds since the ranks said ready; the
+    row's steady windows start at ``skip``); bursty rows carry their per-window kernel time."""
+    rows = {}
+    for name, row in result["rows"].items():
+        if "error" in row:
+            continue
+        out: dict[str, Any] = {"gpus": row["gpus"], "skip": row["skip"], "info": row.get("info"),
+                               "truth": row.get("truth", {}), "exporter": row.get("exporter"),
+                               "windows": []}
+        for w in row.get("windows", []):
+            out["windows"].append({"t": w["t"], "t_unix": round(w["t_unix"], 3),
+                                   "poll_unix": w.get("poll_unix"),
+                                   "gpus": {g: {k: x[k] for k in FIXTURE_FIELDS if k in x}
+                                            for g, x in w["gpus"].items()}})
+        if "util_check" in row:
+            out["util_truth"] = [{k: p[k] for k in ("t0", "t1", "truth", "published")}
+                                 for p in row["util_check"].get("per_window", [])]
+        rows[name] = out
+    return {"source": source, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -481,7 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ready-timeout", type=float, default=90.0)
     p.add_argument("--daemon-args", default="", help="extra daemon arguments")
     p.add_argument("--simulate", action="store_true")
+    p.add_argument("--fixture", type=Path, help="only write --out from this split.json as "
+                   "the replay tests' fixture (with --source)")
+    p.add_argument("--source", default="", help="the fixture's provenance line")
     args = p.parse_args(argv)
+    if args.fixture:
+        made = fixture(json.loads(args.fixture.read_text()), args.source)
+        args.out.write_text(json.dumps(made, separators=(",", ":")) + "\n")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     plan = PLANS[args.plan]
     if args.slots:
