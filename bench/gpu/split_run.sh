@@ -8,7 +8,9 @@
 #   OUT=/some/dir PLAN=explore bench/gpu/split_run.sh          # carry: [".whl", ".llama"]
 #
 # Writes to $OUT: gpus.txt, split.json, split.md, logs.txt and, with BUILD_LLAMA,
-# llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log. Knobs: PLAN, SLOTS, STEADY (30), SKIP (5),
+# llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log; with SERVING=1, then
+# bench/serving/split_serving.sh (llama-server over GPUs 0,1). Knobs: PLAN (empty: no rows),
+# SLOTS, STEADY (30), SKIP (5),
 # LIMIT (seconds for the bench, 420), BUILD_DEADLINE (seconds since start, 430).
 set -u
 OUT=${OUT:?set OUT to the output directory}
@@ -41,15 +43,17 @@ if [ -n "${BUILD_LLAMA:-}" ] && [ -f .llama/llsrc.tgz ]; then
   BUILD=$!
 fi
 rm -rf /tmp/split && mkdir -p /tmp/split
+if [ -n "${PLAN-explore}" ]; then
 SLOTARG=()
 [ -n "${SLOTS:-}" ] && SLOTARG=(--slots "$SLOTS")
-timeout -k 10 "${LIMIT:-420}" python3 -m bench.gpu.split --out /tmp/split --plan "${PLAN:-explore}" \
+timeout -k 10 "${LIMIT:-420}" python3 -m bench.gpu.split --out /tmp/split --plan "${PLAN-explore}" \
   "${SLOTARG[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${DAEMON_ARGS:+--daemon-args "$DAEMON_ARGS"} \
   >>"$OUT/logs.txt" 2>&1
 echo "[split_run] bench rc $? at $(( $(date +%s) - START ))s" >>"$OUT/logs.txt"
 cp /tmp/split/split.json /tmp/split/split.md "$OUT/" 2>/dev/null
 { echo "== daemon.log (tail)"; tail -n 30 /tmp/split/daemon.log; echo "== split-logs.txt (errors)";
   grep -i "error\|traceback" /tmp/split/split-logs.txt | tail -n 30; } >>"$OUT/logs.txt" 2>&1
+fi
 if [ -n "$BUILD" ]; then
   while kill -0 "$BUILD" 2>/dev/null && [ $(( $(date +%s) - START )) -lt "${BUILD_DEADLINE:-430}" ]; do
     sleep 2
@@ -57,6 +61,9 @@ if [ -n "$BUILD" ]; then
   kill -0 "$BUILD" 2>/dev/null && { echo "llama build not done in time" >>"$OUT/llama-build.log"; kill "$BUILD"; }
   tail -n 5 "$OUT/llama-build.log"
   ls -la "$OUT"/llama-server.xz.* 2>/dev/null
+fi
+if [ -n "${SERVING:-}" ]; then
+  OUT=$OUT bash bench/serving/split_serving.sh
 fi
 cat "$OUT/split.md" 2>/dev/null
 tail -n 40 "$OUT/logs.txt"

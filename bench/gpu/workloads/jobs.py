@@ -31,6 +31,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
+from bench.gpu.workloads.resident import calibrate, queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -73,6 +74,8 @@ class Timer:
     def __init__(self, torch: Any, rank: int, every: float) -> None:
         self.torch, self.rank, self.every = torch, rank, every
         self.pure: float | None = None
+        self.info: dict[str, Any] = {}
+        """Carried on every truth line (the resident ratios, the transfer timed two ways)."""
         self.reset()
 
     def reset(self) -> None:
@@ -103,7 +106,7 @@ class Timer:
         emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
              **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
              **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
-             **extra)
+             **self.info, **extra)
 
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
@@ -116,9 +119,11 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     deadline = time.monotonic() + seconds + 120
 
     def want_stop() -> bool:
+        return finish(local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline)
+
+    def finish(want: bool) -> bool:
         """Every rank stops at the same step; the flag's all-reduce is a collective like
         any other (a rank that finished early waits in it), so its time counts as comm."""
-        want = local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline
         flag.fill_(1.0 if want else 0.0)
         e0 = timer.event()
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -132,6 +137,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     want_stop()
     pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
     timer.pure = pure + flag_comm(torch, dist, flag)
+    timer.info["resident"] = calibrate(torch, timer, lambda want: (step(), finish(want))[1], rank)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
@@ -160,9 +166,10 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
 def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
               args: argparse.Namespace, device: Any, reps: int = 5, batch: int = 20) -> float:
     """Seconds one step's communication takes when no rank is late: after a barrier, with no
-    compute, ``batch`` operations back to back (as a step issues them, so a small
-    collective's launch cost is paid as in the loop, not once per timing), the median of
-    ``reps``. What the truth subtracts from a rank's comm time to get its waiting."""
+    compute, ``batch`` operations back to back, queued behind a GPU-side sleep so the GPU's
+    own time is timed (issue 46: launched one by one from the host, a small collective timed
+    the host's launch path, ~48 us on H200, several times the GPU's), the median of ``reps``.
+    What the truth subtracts from a rank's comm time to get its waiting."""
     if kind in ("job_pipeline", "job_gpipe"):
         act = torch.ones(args.activation_mib * 2**20 // 2, device=device, dtype=torch.bfloat16)
         # one activation between ranks 0 and 1, timed on both (send on 0, recv on 1); every
@@ -179,6 +186,7 @@ def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        queue_ahead(torch)  # the GPU's own time, not the host's launch rate
         start.record()
         for _ in range(batch):
             op()
@@ -202,6 +210,7 @@ def flag_comm(torch: Any, dist: Any, flag: Any, reps: int = 5, batch: int = 20) 
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        queue_ahead(torch)
         start.record()
         for _ in range(batch):
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)

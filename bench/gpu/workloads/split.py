@@ -42,6 +42,7 @@ from bench.gpu.workloads.core import (
     spawn_ranks,
 )
 from bench.gpu.workloads.jobs import Timer
+from bench.gpu.workloads.resident import calibrate, queue_ahead
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "tiny",
                "none")
@@ -98,7 +99,7 @@ class Job:
         a = self.args
         heavy = (a.heavy == "static" and self.rank == a.heavy_rank % self.world) or (
             a.heavy == "rotating" and self.steps % self.world == self.rank)
-        return int(round(a.gemms * (1.0 + a.extra))) if heavy else int(a.gemms)
+        return round(float(a.gemms) * (1.0 + float(a.extra))) if heavy else int(a.gemms)
 
     def work(self, count: int) -> None:
         if self.mem is not None:
@@ -151,6 +152,11 @@ class Job:
             timer.add(phase, e0, e1)
         self.steps += 1
 
+    def one(self, timer: SplitTimer, want: bool) -> bool:
+        """A step and its end; True when every rank stops here."""
+        self.step(timer)
+        return self.end_of_step(timer, want)
+
     def end_of_step(self, timer: SplitTimer, want: bool) -> bool:
         """Stop flag and checkpoint flag in one 2-float all-reduce (every rank stops, and
         checkpoints, at the same step; rank 0 keeps the checkpoint clock); then the
@@ -182,25 +188,29 @@ class Job:
 
     # --- the transfer alone -----------------------------------------------------------------
 
-    def pure_comm(self, reps: int = 5, batch: int = 20) -> float:
+    def pure_comm(self, queued: bool = True, reps: int = 5, batch: int = 20) -> float:
         """Seconds one step's communication takes with no rank late: each collective after a
-        barrier, ``batch`` back to back with no compute, the median of ``reps`` (a small
-        collective's launch and latency paid as in the loop)."""
+        barrier, ``batch`` back to back with no compute, the median of ``reps``. ``queued``:
+        behind a GPU-side sleep, so the GPU's own time (latency included) is timed, not the
+        host's launch path (what the truth uses; the host-launched figure is kept beside)."""
         if self.dist is None:
             return 0.0
         flag = self.timed(lambda: self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MAX),
-                          reps, batch)
+                          reps, batch, queued)
         if self.args.coll == "none":
             return float(flag)
-        return float(max(self.args.rounds, 1) * self.timed(self.collective, reps, batch) + flag)
+        return float(max(self.args.rounds, 1) * self.timed(self.collective, reps, batch, queued)
+                     + flag)
 
-    def timed(self, op: Any, reps: int, batch: int) -> float:
+    def timed(self, op: Any, reps: int, batch: int, queued: bool) -> float:
         torch, times = self.torch, []
         for _ in range(reps):
             self.dist.barrier()
             torch.cuda.synchronize()
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            if queued:
+                queue_ahead(torch)
             start.record()
             for _ in range(batch):
                 op()
@@ -240,6 +250,9 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         job.step(timer)
     job.end_of_step(timer, False)
     timer.pure = job.pure_comm()
+    timer.info["pure_host_per_step_s"] = job.pure_comm(queued=False)
+    timer.info["resident"] = calibrate(
+        torch, timer, lambda want: job.one(timer, want), rank)
     timer.reset()
     deadline = time.monotonic() + seconds
     if job.ckpt is not None:
@@ -281,6 +294,8 @@ def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(3):
         job.step(timer)
     timer.pure = 0.0
+    timer.info["resident"] = calibrate(
+        torch, timer, lambda want: job.one(timer, want), 0)
     timer.reset()
     if job.ckpt is not None:
         job.last_ckpt = time.monotonic() - args.ckpt_every_s / 2
