@@ -189,38 +189,36 @@ class Sampler(threading.Thread):
 
 def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]:
     """A rank's split between two of its cumulative truth lines (see workloads/split.py):
-    each phase's event time scaled by its resident ratio (workloads/resident.py: the share
-    of it a kernel or copy of the rank's own ran), then working = compute, transferring =
-    the collectives alone (timed with the GPU queued ahead) + copies, waiting = comm beyond
-    the collectives alone, host_stalled = the rest of the wall time, idle = 0. ``ev_*``:
-    the same from the event times alone (no resident correction)."""
-    wall = last["wall_s"] - first["wall_s"]
-    d = {k: (last.get(f"{k}_s", 0.0) - first.get(f"{k}_s", 0.0)) / wall
-         for k in ("compute", "comm", "copy", "stall")}
+    each phase's event time less its launch gaps (workloads/resident.py: the GPU had reached
+    the phase but the host had not launched into it), then working = compute, transferring
+    = the collectives alone (timed with the GPU queued ahead) + copies, waiting = comm
+    beyond the collectives alone, host_stalled = the rest of the wall time (the gaps
+    included), idle = 0. ``ev_*``: the same from the event times alone."""
+    wall = float(last["wall_s"] - first["wall_s"])
+
+    def share(key: str) -> float:
+        return float(last.get(key, 0.0) - first.get(key, 0.0)) / wall
+
+    d = {k: share(f"{k}_s") for k in ("compute", "comm", "copy", "stall")}
+    gap = {k: min(share(f"gap_{k}_s"), d[k]) for k in ("compute", "comm", "copy")}
     steps = (last["steps"] - first["steps"]) / wall
-    res = last.get("resident") or {}
-    usable = bool(res) and "error" not in res
-    ratio = {k: float(res.get(k, 1.0)) if usable else 1.0 for k in ("compute", "comm", "copy")}
     per_step = last.get("pure_comm_per_step_s") or 0.0
 
-    def split(r: Mapping[str, float]) -> dict[str, float]:
-        work, comm, copy = (d[k] * r[k] for k in ("compute", "comm", "copy"))
+    def split(less: Mapping[str, float]) -> dict[str, float]:
+        work, comm, copy = (d[k] - less[k] for k in ("compute", "comm", "copy"))
         pure = min(per_step * steps, comm)
         return {"working": work, "transferring": pure + copy, "waiting": comm - pure,
                 "host_stalled": max(1.0 - work - comm - copy, 0.0), "idle": 0.0}
 
-    out = split(ratio)
-    out.update({f"ev_{k}": v for k, v in split(dict.fromkeys(ratio, 1.0)).items()})
+    out = split(gap)
+    out.update({f"ev_{k}": v for k, v in split(dict.fromkeys(gap, 0.0)).items()})
     out.update({f"raw_{k}": v for k, v in d.items()})
-    out.update({f"resident_{k}": v for k, v in ratio.items()})
-    out["pure_comm"] = min(per_step * steps, d["comm"] * ratio["comm"])
+    out.update({f"gap_{k}": v for k, v in gap.items()})
+    out["pure_comm"] = min(per_step * steps, d["comm"] - gap["comm"])
     if last.get("pure_host_per_step_s") is not None:
         out["pure_comm_host_launched"] = last["pure_host_per_step_s"] * steps
     out["steps_per_second"] = steps
-    rounded = {k: round(v, 4) for k, v in out.items()}
-    if res and not usable:
-        rounded["resident_error"] = res.get("error")  # type: ignore[assignment]
-    return rounded
+    return {k: round(v, 4) for k, v in out.items()}
 
 
 def truth(events: Sequence[Mapping[str, Any]], start: float, gpus: Sequence[str]
@@ -598,8 +596,7 @@ def summary(row: Mapping[str, Any]) -> str:
         t, e = row.get("truth", {}).get(gpu, {}), row.get("exporter", {}).get(gpu, {})
         bits.append(f"GPU {gpu} truth " + "/".join(f"{t.get(p, -1):.2f}" for p in PARTS)
                     + " exp " + "/".join(f"{e.get(p, -1):.2f}" for p in PARTS)
-                    + f" resident {t.get('resident_compute')}/{t.get('resident_comm')}"
-                    + (f" ({t['resident_error']})" if t.get("resident_error") else ""))
+                    + f" gaps {t.get('gap_compute')}/{t.get('gap_comm')}/{t.get('gap_copy')}")
     return ("PASS " if c.get("pass") else "FAIL ") + "; ".join(bits)
 
 

@@ -127,12 +127,15 @@ def main() -> int:
     first = next((s for s in samples if s["t"] >= 3.0), before)
     span = max(loaded["t"] - first.get("t", 0.0), 0.0) if "t" in loaded else 0.0
     splits = {g: split_between(first, loaded, g, span) for g in gpus}
-    page = {"multi_gpu_jobs_table": "Multi-GPU jobs" in landing,
-            "names_every_gpu": all(f">{g}<" in landing or f" {g}," in landing
-                                   or f", {g}<" in landing for g in gpus),
-            "shows_parts": all(part.replace("_", " ") in landing or part in landing
-                               for part in ("working", "waiting")),
-            "shows_tokens": "Tokens/s" in landing}
+    table = landing[landing.find("Multi-GPU jobs"):]
+    table = table[:table.find("</table>") + 8]
+    row = next((r for r in table.split("<tr") if ", ".join(gpus) in r), "")
+    page = {"multi_gpu_jobs_table": bool(table),
+            "job_row_over_the_gpus": bool(row),
+            "split_columns": all(h in table for h in ("Work", "Transfer", "Wait", "Host")),
+            "tokens_in_job_table": "oken" in table,
+            "tokens_in_gpu_rows": "Tokens/s" in landing,
+            "jobs_table": table}
     jobs = {v for v in loaded.get("job_info", {}).values()}
     result = {"client": client, "exporter_delta": delta,
               "equal": all(round(delta[k]) == client[k] for k in client),

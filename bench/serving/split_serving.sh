@@ -7,7 +7,7 @@
 #
 #   OUT=/some/dir bench/serving/split_serving.sh       # carry the folder holding .llbin, .gguf-py
 # Writes serving-split.json, landing.html and serving.log to $OUT. Knobs: GPUS (0,1),
-# SM (layer), REQUESTS (64), N_PREDICT (256), SLOTS (8), LIMIT (150).
+# SM (layer), REQUESTS (128), N_PREDICT (512), LLAMA_SLOTS (8), LIMIT (150).
 set -u
 OUT=${OUT:?set OUT}
 cd "$(dirname "$0")/../.." || exit 1
@@ -21,7 +21,7 @@ say() { echo "[split_serving $(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
   --dim "${DIM:-2048}" --layers "${LAYERS:-16}" >>"$LOG" 2>&1
 say "model: $(ls -la /tmp/model.gguf)"
 CUDA_VISIBLE_DEVICES=${GPUS:-0,1} /tmp/llama-server -m /tmp/model.gguf --host 127.0.0.1 --port 8080 \
-  -ngl 99 -sm "${SM:-layer}" -ts 1,1 --metrics -np "${SLOTS:-8}" -c $(( ${SLOTS:-8} * 2048 )) \
+  -ngl 99 -sm "${SM:-layer}" -ts 1,1 -fa off --metrics -np "${LLAMA_SLOTS:-8}" -c $(( ${LLAMA_SLOTS:-8} * 2048 )) \
   >/tmp/llama-server.log 2>&1 &
 LLAMA=$!
 get() { python3 -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=2).read().decode())' "$1" 2>/dev/null; }
@@ -32,8 +32,8 @@ done
 say "llama-server: $(get http://127.0.0.1:8080/health)"
 grep -i "split\|device\|CUDA[0-9]\|offload" /tmp/llama-server.log | head -n 20 >>"$LOG"
 timeout -k 10 "${LIMIT:-150}" python3 -m bench.serving.split_serving --llama-url http://127.0.0.1:8080 \
-  --gpus "${GPUS:-0,1}" --out "$OUT" --requests "${REQUESTS:-64}" --concurrency "${SLOTS:-8}" \
-  --n-predict "${N_PREDICT:-256}" 2>&1 | tail -n 3 | tee -a "$LOG"
+  --gpus "${GPUS:-0,1}" --out "$OUT" --requests "${REQUESTS:-128}" --concurrency "${LLAMA_SLOTS:-8}" \
+  --n-predict "${N_PREDICT:-512}" 2>&1 | tail -n 3 | tee -a "$LOG"
 say "serving rc ${PIPESTATUS[0]}"
 kill "$LLAMA" 2>/dev/null
 { echo "# --- llama-server log (tail)"; tail -n 15 /tmp/llama-server.log; echo "# --- daemon (tail)";

@@ -31,7 +31,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
-from bench.gpu.workloads.resident import calibrate, queue_ahead
+from bench.gpu.workloads.resident import queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -137,7 +137,6 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     want_stop()
     pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
     timer.pure = pure + flag_comm(torch, dist, flag)
-    timer.info["resident"] = calibrate(torch, timer, lambda want: (step(), finish(want))[1], rank)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:

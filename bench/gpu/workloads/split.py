@@ -13,12 +13,17 @@ stream drained, so event intervals never overlap one another or host time):
 - **copy**: device-to-host and host-to-device copies (a checkpoint's state, a loader's batch);
 - **pure comm per step**: the same collectives timed back to back after a barrier, no compute
   and no rank late (the transfer alone, latency included);
-- **host**: wall time not covered by any of the above (no kernel of its own queued: a
-  checkpoint's write, a data loader's delay, Python between steps).
+- **launch gaps**: inside those phases, the time the GPU had reached a phase's opening event
+  before the host had launched its first operation (``resident.py``): no kernel of its own
+  could run, so it is host time;
+- **host**: wall time not covered by any phase, plus the launch gaps (no kernel of its own
+  resident: a checkpoint's write, a data loader's delay, Python between steps, a
+  collective launched from an idle GPU).
 
-:func:`bench.gpu.split.parts` turns them into the split: working = compute, transferring =
-min(comm, pure comm) + copy, waiting = comm - pure comm, host_stalled = host, idle = 0 (a job's
-GPU has its process); the parts sum to 1 by construction. One process per GPU (NCCL),
+:func:`bench.gpu.split.parts` turns them into the split (each phase less its launch gaps):
+working = compute, transferring = min(comm, pure comm) + copy, waiting = comm - pure comm,
+host_stalled = host, idle = 0 (a job's GPU has its process); the parts sum to 1 by
+construction. One process per GPU (NCCL),
 ``python3 -m bench.gpu.workloads split_job --coll all_reduce --coll-kib 256 ...``; NVLink
 multicast stays off (``core.NO_MULTICAST``).
 """
@@ -42,7 +47,7 @@ from bench.gpu.workloads.core import (
     spawn_ranks,
 )
 from bench.gpu.workloads.jobs import Timer
-from bench.gpu.workloads.resident import calibrate, queue_ahead
+from bench.gpu.workloads.resident import LaunchGaps, queue_ahead
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv", "tiny",
                "none")
@@ -65,6 +70,7 @@ class Job:
         self.torch, self.dist, self.rank, self.world, self.args = torch, dist, rank, world, args
         self.rng = random.Random(args.seed * 1000 + rank)
         self.steps = 0
+        self.gaps: LaunchGaps | None = None
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
         if args.dtype == "fp32":
             torch.backends.cuda.matmul.allow_tf32 = False  # FP32 pipes, no tensor cores
@@ -129,28 +135,41 @@ class Job:
 
     def step(self, timer: SplitTimer) -> None:
         """One step: a loader's host delay, its batch copied in, ``rounds`` x (work, then
-        the collective), the stream drained (as ``loss.item()`` does)."""
+        the collective), the stream drained (as ``loss.item()`` does). Each phase's launch
+        gap (resident.py) is measured against the step's anchor event."""
         a = self.args
         if a.jitter_ms > 0:
             time.sleep(self.rng.uniform(0.0, a.jitter_ms / 1000.0))
+        gaps = self.gaps_of(timer)
         marks: list[tuple[str, Any, Any]] = []
+        prev = gaps.start()
         if self.h2d is not None:
-            e0 = timer.event()
-            self.h2d[1].copy_(self.h2d[0], non_blocking=True)
-            marks.append(("copy", e0, timer.event()))
+            host, dev = self.h2d
+            gaps.launch("copy", prev, lambda: dev.copy_(host, non_blocking=True))
+            marks.append(("copy", prev, timer.event()))
+            prev = marks[-1][2]
         count = self.count()
         for _ in range(max(a.rounds, 1)):
-            e0 = timer.event()
-            self.work(count)
+            e0 = prev
+            gaps.launch("compute", e0, lambda: self.work(1))
+            self.work(count - 1)
             e1 = timer.event()
             marks.append(("compute", e0, e1))
+            prev = e1
             if a.coll != "none" and self.dist is not None:
-                self.collective()
-                marks.append(("comm", e1, timer.event()))
+                gaps.launch("comm", e1, self.collective)
+                prev = timer.event()
+                marks.append(("comm", e1, prev))
         marks[-1][2].synchronize()
         for phase, e0, e1 in marks:
             timer.add(phase, e0, e1)
+        gaps.settle()
         self.steps += 1
+
+    def gaps_of(self, timer: SplitTimer) -> LaunchGaps:
+        if self.gaps is None or self.gaps.timer is not timer:
+            self.gaps = LaunchGaps(timer)
+        return self.gaps
 
     def one(self, timer: SplitTimer, want: bool) -> bool:
         """A step and its end; True when every rank stops here."""
@@ -165,11 +184,14 @@ class Job:
             time.monotonic() - self.last_ckpt >= self.args.ckpt_every_s)
         self.flag[0], self.flag[1] = (1.0 if want else 0.0), (1.0 if due else 0.0)
         if self.dist is not None:
-            e0 = timer.event()
-            self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MAX)
+            gaps = self.gaps_of(timer)
+            e0 = gaps.start()
+            gaps.launch("comm", e0, lambda: self.dist.all_reduce(
+                self.flag, op=self.dist.ReduceOp.MAX))
             e1 = timer.event()
             stop, ckpt = self.flag.tolist()
             timer.add("comm", e0, e1)
+            gaps.settle()
         else:
             stop, ckpt = self.flag.tolist()
         if ckpt > 0 and self.ckpt is not None:
@@ -178,11 +200,13 @@ class Job:
 
     def checkpoint(self, timer: SplitTimer) -> None:
         state, host = self.ckpt  # type: ignore[misc]
-        e0 = timer.event()
-        host.copy_(state, non_blocking=True)
+        gaps = self.gaps_of(timer)
+        e0 = gaps.start()
+        gaps.launch("copy", e0, lambda: host.copy_(state, non_blocking=True))
         e1 = timer.event()
         e1.synchronize()
         timer.add("copy", e0, e1)
+        gaps.settle()
         self.last_ckpt = time.monotonic()
         write_for(host, self.args.ckpt_host_s, f"/tmp/split-ckpt-{os.getpid()}.bin")
 
@@ -251,8 +275,6 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     job.end_of_step(timer, False)
     timer.pure = job.pure_comm()
     timer.info["pure_host_per_step_s"] = job.pure_comm(queued=False)
-    timer.info["resident"] = calibrate(
-        torch, timer, lambda want: job.one(timer, want), rank)
     timer.reset()
     deadline = time.monotonic() + seconds
     if job.ckpt is not None:
@@ -294,8 +316,6 @@ def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(3):
         job.step(timer)
     timer.pure = 0.0
-    timer.info["resident"] = calibrate(
-        torch, timer, lambda want: job.one(timer, want), 0)
     timer.reset()
     if job.ckpt is not None:
         job.last_ckpt = time.monotonic() - args.ckpt_every_s / 2
