@@ -383,12 +383,20 @@ def attach_samples(windows: list[dict[str, Any]], sampler: Sampler) -> None:
 
 
 def util_check(row: Row, steady: list[dict[str, Any]], sampler: Sampler) -> dict[str, Any]:
-    """Published utilization against the rank's kernel time: per poll window (the window
-    from the previous NVML poll to this one) and over all steady windows; NVML's own samples
-    averaged over the same windows beside them."""
+    """Published utilization against the rank's kernel time, per window and over all steady
+    windows. A window is what the published figure covers: NVML's samples since the last
+    poll, i.e. (the newest sample at the previous poll, the newest sample at this poll]
+    (each sample covers the period since the one before it); ``poll_*`` compares the same
+    figure with the poll-to-poll span instead (off by up to one sample period at an edge)."""
     assert row.proc is not None
     gpu = row.gpus[0]
     bursts = [(e["start"], e["end"]) for e in row.proc.events if e.get("event") == "burst"]
+    stamps = sorted(t for t, _v in sampler.samples.get(gpu, []))
+
+    def newest(at: float) -> float:
+        older = [t for t in stamps if t <= at]
+        return older[-1] if older else at
+
     per: list[dict[str, float]] = []
     prev = None
     for w in steady:
@@ -397,14 +405,18 @@ def util_check(row: Row, steady: list[dict[str, Any]], sampler: Sampler) -> dict
         if poll is None or util is None or poll == prev:
             continue
         if prev is not None:
-            got = [v for t, v in sampler.samples.get(gpu, []) if prev < t <= poll]
-            per.append({"t0": prev, "t1": poll, "published": util,
-                        "truth": round(busy_between(bursts, prev, poll), 4),
+            t0, t1 = newest(prev), newest(poll)
+            got = [v for t, v in sampler.samples.get(gpu, []) if t0 < t <= t1]
+            per.append({"t0": t0, "t1": t1, "poll_t0": prev, "poll_t1": poll,
+                        "published": util,
+                        "truth": round(busy_between(bursts, t0, t1), 4),
+                        "poll_truth": round(busy_between(bursts, prev, poll), 4),
                         "samples_avg": round(statistics.mean(got), 4) if got else -1.0})
         prev = poll
     if not per:
         return {"windows": 0}
     diffs = [abs(p["published"] - p["truth"]) for p in per]
+    poll_diffs = [abs(p["published"] - p["poll_truth"]) for p in per]
     mean_pub = statistics.mean(p["published"] for p in per)
     mean_true = busy_between(bursts, per[0]["t0"], per[-1]["t1"])
     samp = [p for p in per if p["samples_avg"] >= 0]
@@ -413,6 +425,8 @@ def util_check(row: Row, steady: list[dict[str, Any]], sampler: Sampler) -> dict
             "mean_error": round(mean_pub - mean_true, 4),
             "max_window_error": round(max(diffs), 4),
             "windows_over_0.1": sum(d > UTIL_WINDOW_TOLERANCE for d in diffs),
+            "poll_max_window_error": round(max(poll_diffs), 4),
+            "poll_windows_over_0.1": sum(d > UTIL_WINDOW_TOLERANCE for d in poll_diffs),
             "samples_mean_error": round(statistics.mean(p["samples_avg"] for p in samp)
                                         - mean_true, 4) if samp else None,
             "samples_max_window_error": round(max(abs(p["samples_avg"] - p["truth"])
@@ -468,7 +482,9 @@ def render(result: Mapping[str, Any]) -> str:
             lines.append(
                 f"| {name} | {row['gpus'][0]} | kernel time {u.get('mean_truth')} "
                 f"| published utilization {u.get('mean_published')} (mean error "
-                f"{u.get('mean_error')}, worst window {u.get('max_window_error')}; NVML "
+                f"{u.get('mean_error')}, worst window {u.get('max_window_error')}, "
+                f"{u.get('windows_over_0.1')}/{u.get('windows')} over 0.1; against poll-to-poll "
+                f"spans: worst {u.get('poll_max_window_error')}; NVML "
                 f"samples averaged: {u.get('samples_mean_error')}, "
                 f"{u.get('samples_max_window_error')}) | | {verdict} |")
             continue
@@ -507,7 +523,8 @@ def fixture(result: Mapping[str, Any], source: str) -> dict[str, Any]:
                                    "gpus": {g: {k: x[k] for k in FIXTURE_FIELDS if k in x}
                                             for g, x in w["gpus"].items()}})
         if "util_check" in row:
-            out["util_truth"] = [{k: p[k] for k in ("t0", "t1", "truth", "published")}
+            out["util_truth"] = [{k: p[k] for k in ("t0", "t1", "truth", "published",
+                                                    "poll_t0", "poll_t1", "poll_truth")}
                                  for p in row["util_check"].get("per_window", [])]
         rows[name] = out
     return {"source": source, "rows": rows}
