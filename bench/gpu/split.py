@@ -97,6 +97,8 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("lost_comm_heavy", "0,1"), ("lost_back_to_back", "2,3")],
     ],
 }
+BEFORE_SECONDS = 10.0
+"""How long the job before a back-to-back row runs here (20 s in the [lost] run)."""
 SEEN_SKIP = {f"lost_{k}": v for k, v in SKIP.items()}
 """Rows judged from the start (the late joiner's first seconds are the point)."""
 
@@ -276,10 +278,11 @@ class Row(threading.Thread):
         self.result.update(workload=workload, options=opts, skip=skip)
         before = BEFORE.get(self.name_.removeprefix("lost_"))
         if before:
-            b = self.start_job(f"{self.name_}-before", before[0], before[1], before[2] + 60)
+            seconds = min(before[2], BEFORE_SECONDS)
+            b = self.start_job(f"{self.name_}-before", before[0], before[1], seconds + 60)
             try:
                 if b.wait_ready(self.args.ready_timeout):
-                    time.sleep(before[2])
+                    time.sleep(seconds)
             finally:
                 b.stop()
         self.proc = self.start_job(self.name_, workload, opts,
