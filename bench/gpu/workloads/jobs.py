@@ -3,7 +3,9 @@ measure themselves, so the exporter's straggler and waited share can be checked 
 
 Every rank times each step on its own GPU with CUDA events: ``compute`` (its own GEMMs),
 ``comm`` (its collective or point-to-point calls, waiting included) and, for a rank stalled on
-its host, ``stall`` (host time before its GEMMs). Ranks emit cumulative ``truth`` events every
+its host, ``stall`` (host time before its GEMMs); the collective workloads also measure each
+phase's launch gap (``resident.py``: the GPU reached the phase before the host launched into
+it), which the [split] truth counts as host time. Ranks emit cumulative ``truth`` events every
 ``--truth-every`` seconds; the orchestrator turns them into each rank's waited share::
 
     waited(rank) = (comm(rank) - min over ranks of comm) / wall
@@ -31,7 +33,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
-from bench.gpu.workloads.resident import queue_ahead
+from bench.gpu.workloads.resident import LaunchGaps, queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -116,6 +118,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     flag = torch.zeros(1, device=dev, dtype=torch.float32)
     timer = Timer(torch, rank, args.truth_every)
     step = STEPS[kind](torch, dist, rank, world, args, a, b, timer)
+    flag_gaps = LaunchGaps(timer)
     deadline = time.monotonic() + seconds + 120
 
     def want_stop() -> bool:
@@ -125,11 +128,12 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
         """Every rank stops at the same step; the flag's all-reduce is a collective like
         any other (a rank that finished early waits in it), so its time counts as comm."""
         flag.fill_(1.0 if want else 0.0)
-        e0 = timer.event()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        e0 = flag_gaps.start()
+        flag_gaps.launch("comm", e0, lambda: dist.all_reduce(flag, op=dist.ReduceOp.MAX))
         e1 = timer.event()
         stop = bool(flag.item() > 0)
         timer.add("comm", e0, e1)
+        flag_gaps.settle()
         return stop
 
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
@@ -254,6 +258,7 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
     light = args.units * args.gemms
     heavy = round(light * (1.0 + extra))
     steps = [0]
+    gaps = LaunchGaps(timer)
 
     def step() -> None:
         mine = heavy if (steps[0] % world == rank if rotate else last) else light
@@ -262,15 +267,17 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
             t = time.monotonic()
             time.sleep(stall)
             timer.totals["stall"] += time.monotonic() - t
-        e0 = timer.event()
-        _gemms(a, b, mine)
+        e0 = gaps.start()  # the stream is idle: the last step ended with flag.item()
+        gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
+        _gemms(a, b, mine - 1)
         e1 = timer.event()
-        dist.all_reduce(buf)
+        gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
         e2 = timer.event()
         buf.mul_(1.0 / world)
         e2.synchronize()
         timer.add("compute", e0, e1)
         timer.add("comm", e1, e2)
+        gaps.settle()
 
     return step
 
@@ -361,19 +368,23 @@ def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespa
             a: Any, b: Any, timer: Timer) -> Step:
     """--rounds x (GEMMs, then a small all-reduce): balanced, communication-heavy."""
     buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
+    gaps = LaunchGaps(timer)
 
     def step() -> None:
         marks = []
+        e0 = gaps.start()
         for _ in range(max(args.rounds, 1)):
-            e0 = timer.event()
-            _gemms(a, b, args.units * args.gemms)
+            gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
+            _gemms(a, b, args.units * args.gemms - 1)
             e1 = timer.event()
-            dist.all_reduce(buf)
+            gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
             marks.append((e0, e1, timer.event()))
+            e0 = marks[-1][2]
         marks[-1][2].synchronize()
         for e0, e1, e2 in marks:
             timer.add("compute", e0, e1)
             timer.add("comm", e1, e2)
+        gaps.settle()
 
     return step
 
