@@ -96,6 +96,11 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("lost_late_joiner", "0,1"), ("lost_balanced", "2,3")],
         [("lost_comm_heavy", "0,1"), ("lost_back_to_back", "2,3")],
     ],
+    # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
+    "side": [
+        [("lost_comm_heavy", "2,3")],
+        [("tp_decode", "2,3")],
+    ],
 }
 BEFORE_SECONDS = 10.0
 """How long the job before a back-to-back row runs here (20 s in the [lost] run)."""

@@ -9,7 +9,8 @@
 #
 # Writes to $OUT: gpus.txt, split.json, split.md, logs.txt and, with BUILD_LLAMA,
 # llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log; with SERVING=1, then
-# bench/serving/split_serving.sh (llama-server over GPUs 0,1). Knobs: PLAN (empty: no rows),
+# bench/serving/split_serving.sh (llama-server over GPUs 0,1; SERVING_BG=1: at the same time as
+# the rows, which then must use GPUs 2,3: PLAN=side). Knobs: PLAN (empty: no rows),
 # SLOTS, STEADY (30), SKIP (5),
 # LIMIT (seconds for the bench, 420), BUILD_DEADLINE (seconds since start, 430).
 set -u
@@ -43,6 +44,11 @@ if [ -n "${BUILD_LLAMA:-}" ] && [ -f .llama/llsrc.tgz ]; then
   BUILD=$!
 fi
 rm -rf /tmp/split && mkdir -p /tmp/split
+SERVE=
+if [ -n "${SERVING_BG:-}" ]; then  # llama-server on GPUs 0,1 while the plan's rows use 2,3
+  OUT=$OUT bash bench/serving/split_serving.sh >/dev/null 2>&1 &
+  SERVE=$!
+fi
 if [ -n "${PLAN-explore}" ]; then
 SLOTARG=()
 [ -n "${SLOTS:-}" ] && SLOTARG=(--slots "$SLOTS")
@@ -61,6 +67,10 @@ if [ -n "$BUILD" ]; then
   kill -0 "$BUILD" 2>/dev/null && { echo "llama build not done in time" >>"$OUT/llama-build.log"; kill "$BUILD"; }
   tail -n 5 "$OUT/llama-build.log"
   ls -la "$OUT"/llama-server.xz.* 2>/dev/null
+fi
+if [ -n "$SERVE" ]; then
+  wait "$SERVE"
+  tail -n 12 "$OUT/serving.log"
 fi
 if [ -n "${SERVING:-}" ]; then
   OUT=$OUT bash bench/serving/split_serving.sh
