@@ -98,10 +98,13 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
     ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
     "side": [
+        [("bursty", "2"), ("solo_small", "3")],
         [("lost_comm_heavy", "2,3")],
-        [("tp_decode", "2,3")],
     ],
 }
+MINUTE_ROWS = ("bursty",)
+"""Rows that run at least a minute steady in any plan (the issue's utilization criterion is
+averaged over a minute); with ``--bursty-minute``."""
 BEFORE_SECONDS = 10.0
 """How long the job before a back-to-back row runs here (20 s in the [lost] run)."""
 SEEN_SKIP = {f"lost_{k}": v for k, v in SKIP.items()}
@@ -290,14 +293,16 @@ class Row(threading.Thread):
                     time.sleep(seconds)
             finally:
                 b.stop()
-        self.proc = self.start_job(self.name_, workload, opts,
-                                   self.args.seconds + skip + 60)
+        steady = self.args.seconds
+        if self.args.bursty_minute and self.name_ in MINUTE_ROWS:
+            steady = max(steady, 60.0)
+        self.proc = self.start_job(self.name_, workload, opts, steady + skip + 60)
         try:
             if not self.proc.wait_ready(self.args.ready_timeout):
                 self.result["error"] = (self.proc.event("error") or {}).get("error", "no ready")
                 return
             self.ready_at = time.time()
-            end = self.ready_at + skip + self.args.seconds
+            end = self.ready_at + skip + steady
             while time.time() < end and self.proc.proc.poll() is None:
                 time.sleep(0.25)
         finally:
@@ -559,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=float, default=5.0, help="seconds after ready not judged")
     p.add_argument("--ready-timeout", type=float, default=90.0)
     p.add_argument("--daemon-args", default="", help="extra daemon arguments")
+    p.add_argument("--bursty-minute", action="store_true",
+                   help="the bursty row runs 60 s steady whatever --seconds says")
     p.add_argument("--simulate", action="store_true")
     p.add_argument("--fixture", type=Path, help="only write --out from this split.json as "
                    "the replay tests' fixture (with --source)")

@@ -11,7 +11,7 @@
 # llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log; with SERVING=1, then
 # bench/serving/split_serving.sh (llama-server over GPUs 0,1; SERVING_BG=1: at the same time as
 # the rows, which then must use GPUs 2,3: PLAN=side). Knobs: PLAN (empty: no rows),
-# SLOTS, STEADY (30), SKIP (5),
+# SLOTS, STEADY (30), SKIP (5), MINUTE (1: the bursty row 60 s),
 # LIMIT (seconds for the bench, 420), BUILD_DEADLINE (seconds since start, 430).
 set -u
 OUT=${OUT:?set OUT to the output directory}
@@ -53,7 +53,8 @@ if [ -n "${PLAN-explore}" ]; then
 SLOTARG=()
 [ -n "${SLOTS:-}" ] && SLOTARG=(--slots "$SLOTS")
 timeout -k 10 "${LIMIT:-420}" python3 -m bench.gpu.split --out /tmp/split --plan "${PLAN-explore}" \
-  "${SLOTARG[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${DAEMON_ARGS:+--daemon-args "$DAEMON_ARGS"} \
+  "${SLOTARG[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${MINUTE:+--bursty-minute} \
+  ${DAEMON_ARGS:+--daemon-args "$DAEMON_ARGS"} \
   >>"$OUT/logs.txt" 2>&1
 echo "[split_run] bench rc $? at $(( $(date +%s) - START ))s" >>"$OUT/logs.txt"
 cp /tmp/split/split.json /tmp/split/split.md "$OUT/" 2>/dev/null
