@@ -97,9 +97,9 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("lost_comm_heavy", "0,1"), ("lost_back_to_back", "2,3")],
     ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
-    "side": [
+    "side": [  # the first slot beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1)
         [("bursty", "2"), ("solo_small", "3")],
-        [("lost_comm_heavy", "2,3")],
+        [("tp_decode", "0,1"), ("tiny_sync", "2,3")],
     ],
 }
 MINUTE_ROWS = ("bursty",)
@@ -564,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=float, default=5.0, help="seconds after ready not judged")
     p.add_argument("--ready-timeout", type=float, default=90.0)
     p.add_argument("--daemon-args", default="", help="extra daemon arguments")
+    p.add_argument("--gate", type=Path, help="before every slot but the first, wait (up to "
+                   "180 s) for this file: another run on some of the GPUs has ended")
     p.add_argument("--bursty-minute", action="store_true",
                    help="the bursty row runs 60 s steady whatever --seconds says")
     p.add_argument("--simulate", action="store_true")
@@ -595,7 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start()
     job_id = 4600
     try:
-        for slot in plan:
+        for number, slot in enumerate(plan):
+            if number and args.gate:  # GPUs another run holds are given back
+                wait_for(args.gate, 180.0)
             print(f"[split] slot {[n for n, _g in slot]} ...", flush=True)
             rows = []
             for name, gpus in slot:
@@ -624,6 +628,13 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "split.md").write_text(render(result))
     print(render(result), flush=True)
     return 0
+
+
+def wait_for(path: Path, limit: float) -> None:
+    end = time.monotonic() + limit
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.5)
+    print(f"[split] gate {path}: {'open' if path.exists() else 'timed out'}", flush=True)
 
 
 def summary(row: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@
 # Writes to $OUT: gpus.txt, split.json, split.md, logs.txt and, with BUILD_LLAMA,
 # llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log; with SERVING=1, then
 # bench/serving/split_serving.sh (llama-server over GPUs 0,1; SERVING_BG=1: at the same time as
-# the rows, which then must use GPUs 2,3: PLAN=side). Knobs: PLAN (empty: no rows),
+# the plan's first slot, which then must use GPUs 2,3, the next slots waiting for it: PLAN=side). Knobs: PLAN (empty: no rows),
 # SLOTS, STEADY (30), SKIP (5), MINUTE (1: the bursty row 60 s),
 # LIMIT (seconds for the bench, 420), BUILD_DEADLINE (seconds since start, 430).
 set -u
@@ -45,15 +45,18 @@ if [ -n "${BUILD_LLAMA:-}" ] && [ -f .llama/llsrc.tgz ]; then
 fi
 rm -rf /tmp/split && mkdir -p /tmp/split
 SERVE=
-if [ -n "${SERVING_BG:-}" ]; then  # llama-server on GPUs 0,1 while the plan's rows use 2,3
-  OUT=$OUT bash bench/serving/split_serving.sh >/dev/null 2>&1 &
+GATE=()
+if [ -n "${SERVING_BG:-}" ]; then  # llama-server on GPUs 0,1 beside the plan's first slot
+  rm -f /tmp/serving.done
+  ( OUT=$OUT bash bench/serving/split_serving.sh >/dev/null 2>&1; touch /tmp/serving.done ) &
   SERVE=$!
+  GATE=(--gate /tmp/serving.done)
 fi
 if [ -n "${PLAN-explore}" ]; then
 SLOTARG=()
 [ -n "${SLOTS:-}" ] && SLOTARG=(--slots "$SLOTS")
 timeout -k 10 "${LIMIT:-420}" python3 -m bench.gpu.split --out /tmp/split --plan "${PLAN-explore}" \
-  "${SLOTARG[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${MINUTE:+--bursty-minute} \
+  "${SLOTARG[@]}" "${GATE[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${MINUTE:+--bursty-minute} \
   ${DAEMON_ARGS:+--daemon-args "$DAEMON_ARGS"} \
   >>"$OUT/logs.txt" 2>&1
 echo "[split_run] bench rc $? at $(( $(date +%s) - START ))s" >>"$OUT/logs.txt"
