@@ -149,6 +149,21 @@ def test_no_new_sample_keeps_the_last_windows_value(clock: ManualClock) -> None:
     assert read(source, "goodput_gpu_utilization_method_info", method="samples") == 1.0
 
 
+def test_an_empty_answer_is_no_new_sample(clock: ManualClock,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some drivers answer "no sample newer" with an empty list rather than NOT_FOUND."""
+    nvml = node(clock)
+    source = NvmlSource(NvmlSession(nvml, "test"), clock=clock)
+    source.open()
+    read(source, "goodput_gpu_utilization_ratio")
+    clock.advance(1.0)
+    before = read(source, "goodput_gpu_utilization_ratio")
+    monkeypatch.setattr(nvml, "nvmlDeviceGetSamples", lambda *_a: (1, []), raising=False)
+    clock.advance(1.0)
+    assert read(source, "goodput_gpu_utilization_ratio") == before
+    assert read(source, "goodput_gpu_utilization_method_info", method="samples") == 1.0
+
+
 def test_a_device_without_samples_falls_back_to_the_last_period_said_once(
     clock: ManualClock,
 ) -> None:

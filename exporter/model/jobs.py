@@ -138,6 +138,14 @@ def spin_sm_active(w: Window, cfg: ModelConfig, own: Own | None = None) -> float
     return min(cfg.p2p_sm_active if one_way else cfg.collective_sm_active, 0.99)
 
 
+EDGE_HOLLOW = 0.03
+"""Hollow time a GPU's own kernels show per second without a kernel in the window: on H200
+the kernels next to host stalls and copies are hollower than in a steady stream (8192-square
+GEMMs 0.035 hollow in a full second of them; 0.08-0.09 of the window hollow in seconds
+half stalled; 0.17 of kernel time between 512 MiB host-to-device copies), whatever the
+job waits."""
+
+
 def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig,
             own_hollow: Own | None = None) -> float:
     """Share of the window this GPU's kernels waited on its peers: hollow time beyond its own
@@ -148,7 +156,8 @@ def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig,
     spin = spin_sm_active(w, cfg, own_hollow)
     own = own_hollow.ratio
     moving = transfer_time(w, cfg)
-    beyond_own = max(h - own * busy, 0.0) / max(1.0 - spin - own, 0.01)
+    edges = EDGE_HOLLOW * max(1.0 - busy, 0.0)
+    beyond_own = max(h - own * busy - edges, 0.0) / max(1.0 - spin - own, 0.01)
     absolute = min(max(beyond_own - moving, 0.0), max(busy - moving, 0.0))
     return min(max(absolute, floor_excess / max(1.0 - spin, 0.01)), busy)
 
@@ -218,6 +227,43 @@ def own_observation(w: Window, a: Assessment, cfg: ModelConfig,
     return min(max(busy - w.sm_active, 0.0) / busy, OWN_MAX), min(tensor / busy, 1.0)
 
 
+def least_waiting_observation(
+    job: Mapping[str, tuple[Window, Assessment]],
+    hollows: Mapping[str, float],
+    cfg: ModelConfig,
+) -> float | None:
+    """An upper bound on the job's own hollow share, from across its ranks: where one busy
+    rank is far less hollow than its peers (it is the one they wait for), its hollow time
+    beyond its transfer is its own kernels' plus the little it waits itself. None where the
+    ranks are alike (rotating imbalance, bubbles, balanced work: their hollow time is as much
+    waiting as their own), or the least hollow one is not busy computing (a rank stalled on
+    its host runs a few tiny kernels)."""
+    if len(hollows) < 2:
+        return None
+    least = min(hollows, key=lambda g: (hollows[g], g))
+    most = max(hollows.values())
+    if most - hollows[least] < STRAGGLER_HOLLOW_GAP or hollows[least] > most / 2:
+        return None
+    w, _a = job[least]
+    busy = kernel_time(w, usable=True)
+    if busy is None or busy < 0.5 or (w.tensor_active or 0.0) < 0.1:
+        return None
+    if hollows[least] > BOUND_MAX * busy:
+        return None  # it waits a good part itself (a pipeline's heavier stage: 0.15)
+    spin = spin_sm_active(w, cfg)
+    beyond = hollows[least] - (1.0 - spin) * transfer_time(w, cfg)
+    return min(max(beyond / busy, 0.0), OWN_MAX)
+
+
+BOUND_MAX = 0.15
+"""The least hollow rank bounds the job's own hollowness only while at most this share of
+its kernel time is hollow: the 3072-square GEMMs of a rank its peer waited 0.29 for read
+0.12 (it waited 0.03 itself); a pipeline's heavier stage, which waits out the fill, 0.18."""
+STRAGGLER_HOLLOW_GAP = 0.1
+"""Hollow share by which the least hollow busy rank must trail its most hollow peer (and be
+at most half of it) to bound the job's own hollowness: a rank everyone waits for."""
+
+
 @dataclass
 class OwnLearner:
     """What a job has learned of its own kernels (:func:`own_observation`): how hollow they
@@ -228,17 +274,29 @@ class OwnLearner:
 
     ratio: Smoothed = field(default_factory=Smoothed)
     tensor: Smoothed = field(default_factory=Smoothed)
+    bound: Smoothed = field(default_factory=Smoothed)
+    """From the rank the others wait for (:func:`least_waiting_observation`)."""
 
-    def add(self, observations: list[tuple[float, float]], seconds: float) -> None:
+    def add(self, observations: list[tuple[float, float]], seconds: float,
+            bound: float | None = None) -> None:
         if observations:
             n = len(observations)
             self.ratio.add(sum(o[0] for o in observations) / n, seconds, LEARN_SECONDS)
             self.tensor.add(sum(o[1] for o in observations) / n, seconds, LEARN_SECONDS)
+        if bound is not None:
+            self.bound.add(bound, seconds, LEARN_SECONDS)
 
     def own(self, cfg: ModelConfig) -> Own:
-        if self.ratio.seconds < LEARN_MIN_SECONDS:
-            return Own.default(cfg)
-        return Own(self.ratio.value, max(self.tensor.value, 0.1), learned=True)
+        """Windows alone say it exactly; else the least-waiting rank bounds it, taken only
+        above the configured default (it includes that rank's own little waiting)."""
+        if self.ratio.seconds >= LEARN_MIN_SECONDS:
+            return Own(self.ratio.value, max(self.tensor.value, 0.1), learned=True)
+        if self.bound.seconds >= LEARN_MIN_SECONDS and self.bound.value > cfg.own_hollow_ratio:
+            r = self.bound.value
+            # the same GEMMs' tensor activity per second, scaled by how full they are
+            tensor = cfg.tensor_per_compute_second * (1.0 - r) / (1.0 - cfg.own_hollow_ratio)
+            return Own(r, tensor, learned=True)
+        return Own.default(cfg)
 
 
 @dataclass
@@ -306,7 +364,8 @@ def judge(
     low = min(hollows.values(), default=0.0)
     busy = {g: kernel_time(w, usable=True) or 0.0 for g, (w, _a) in job.items()}
     tracker.learner.add([o for g, (w, a) in job.items() if (o := own_observation(
-        w, a, cfg, _peer_holds_back(g, busy))) is not None], seconds)
+        w, a, cfg, _peer_holds_back(g, busy))) is not None], seconds,
+        least_waiting_observation(job, hollows, cfg))
     own = tracker.learner.own(cfg)
     shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():

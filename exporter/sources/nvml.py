@@ -237,13 +237,7 @@ class NvmlSource(SessionSource):
         except nvml.NVMLError as exc:
             reason = error_reason(nvml, exc)
             if reason == "not_found":
-                # No sample newer than the last one seen (polled faster than NVML samples):
-                # the last window's value holds, and the next samples cover this time.
-                fields["utilization_method"] = util_window.SAMPLES
-                if gpu in self._util_last:
-                    fields["utilization"] = self._util_last[gpu]
-                    fields["utilization_busy_seconds"] = 0.0
-                return fields
+                return self._hold(gpu, fields)
             if reason == "gpu_lost":
                 raise
             if reason not in _UNSUPPORTED:
@@ -261,7 +255,7 @@ class NvmlSource(SessionSource):
         seen = self._util_seen_us.get(gpu)
         got = util_window.window(samples, value_type, seen, first_seconds=self.interval)
         if got is None:
-            return fields
+            return self._hold(gpu, fields)
         if not self._util_said:
             self._util_said = True  # one line for the node; a fallback is said per GPU
             log.info("nvml_utilization_method", method=util_window.SAMPLES)
@@ -269,6 +263,15 @@ class NvmlSource(SessionSource):
         self._util_last[gpu] = got.utilization
         fields.update(utilization=got.utilization, utilization_method=util_window.SAMPLES,
                       utilization_busy_seconds=0.0 if seen is None else got.busy_seconds)
+        return fields
+
+    def _hold(self, gpu: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """No sample newer than the last one seen (NVML_ERROR_NOT_FOUND, or an empty list):
+        polled faster than NVML samples. The last window's value holds and adds no busy
+        time: the next samples cover this time. Before any window, NVML's last period."""
+        if gpu in self._util_last:
+            fields.update(utilization=self._util_last[gpu], utilization_busy_seconds=0.0,
+                          utilization_method=util_window.SAMPLES)
         return fields
 
     @staticmethod

@@ -1,17 +1,20 @@
 """Kernel-time utilization over the poll window, from NVML's utilization samples.
 
-``nvmlDeviceGetUtilizationRates`` answers for NVML's own last sample period (about 200 ms on
-an H200, 1/6 s to 1 s by product), not for the second between two polls: a burst or a host
-stall that falls outside that period is missed in one window and read twice in another
-(issue 46 saw 0.96-0.98 in windows where SM activity fell to 0.13-0.33, and 0 in windows
-with SMs 36 % active). The driver keeps a short history of those samples;
+``nvmlDeviceGetUtilizationRates`` answers for NVML's own sample period (1/6 s to 1 s by
+product), not for the second between two polls: a burst or a host stall that falls outside
+that period is missed in one window and read twice in another (on an H200 it read 0.94 in a
+second whose own samples read 0.00-0.08; over a bursty minute it was 0 or 1 in most windows,
+its mean 0.63 against a kernel time of 0.55). The driver keeps a short history of samples,
+one every 200 ms on an H200;
 ``nvmlDeviceGetSamples(h, NVML_GPU_UTILIZATION_SAMPLES, last_seen_us)`` returns the ones
 newer than the last one seen, and their average over the time they cover is the window's
 utilization, as nvidia-smi and dcgm-exporter average them. Weighting each sample by the time
 since the one before makes the busy seconds exact on the driver's own timeline, so the
 ``goodput_gpu_utilization_seconds_total`` counter integrates what the driver measured.
 
-Pure: the source does the NVML calls; this module only turns samples into a window.
+Pure: the source does the NVML calls; this module only turns samples into a window. The
+call costs 1.4 ms per GPU (measured on an H200, driver 580), about 0.14 % of a core per GPU
+at one poll a second.
 """
 
 from __future__ import annotations
