@@ -71,12 +71,12 @@ def test_a_row_passes_only_with_every_part_within_005_and_a_sum_of_one() -> None
 
 
 def test_a_bursty_row_is_judged_on_utilization() -> None:
-    ok = {"workload": "split_bursty", "util_check": {
-        "windows": 60, "mean_published": 0.55, "mean_truth": 0.54, "mean_error": 0.01,
-        "max_window_error": 0.08, "windows_over_0.1": 0}}
-    assert check(ok)["pass"]
-    ok["util_check"]["max_window_error"] = 0.2
-    assert not check(ok)["pass"]
+    util: dict[str, float] = {"windows": 60, "mean_published": 0.55, "mean_truth": 0.54,
+                              "mean_error": 0.01, "max_window_error": 0.08,
+                              "windows_over_0.1": 0}
+    assert check({"workload": "split_bursty", "util_check": util})["pass"]
+    util["max_window_error"] = 0.2
+    assert not check({"workload": "split_bursty", "util_check": util})["pass"]
 
 
 class FakeEvent:
