@@ -64,9 +64,13 @@ class GpuState:
     up: bool = True
     reason: str = ""
     utilization: float | None = None
-    """Share of the sample period any kernel ran (nvidia-smi's utilization)."""
+    """Share of the poll window any kernel ran (nvidia-smi's utilization), averaged from
+    NVML's utilization samples (or NVML's last sample period: ``utilization_method``)."""
     utilization_seconds: float | None = None
-    """``utilization`` integrated over polls: the counter ``rate()`` reads exactly."""
+    """Busy seconds integrated over the samples (or polls): the counter ``rate()`` reads
+    exactly."""
+    utilization_method: str = ""
+    """samples | last_period (exporter/sources/utilization.py); "" when not read."""
     memory_controller_utilization: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None

@@ -27,6 +27,7 @@ EXPORTER_NODE = "goodput:exporter_node:info"
 REGIME_GPUS = "goodput:regime_gpus:sum"
 JOB_GPU_WAITING = "goodput:job_gpu_waiting:ratio_rate5m"
 NODE_JOB_GPU_SECONDS = "goodput:node_job_gpu_seconds:rate5m"
+NODE_JOB_TOKENS = "goodput:node_job_tokens:rate5m"
 MODEL_TTFT_BUCKET = "goodput:model_ttft_seconds_bucket:rate5m"
 
 # Fleet-wide (goodput.global.fleet).
@@ -48,3 +49,4 @@ JOB_STRAGGLER = "goodput:job_straggler:gap_rate5m"
 JOB_GPU_SECONDS = "goodput:job_gpu_seconds:rate5m"
 JOB_WAITING_GPUS = "goodput:job_waiting_gpus:rate5m"
 JOB_WAITING = "goodput:job_waiting:ratio_rate5m"
+JOB_TOKENS_PER_WORKING = "goodput:job_tokens_per_working_gpu_second:ratio_rate5m"

@@ -329,6 +329,44 @@ def test_a_multi_gpu_job_shows_its_gpus_straggler_and_time_split() -> None:
     assert "Multi-GPU jobs" not in render(view, [], "gpu", "nothing-like-this")
 
 
+def _serving_text(seconds: float) -> str:
+    """The same job as a serving engine split over GPUs 9 and 10: 800 generated tokens/s in
+    all (400 on each), its GPUs working 1.0 and 0.6 of their time (GPU 9 stalled 0.4 of it
+    waiting for requests, GPU 10 waiting 0.4 on GPU 9)."""
+    parts = {"9": {"working": 10.0}, "10": {"working": 6.0, "waiting": 4.0}}
+    lines = [
+        f'goodput_gpu_job_seconds_total{{gpu="{gpu}",node="n1",job_source="slurm",'
+        f'namespace="",job_id="4242",part="{part}"}} {p.get(part, 0.0) / 10 * seconds}'
+        for gpu, p in parts.items()
+        for part in ("working", "transferring", "waiting", "host_stalled", "idle")
+    ]
+    lines += ["# TYPE goodput_gpu_tokens counter"] + [
+        f'goodput_gpu_tokens_total{{gpu="{gpu}",node="n1",kind="{kind}",model="m",'
+        f'engine="llama.cpp"}} {rate * seconds}'
+        for gpu in ("9", "10") for kind, rate in (("generation", 400.0), ("prompt", 900.0))]
+    return JOBS + "\n".join(lines) + "\n"
+
+
+def test_a_serving_job_shows_its_tokens_per_gpu_second_working() -> None:
+    rates = Rates()
+    parse(_serving_text(100), rates, now=0.0)
+    view = parse(_serving_text(110), rates, now=10.0)
+    (job,) = view.jobs
+    assert job.tokens_per_second == pytest.approx(800.0)  # generated tokens only
+    assert job.working_gpus == pytest.approx(1.6)
+    assert job.tokens_per_working_second == pytest.approx(500.0)
+    assert job.split_text() == "work 0.80 xfer 0.00 wait 0.20 host 0.00 tok/w 500"
+    lines = [line.rstrip() for line in frame(view, view.rows, 80)]
+    assert " job 4242 (slurm) GPUs 9*,10  work 0.80 xfer 0.00 wait 0.20 host 0.00 " \
+        "tok/w 500" in lines, lines
+    page = render(view, view.rows, "gpu", "")
+    assert "<th>Tokens/s per working GPU</th>" in page and '<td class="n">500</td>' in page
+    for words in ("storage, the input pipeline, checkpointing", "a peer GPU", "the links"):
+        assert words in page
+    training = parse(_jobs_text(110), Rates(), now=0.0).jobs[0]
+    assert training.tokens_per_working_second is None and training.tokens_text() == ""
+
+
 # the landing page's first load ---------------------------------------------------------------
 
 

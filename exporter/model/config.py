@@ -52,6 +52,11 @@ class ModelConfig(Section):
     """In a bus-fed window with few kernels, copy-engine time (NVML utilization minus GPM
     graphics activity) at or above this is transfer_bound; below it the host sets the pace
     (pageable staging, a throttled producer): host_bound."""
+    collective_floor_bytes_per_second: float = Field(default=10e3, ge=0)
+    """NVLink traffic (both directions) at or above this means a GPU of a multi-GPU job
+    takes part in collectives, so its hollow time beyond its own kernels' is waiting: a
+    barrier-like 4-byte all-reduce per step moved 48 KB/s each way on H200, an idle or lone
+    GPU's NVLink reads exactly 0."""
     comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
     """NVLink traffic (both directions) at or above this, with kernels that barely fill the
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe

@@ -48,7 +48,14 @@ _GPM_RATIOS: dict[int, tuple[str, float]] = {
     60: ("nvlink_rx_mib", 1.0),
     61: ("nvlink_tx_mib", 1.0),
 }
-UTILIZATION_PERIOD = 1.0  # seconds NVML's utilization averages over (1/6 s to 1 s by product)
+SAMPLE_PERIOD = 0.2
+"""Seconds between NVML's utilization samples (about 200 ms measured on an H200)."""
+SAMPLES_KEPT = 71
+"""Utilization samples the driver keeps (71 measured on an H200)."""
+SAMPLE_EPOCH_US = 1_764_000_000_000_000
+"""Where the simulated driver's sample clock (µs, like the CPU timestamps NVML uses) is
+at the fake's start."""
+_SAMPLED = {"NVML_GPU_UTILIZATION_SAMPLES": "util", "NVML_MEMORY_UTILIZATION_SAMPLES": "mem_util"}
 _FIELD_THROTTLE = {269: _SW_THERM, 270: _HW_THERM}
 _FIELD_ZERO = {74, 76, 271}  # throttle reasons the simulation never raises: counters stay 0
 
@@ -298,11 +305,43 @@ class FakeNvml:
         assert gpu is not None
         if handle.mig is not None:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)  # documented: not supported on MIG
-        now = self.clock()
+        # NVML's last sample period, not the caller's window: the newest sample's value.
+        at = self._start + self._newest_sample(self.clock()) * SAMPLE_PERIOD
         rates = _real.c_nvmlUtilization_t()
-        rates.gpu = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "util") * 100)
-        rates.memory = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "mem_util") * 100)
+        rates.gpu = round(gpu.physics.mean(at, SAMPLE_PERIOD, "util", points=8) * 100)
+        rates.memory = round(gpu.physics.mean(at, SAMPLE_PERIOD, "mem_util", points=8) * 100)
         return rates
+
+    def _newest_sample(self, now: float) -> int:
+        """Index of the driver's newest utilization sample (sample k at k periods)."""
+        return int((now - self._start) / SAMPLE_PERIOD + 1e-6)
+
+    def nvmlDeviceGetSamples(self, handle: _Handle, sampling_type: int, timestamp: int) -> Any:
+        """``(valueType, [c_nvmlSample_t])``: the samples newer than ``timestamp`` (µs) the
+        simulated driver keeps, one every :data:`SAMPLE_PERIOD`, each the mean over its own
+        period. NOT_FOUND when none is newer (as the driver says it), NOT_SUPPORTED on MIG
+        and for sample types the simulation does not keep (power, clocks, codecs)."""
+        gpu = self._enter("nvmlDeviceGetSamples", handle)
+        assert gpu is not None
+        field_by_type = {getattr(_real, name): f for name, f in _SAMPLED.items()}
+        if handle.mig is not None or sampling_type not in field_by_type:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        name = field_by_type[sampling_type]
+        newest = self._newest_sample(self.clock())
+        out = []
+        for k in range(newest - SAMPLES_KEPT + 1, newest + 1):
+            stamp = SAMPLE_EPOCH_US + round(k * SAMPLE_PERIOD * 1e6)
+            if stamp <= timestamp:
+                continue
+            sample = _real.c_nvmlSample_t()
+            sample.timeStamp = stamp
+            at = self._start + k * SAMPLE_PERIOD
+            mean = gpu.physics.mean(at, SAMPLE_PERIOD, name, points=8)
+            sample.sampleValue.uiVal = round(min(max(mean, 0.0), 1.0) * 100)
+            out.append(sample)
+        if not out:
+            _raise(_real.NVML_ERROR_NOT_FOUND)
+        return _real.NVML_VALUE_TYPE_UNSIGNED_INT, out
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
         gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)

@@ -1,6 +1,11 @@
 """NVML source: identity, health, kernel-time utilization, memory, power, energy, clocks,
 throttling, ECC, row remapping and compute processes of every GPU and MIG instance.
 
+Utilization is the average of NVML's utilization samples over the poll window
+(exporter/sources/utilization.py), not NVML's last sample period; where the device does not
+keep samples it falls back to ``nvmlDeviceGetUtilizationRates``, says so once in the log and
+on ``goodput_gpu_utilization_method_info``.
+
 Each reading is one small function. A reading that raises NOT_SUPPORTED is dropped for that
 device after the first try (said once in the log); GPU_IS_LOST marks the device lost; any
 other error marks it down with the reason, and the other devices go on.
@@ -17,6 +22,7 @@ import structlog
 from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
 from exporter.readings import Device, GpuState, NvmlReading, ProcessInfo
 from exporter.snapshot import SourceResult
+from exporter.sources import utilization as util_window
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("nvml")
@@ -71,6 +77,13 @@ class NvmlSource(SessionSource):
         self._unsupported: dict[str, set[str]] = {}
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
+        self._util_seen_us: dict[str, int] = {}
+        """Newest utilization sample's timestamp per GPU (the next call's last seen)."""
+        self._util_last: dict[str, float] = {}
+        self._util_by_period: set[str] = set()
+        self._util_said = False
+        self._util_errors: dict[str, str] = {}
+        """GPUs whose driver keeps no utilization samples: read by the last period."""
         self._device_state: dict[str, str] = {}
         self._process_errors: dict[str, str] = {}
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
@@ -144,9 +157,11 @@ class NvmlSource(SessionSource):
                 self._cached[(device.gpu, key)] = fresh
             fields.update(fresh)
         procs = self._processes(nvml, dh)
+        busy = fields.pop("utilization_busy_seconds", None)
         util = fields.get("utilization")
         if util is not None:
-            total = self._util_seconds.get(device.gpu, 0.0) + util * elapsed
+            added = util * elapsed if busy is None else busy
+            total = self._util_seconds.get(device.gpu, 0.0) + added
             self._util_seconds[device.gpu] = total
             fields["utilization_seconds"] = total
         self._state_change(device.gpu, "", "")
@@ -203,13 +218,61 @@ class NvmlSource(SessionSource):
         return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
 
     # readings ---------------------------------------------------------------------------------
-    @staticmethod
-    def _utilization(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+    def _utilization(self, nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+        """The window's utilization from NVML's samples since the last poll, else (no
+        samples kept on this device) NVML's last sample period. The memory controller's
+        share stays NVML's last period (a second samples call costs another 1.4 ms)."""
+        gpu = dh.device.gpu
         rates = nvml.nvmlDeviceGetUtilizationRates(dh.handle)
-        return {
+        fields: dict[str, Any] = {
             "utilization": rates.gpu / 100.0,
             "memory_controller_utilization": rates.memory / 100.0,
+            "utilization_method": util_window.LAST_PERIOD,
         }
+        if gpu in self._util_by_period:
+            return fields
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(
+                dh.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._util_seen_us.get(gpu, 0))
+        except nvml.NVMLError as exc:
+            reason = error_reason(nvml, exc)
+            if reason == "not_found":
+                return self._hold(gpu, fields)
+            if reason == "gpu_lost":
+                raise
+            if reason not in _UNSUPPORTED:
+                # A transient failure (a timeout): NVML's last period for this poll only.
+                if self._util_errors.get(gpu, "") != reason:
+                    log.warning("nvml_utilization_samples_failed", gpu=gpu, reason=reason,
+                                error=str(exc))
+                    self._util_errors[gpu] = reason
+                return fields
+            self._util_by_period.add(gpu)
+            log.info("nvml_utilization_method", gpu=gpu, uuid=dh.device.uuid,
+                     method=util_window.LAST_PERIOD, reason=reason, error=str(exc))
+            return fields
+        self._util_errors.pop(gpu, None)
+        seen = self._util_seen_us.get(gpu)
+        got = util_window.window(samples, value_type, seen, first_seconds=self.interval)
+        if got is None:
+            return self._hold(gpu, fields)
+        if not self._util_said:
+            self._util_said = True  # one line for the node; a fallback is said per GPU
+            log.info("nvml_utilization_method", method=util_window.SAMPLES)
+        self._util_seen_us[gpu] = got.newest_us
+        self._util_last[gpu] = got.utilization
+        fields.update(utilization=got.utilization, utilization_method=util_window.SAMPLES,
+                      utilization_busy_seconds=0.0 if seen is None else got.busy_seconds)
+        return fields
+
+    def _hold(self, gpu: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """No sample newer than the last one seen (NVML_ERROR_NOT_FOUND, or an empty list):
+        polled faster than NVML samples. The last window's value holds and adds no busy
+        time: the next samples cover this time. Before any window, NVML's last period."""
+        if gpu in self._util_last:
+            fields.update(utilization=self._util_last[gpu], utilization_busy_seconds=0.0,
+                          utilization_method=util_window.SAMPLES)
+        return fields
 
     @staticmethod
     def _memory(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
@@ -323,16 +386,28 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
     ),
     gauge(
         "goodput_gpu_utilization_ratio",
-        "Share of the last sample period in which any kernel ran (what nvidia-smi calls "
-        "utilization). Says nothing about how many SMs did work.",
+        "Share of the last poll window in which any kernel ran (nvidia-smi's utilization), "
+        "averaged from NVML's utilization samples. Says nothing about how many SMs did work.",
         lambda s: s.utilization,
         unit="ratio",
     ),
     counter(
         "goodput_gpu_utilization_seconds_total",
-        "Kernel-time utilization integrated over polls (ratio x seconds between polls).",
+        "Seconds with a kernel resident: NVML's utilization samples, each times the time it "
+        "covers.",
         lambda s: s.utilization_seconds,
         unit="seconds",
+    ),
+    Family(
+        "goodput_gpu_utilization_method_info",
+        "gauge",
+        "Constant 1, labelled with how goodput_gpu_utilization_ratio is read on this GPU: "
+        "samples (NVML's utilization samples averaged over the poll window) or last_period "
+        "(nvmlDeviceGetUtilizationRates, NVML's own last sample period, which a burst or a "
+        "host stall can miss).",
+        lambda s: (((s.utilization_method,), 1.0),) if s.utilization_method else (),
+        labels=("method",),
+        default=False,
     ),
     gauge(
         "goodput_gpu_memory_controller_utilization_ratio",

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from exporter.metrics.cache import ExpositionCache, Variant
-from exporter.view.jobs import JobRow
+from exporter.view.jobs import MEANING, JobRow
 from exporter.view.rows import (
     RATE_WINDOW,
     REGIME_WHY,
@@ -110,24 +110,34 @@ def _head(sort: str, filter_text: str) -> str:
 
 
 JOB_HEADERS = ("Job", "Source", "GPUs", "Straggler", "Work", "Transfer", "Wait", "Host",
-               "Idle")
+               "Idle", "Tokens/s per working GPU")
+_PART_OF = {"Work": "working", "Transfer": "transferring", "Wait": "waiting",
+            "Host": "host_stalled", "Idle": "idle"}
 
 
 def _jobs(jobs: Sequence[JobRow]) -> str:
-    """The multi-GPU jobs: GPUs, straggler, and each part's share of the job's GPU time."""
+    """The multi-GPU jobs: GPUs, straggler, each part's share of the job's GPU time (what
+    each means below the table, in words an operator acts on) and, for a serving job, its
+    tokens per GPU-second working."""
     if not jobs:
         return ""
     rows = []
     for job in jobs:
         shares = [f'<td class="n">{v:.2f}</td>' for _, v in job.shares] or [
             '<td class="n">-</td>'] * 5
+        per = job.tokens_per_working_second
+        tokens = f'<td class="n">{per:.0f}</td>' if per is not None else '<td class="n">-</td>'
         rows.append(
             f'<tr class="{"warn" if job.straggler else ""}"><td>{escape(job.name)}</td>'
             f"<td>{escape(job.job_source)}</td><td>{escape(', '.join(job.gpus))}</td>"
-            f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}</tr>")
-    head = "".join(f"<th>{h}</th>" for h in JOB_HEADERS)
+            f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}{tokens}</tr>")
+    head = "".join(
+        f'<th title="{escape(MEANING[_PART_OF[h]])}">{h}</th>' if h in _PART_OF
+        else f"<th>{h}</th>" for h in JOB_HEADERS)
+    legend = "; ".join(f"<b>{h}</b>: {escape(MEANING[part])}" for h, part in _PART_OF.items())
     return (f'<h2>Multi-GPU jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            f'<p class="legend">Where each job\'s GPU time went. {legend}.</p>')
 
 
 def _docs(docs: Sequence[str]) -> str:

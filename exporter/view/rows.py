@@ -271,7 +271,13 @@ def parse(text: str, rates: Rates | None = None, now: float | None = None,
         for gpu, fields in sorted(per_gpu.items(), key=lambda kv: gpu_key(kv[0]))
     )
     return NodeView(build.get("node", ""), build.get("version", ""), build.get("backend", ""),
-                    rows, jobs=job_rows(samples, _split(samples, per_second), gpu_key))
+                    rows, jobs=job_rows(samples, _split(samples, per_second), gpu_key,
+                                        _token_rates(rows)))
+
+
+def _token_rates(rows: tuple[GpuRow, ...]) -> dict[str, float]:
+    """Generated tokens per second by GPU, where an engine's are attributed."""
+    return {r.gpu: r.tokens_per_second for r in rows if r.tokens_per_second is not None}
 
 
 GAUGES = {
