@@ -323,6 +323,8 @@ class TargetStatus:
     model: str = ""
     reason: str = ""
     scrape_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    """How long its last scrape waited for a scrape slot before it started."""
     gpus: tuple[str, ...] = ()
     via: str = "none"
     dropped: tuple[tuple[str, float], ...] = ()
@@ -339,8 +341,8 @@ class ServingState:
     """(reason, discovered targets not scraped now): duplicate, max_targets,
     max_targets_per_namespace, bad_pod."""
     scrapes_limited: tuple[tuple[str, int], ...] = ()
-    """(reason, scrapes the pool held back since start): slow_share_full (cut at half a
-    round), namespace_share_full (waited for its namespace's share of the slots)."""
+    """(reason, scrapes delayed or dropped since start): slow_share_full, preempted,
+    queued, max_targets (exporter/sources/serving/pool.py)."""
 
 
 # collector status ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the landing page and ``top`` against a real daemon behind TLS and basic auth."""
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -118,7 +119,9 @@ def test_frame_fits_80_columns_and_keeps_every_gpu() -> None:
     for regime in ("compute_bound", "launch_bound", "comm_wait", "down"):
         assert regime in body
     assert " 10*" in body  # the straggler mark
-    assert lines[-1].startswith("GPU 1 ")  # the selected GPU's detail line
+    detail = lines[next(i for i, x in enumerate(lines) if x.startswith("GPU 1 ")):]
+    assert 1 <= len(detail) <= 3  # the selected GPU's detail, wrapped between its parts
+    assert "job web/llm-0 (kubernetes)" in " ".join(x.strip() for x in detail)
     assert "JOB" in lines[1] and "J/TOK" not in lines[1]  # the detail line has it
     assert "TOK/S" in frame(view, view.rows, 100)[1]
 
@@ -454,3 +457,50 @@ async def test_docs_are_served_from_a_checkout_only_by_their_listed_names(
             answer = await client.get(bad)
             assert answer.status == 404 and "SECRET" not in await answer.text(), bad
         assert "/docs/a.md" in await (await client.get("/docs/")).text()
+
+
+# top at 80 columns on the simulated node ------------------------------------------------------
+
+
+def test_top_once_at_80_columns_keeps_reasons_whole_and_every_job_identifiable(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`top --once --width 80` right after the simulated node starts: every row fits, no
+    reason is cut inside a word (a shortened one keeps whole words of its long or short
+    form), every GPU's job is shown as a piece of its name that belongs to no other job on
+    the node (so it also works as a filter), the straggler of job 4242 is already marked
+    (the first verdict is waited for), and the last lines say how to see the rest."""
+    from exporter.cli import simulated_app
+    from exporter.view.source import SimulatedNode
+    from exporter.view.table import reason_forms
+    from exporter.view.top import once
+
+    node = SimulatedNode(simulated_app, 12)
+    url = node.start()
+    try:
+        state = State()
+        assert once(Endpoint(url), state, 1.0, 80) == 0
+    finally:
+        node.stop()
+    out = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in out), out
+    header = next(i for i, line in enumerate(out) if line.startswith(" GPU REGIME"))
+    job_at, why_at = out[header].index("JOB"), out[header].index("WHY")
+    rows = {r.gpu: r for r in state.view.rows}
+    lines = out[header + 1:header + 1 + len(rows)]
+    names = {r.job for r in rows.values() if r.job}
+    assert len(names) >= 9 and any(len(n) > why_at - job_at for n in names)  # some shortened
+    for text in lines:
+        row = rows[text[:4].strip().rstrip("*")]
+        why = text[why_at:].strip()
+        reasons = row.reasons() or [row.why]
+        words = {w for r in reasons for form in reason_forms(r) for w in form.split()}
+        shown = re.sub(r" \+\d+$", "", why).removesuffix("~")
+        assert shown and all(w in words for w in shown.split()), (text, reasons)
+        job = text[job_at:why_at].strip()
+        assert bool(job) == bool(row.job), text
+        if row.job:
+            owners = {n for n in names if job in n}
+            assert owners == {row.job}, (text, owners)  # a piece of its own name only
+            assert {r.job for r in arrange(rows.values(), "gpu", job)} == {row.job}
+    assert any(line.startswith("  9* ") for line in lines), lines  # the first verdict
+    assert "--width" in " ".join(out[-3:]) and "j/k" in " ".join(out[-3:])

@@ -61,6 +61,9 @@ class JobRow:
     """The GPU the job waits on; empty when none stands out."""
     shares: tuple[tuple[str, float], ...] = ()
     """(part, share of the job's GPU time) in PARTS order; empty until rates are known."""
+    seconds: float = 0.0
+    """How long its longest-held GPU here has been in the job: the model names a straggler
+    only after watching for a while, so a young job without one is not yet judged."""
     tokens_per_second: float | None = None
     """Generated tokens per second of the serving engine(s) on the job's GPUs; None when
     none is attributed (a training job)."""
@@ -151,9 +154,13 @@ def job_rows(samples: Mapping[str, list[tuple[dict[str, str], float]]], split: S
         gpus[key(labels)].add(labels.get("gpu", ""))
     straggler = {key(labels): labels.get("gpu", "")
                  for labels, value in samples.get("goodput_job_straggler", []) if value == 1}
+    held: dict[tuple[JobKey, str], float] = defaultdict(float)
+    for labels, value in samples.get("goodput_gpu_job_seconds_total", []):
+        held[(key(labels), labels.get("gpu", ""))] += value
     return tuple(
         JobRow(*job, gpus=tuple(sorted(gpus[job] - {""}, key=order)),
                straggler=straggler.get(job, ""), shares=_shares(split, job),
+               seconds=max((v for (k, _), v in held.items() if k == job), default=0.0),
                tokens_per_second=_tokens(tokens or {}, gpus[job]),
                working_gpus=_working(split, job))
         for job in sorted(set(jobs))
