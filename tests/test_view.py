@@ -323,6 +323,10 @@ def test_a_multi_gpu_job_shows_its_gpus_straggler_and_time_split() -> None:
     assert " job 4242 (slurm) GPUs 9*,10  work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00" \
         in [line.rstrip() for line in lines], lines
     assert not any(" job " in line for line in frame(view, arrange(view.rows, "gpu", "3"), 80))
+    selected = next(i for i, r in enumerate(view.rows) if r.gpu == "9")
+    footer = frame(view, view.rows, 200, selected=selected)[-1]
+    assert footer.rstrip().endswith("the job loses 0.40 to its host (storage, input pipeline, "
+                           "checkpointing)"), footer
     page = render(view, arrange(view.rows, "gpu", "4242"), "gpu", "4242")
     assert "<h2>Multi-GPU jobs</h2>" in page and "<td>9, 10</td>" in page
     assert '<td class="n">0.40</td>' in page

@@ -7,8 +7,11 @@ spins until its peers arrive. So waiting is kernel time that does no work: *holl
 kernel time minus SM active. Hollow time has three sources, and waiting is what is left of
 it once the other two are taken out (:func:`waiting`):
 
-- the job's own kernels' hollow time (a GEMM leaves a few per cent of the SMs empty at its
-  edges): ``own_hollow_ratio`` of kernel time;
+- the job's own kernels' hollow time (a GEMM leaves some SMs empty at its edges, the more
+  the smaller it is, and kernels next to a stall or a copy more than in a steady stream):
+  learned per job where it can be (:class:`OwnLearner`: windows without any collective, or
+  the rank everyone waits for), else ``own_hollow_ratio`` of kernel time, plus
+  ``EDGE_HOLLOW`` of each second without a kernel;
 - the transfer a collective really needs: link bytes at what one direction of the link
   carries while a collective runs (``collective_link_bytes_per_second``);
 - the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
@@ -28,9 +31,18 @@ balanced compute and a tensor-parallel-like job (0.22-0.28).
 
 The straggler is the GPU everyone waits for: the one that waits least while a peer exchanging
 data waits at least ``straggler_gap`` more and twice as much, held for
-``straggler_confirm_seconds`` on end. Where it can be fooled (docs/efficiency.md): a job
-whose own kernels are hollow by nature (tiny kernels) reads as waiting; a GPU shared with
-another job's kernels; collective traffic over PCIe or a NIC is not subtracted as transfer.
+``straggler_confirm_seconds`` on end.
+
+The time split (:func:`split`) reads one profiling window only: kernel time is graphics
+activity, transfer its NVLink bytes and, for copies, its PCIe bytes at what a pinned copy
+reaches of the link (:func:`~exporter.model.core.host_copy_time`), waiting the above, host
+time the rest. Waiting is counted in any collective, whatever bytes it moves
+(:func:`exchanging`).
+
+Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollow by nature
+(small GEMMs, tiny kernels) and that always communicates with its ranks alike reads the
+difference as waiting; a latency-bound collective's own time reads as waiting; a GPU shared
+with another job's kernels; collective traffic over a NIC is not subtracted as transfer.
 """
 
 from __future__ import annotations
@@ -266,11 +278,13 @@ at most half of it) to bound the job's own hollowness: a rank everyone waits for
 
 @dataclass
 class OwnLearner:
-    """What a job has learned of its own kernels (:func:`own_observation`): how hollow they
-    are and how much tensor activity a second of them shows. Two jobs with the same kernels
-    and the same counters, one of them syncing through tiny collectives, differ only in
-    that traffic, so nothing is learned from windows that have it: a job that always
-    communicates keeps the configured GEMM defaults."""
+    """What a job has learned of its own kernels: how hollow they are and how much tensor
+    activity a second of them shows, from its windows without any collective
+    (:func:`own_observation`); else a bound from the rank everyone waits for
+    (:func:`least_waiting_observation`). Two jobs with the same kernels and the same
+    counters, one of them syncing through tiny collectives, differ only in that traffic, so
+    a job whose ranks are alike and that always communicates keeps the configured GEMM
+    defaults."""
 
     ratio: Smoothed = field(default_factory=Smoothed)
     tensor: Smoothed = field(default_factory=Smoothed)

@@ -33,6 +33,15 @@ MEANING: dict[str, str] = {
 }
 """What each part means to the person who has to act on it."""
 
+LOSS: dict[str, str] = {
+    "transferring": "the links",
+    "waiting": "a peer GPU",
+    "host_stalled": "its host (storage, input pipeline, checkpointing)",
+    "idle": "no process",
+}
+"""Where a job loses GPU time, in the fewest words that say where to look."""
+LOSS_SHOWN = 0.1
+
 JobKey = tuple[str, str, str]
 """(job_source, namespace, job_id): a job is the same job only within one source."""
 
@@ -91,6 +100,15 @@ class JobRow:
                   if not (per is not None and p == "idle" and v < 0.005)]
         text = " ".join(f"{short[p]} {v:.2f}" for p, v in shares) or "-"
         return text if per is None else f"{text} tok/w {per:.0f}"
+
+    def loss_text(self) -> str:
+        """``the job loses 0.42 to a peer GPU``: its largest part besides working, when it
+        is at least a tenth of its GPU time; "" otherwise."""
+        lost = [(v, p) for p, v in self.shares if p in LOSS and v >= LOSS_SHOWN]
+        if not lost:
+            return ""
+        share, part = max(lost)
+        return f"the job loses {share:.2f} to {LOSS[part]}"
 
     def text(self) -> str:
         """Everything a filter can match."""

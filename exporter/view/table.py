@@ -342,7 +342,10 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
         out.append(mark + line(row, columns, width - 1, jobs))
     out += [_fit(job_line(job), width) for job in jobs_of(view, rows)]
     if selected is not None and 0 <= selected < len(rows):
-        out += [_fit(text, width) for text in wrap(detail_parts(rows[selected]), width)]
+        row = rows[selected]
+        loss = next((j.loss_text() for j in view.jobs if row.gpu in j.gpus), "")
+        parts = [*detail_parts(row), *([loss] if loss else [])]
+        out += [_fit(text, width) for text in wrap(parts, width)]
     elif rows and shortened(view, rows, width):
         out += textwrap.wrap(HINT.format(wide=full_width(view)), width)
     return out
