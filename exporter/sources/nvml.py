@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
-from exporter.readings import Device, GpuState, NvmlReading, ProcessInfo
+from exporter.readings import Device, GpuState, NvmlReading, ProcessActivity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
@@ -73,6 +73,7 @@ class NvmlSource(SessionSource):
         self._util_seconds: dict[str, float] = {}
         self._device_state: dict[str, str] = {}
         self._process_errors: dict[str, str] = {}
+        self._activity = ProcessSamples()
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
         # are read every SLOW_EVERY polls, costly counters every COSTLY_EVERY, and repeated
         # in between, to keep polling under 1 % of a core per GPU.
@@ -144,6 +145,7 @@ class NvmlSource(SessionSource):
                 self._cached[(device.gpu, key)] = fresh
             fields.update(fresh)
         procs = self._processes(nvml, dh)
+        activity = self._process_activity(nvml, dh)
         util = fields.get("utilization")
         if util is not None:
             total = self._util_seconds.get(device.gpu, 0.0) + util * elapsed
@@ -154,6 +156,7 @@ class NvmlSource(SessionSource):
             up=True,
             processes=tuple(procs or ()),
             process_count=None if procs is None else len(procs),
+            process_activity=activity,
             **fields,
         ), ""
 
@@ -201,6 +204,29 @@ class NvmlSource(SessionSource):
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
         return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+
+    def _process_activity(self, nvml: Any, dh: DeviceHandle) -> tuple[ProcessActivity, ...] | None:
+        """What each process ran since the last poll (NVML's per-process samples); None when
+        the device cannot say (MIG, an old driver) or on the first poll, which has no window."""
+        gpu = dh.device.gpu
+        skip = self._unsupported[gpu]
+        if "process_utilization" in skip or dh.device.is_mig:
+            return None  # NVML documents per-process utilization as unsupported on MIG
+        try:
+            return self._activity.read(nvml, gpu, dh.handle)
+        except nvml.NVMLError as exc:
+            reason = error_reason(nvml, exc)
+            if reason in _UNSUPPORTED:
+                self._drop(dh.device, "process_utilization", reason, str(exc))
+                return None
+            if self._process_errors.get(gpu, "") != reason:
+                log.warning("nvml_process_samples_failed", gpu=gpu, reason=reason, error=str(exc))
+                self._process_errors[gpu] = reason
+            return None
+        except Exception as exc:  # a binding without either call: costs this reading only
+            self._drop(dh.device, "process_utilization", "binding_error",
+                       f"{type(exc).__name__}: {exc}")
+            return None
 
     # readings ---------------------------------------------------------------------------------
     @staticmethod
@@ -286,6 +312,77 @@ class NvmlSource(SessionSource):
             "row_remap_pending": bool(pending),
             "row_remap_failure": bool(failure),
         }
+
+
+class ProcessSamples:
+    """Per-process utilization samples since the previous poll, per device.
+
+    ``nvmlDeviceGetProcessesUtilizationInfo`` (drivers since R550; else the older
+    ``nvmlDeviceGetProcessUtilization``, same fields less jpg/ofa) returns the samples newer
+    than the timestamp passed: one per process and driver sample period in which it ran a
+    kernel or touched memory. NOT_FOUND means no process had any since then (an empty
+    window, not an error). The newest timestamp seen is passed on the next poll, so no
+    sample is counted twice; a process that exited mid-window keeps the samples it left.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._legacy = False
+
+    def read(self, nvml: Any, gpu: str, handle: Any) -> tuple[ProcessActivity, ...] | None:
+        first = gpu not in self._last
+        last = self._last.get(gpu, 0)
+        try:
+            samples = self._samples(nvml, handle, last)
+        except nvml.NVMLError as exc:
+            if error_reason(nvml, exc) != "not_found":
+                raise
+            samples = []
+        newest = max((int(s.timeStamp) for s in samples), default=last)
+        self._last[gpu] = max(newest, last)
+        if first:
+            return None  # the driver's whole buffer, not one window: only the timestamp counts
+        return aggregate(samples, after=last)
+
+    def _samples(self, nvml: Any, handle: Any, last: int) -> list[Any]:
+        if not self._legacy:
+            try:
+                return list(nvml.nvmlDeviceGetProcessesUtilizationInfo(handle, last))
+            except nvml.NVMLError as exc:
+                if error_reason(nvml, exc) not in _UNSUPPORTED:
+                    raise
+            except AttributeError:
+                pass
+            self._legacy = True
+        return list(nvml.nvmlDeviceGetProcessUtilization(handle, last))
+
+
+def aggregate(samples: Any, after: int = 0) -> tuple[ProcessActivity, ...]:
+    """Samples to one :class:`ProcessActivity` per pid (sorted); a (pid, timestamp) seen
+    twice counts once, samples at or before ``after`` not at all."""
+    seen: set[tuple[int, int]] = set()
+    sums: dict[int, list[float]] = {}
+    for s in samples:
+        pid, ts = int(s.pid), int(s.timeStamp)
+        if ts <= after or (pid, ts) in seen:
+            continue
+        seen.add((pid, ts))
+        row = sums.setdefault(pid, [0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += _percent(s.smUtil)
+        row[2] += _percent(s.memUtil)
+        row[3] += _percent(s.encUtil)
+        row[4] += _percent(s.decUtil)
+    return tuple(
+        ProcessActivity(pid, int(n), kernel, memory, enc, dec)
+        for pid, (n, kernel, memory, enc, dec) in sorted(sums.items())
+    )
+
+
+def _percent(value: Any) -> float:
+    """An NVML percentage as a ratio, clamped to 0..1 (garbage from a driver stays bounded)."""
+    v = float(value)
+    return 0.0 if not 0.0 < v else min(v, 100.0) / 100.0
 
 
 def _opt_int(value: Any) -> int | None:
