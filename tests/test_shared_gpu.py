@@ -372,3 +372,52 @@ def test_series_carry_the_holder_and_nothing_is_copied_from_the_gpu() -> None:
     flagged = rows["goodput_gpu_holder_busy_unproductive"]
     assert [(lbl["pid"], lbl["reason"]) for lbl, _ in flagged] == [("2", "hollow_busy")]
     assert v.gpus["0"]  # the GPU's own verdict is still there
+
+
+# -- the views: holders under their GPU ------------------------------------------------------
+
+EXPOSITION = """\
+goodput_gpu_info{gpu="0",node="n",name="NVIDIA H200",uuid="GPU-0"} 1
+goodput_gpu_info{gpu="1",node="n",name="NVIDIA H200",uuid="GPU-1"} 1
+goodput_gpu_up{gpu="0",node="n",reason=""} 1
+goodput_gpu_up{gpu="1",node="n",reason=""} 1
+goodput_gpu_regime{gpu="0",node="n",regime="compute_bound"} 1
+goodput_gpu_regime{gpu="1",node="n",regime="idle"} 1
+goodput_gpu_sm_active_ratio{gpu="0",node="n"} 0.49
+goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid=""} 0.5
+goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid=""} 0.49
+goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="",pod="",container="",pid="4242"} 0
+goodput_gpu_holder_sm_active_ratio{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid=""} 0.47
+goodput_gpu_holder_sm_active_ratio{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid=""} 0.02
+goodput_gpu_holder_regime{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid="",regime="compute_bound"} 1
+goodput_gpu_holder_regime{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid="",regime="launch_bound"} 1
+goodput_gpu_holder_regime{gpu="0",node="n",namespace="",pod="",container="",pid="4242",regime="allocated_idle"} 1
+goodput_gpu_holder_busy_unproductive{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid="",reason="hollow_busy"} 1
+"""
+
+
+def test_top_shows_the_holders_under_their_gpu() -> None:
+    from exporter.view.rows import parse
+    from exporter.view.table import frame
+
+    view = parse(EXPOSITION)
+    lines = frame(view, list(view.rows), 100)
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("0 "))
+    assert "infer/a  share 0.50  SM 0.47  compute_bound" in lines[at + 1]
+    assert "infer/b  share 0.49  SM 0.02  launch_bound  hollow busy" in lines[at + 2]
+    assert "pid 4242  share 0.00" in lines[at + 3] and "allocated_idle" in lines[at + 3]
+    assert lines[at + 4].lstrip().startswith("1 ")  # GPU 1 is nobody's to share
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_the_landing_page_shows_the_holders_under_their_gpu() -> None:
+    from exporter.view.page import render
+    from exporter.view.rows import parse
+
+    view = parse(EXPOSITION)
+    page = render(view, list(view.rows), "gpu", "")
+    first = page.index("<td>0</td>")
+    holders = [page.index(w) for w in ("infer/a: share 0.50", "infer/b: share 0.49",
+                                       "pid 4242: share 0.00")]
+    assert first < holders[0] < holders[1] < holders[2] < page.index("<td>1</td>")
+    assert "hollow busy" in page and page.count('class="holder') == 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from exporter.view.holders import of_gpu
 from exporter.view.jobs import JobRow
 from exporter.view.printable import printable
 from exporter.view.rows import GpuRow, NodeView, memory_text
@@ -129,6 +130,7 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
     for i, row in enumerate(rows):
         mark = ">" if i == selected else " "
         out.append(mark + line(row, columns, width - 1))
+        out += [_fit(f"      {h.text()}", width) for h in of_gpu(view.holders, row.gpu)]
     out += [_fit(job_line(job), width) for job in jobs_of(view, rows)]
     if selected is not None and 0 <= selected < len(rows):
         out.append(_fit(detail(rows[selected]), width))
