@@ -34,9 +34,11 @@ def holder_busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
     tokens: the exporter's model judges each holder in its own frame (its kernel time and
     the GPU's SM activity apportioned to it), so the alert names the holder, never a copy of
     the GPU's value for every pod on it."""
-    name, pod = "GPUHolderBusyButUnproductive", c.cfg.labels.pod
+    name, lb = "GPUHolderBusyButUnproductive", c.cfg.labels
+    pod = lb.pod
     flag = c.q.s("goodput_gpu_holder_busy_unproductive")
-    expr = f"max without (reason) ({flag}) == 1"
+    # One result per holder, whichever exporter pod reported it (a rollover), any reason.
+    expr = c.q.per_gpu("max", flag, lb.namespace, lb.pod, lb.container, "pid") + " == 1"
     query = ("goodput_gpu_holder_kernel_time_ratio{CLUSTER=%q,NODE=%q,GPU=%q,"
              + pod + "=%q,pid=%q}")
     share = fill('{{ with printf "${query}" ${args} | query }}'
