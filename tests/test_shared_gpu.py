@@ -32,7 +32,7 @@ from exporter.readings import (
     ServingState,
     TargetStatus,
 )
-from exporter.sim.fake_nvml import PROCESS_SAMPLE_PERIOD, FakeMig
+from exporter.sim.fake_nvml import FakeMig
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml import NvmlSource, aggregate
 from exporter.sources.nvml_session import NvmlSession
@@ -86,6 +86,17 @@ def test_no_process_ran_is_an_empty_window_not_an_error(clock: ManualClock) -> N
     assert activity(source) == ()  # NVML says NOT_FOUND: no samples since the timestamp
 
 
+def test_zero_samples_answered_with_success_is_an_empty_window(clock: ManualClock) -> None:
+    """nvidia-ml-py raises NVMLError(NVML_SUCCESS) when the driver's size query says 0."""
+    source = shared_node(clock, {100: (0.4, 0.0)})
+    activity(source)
+    source.session.nvml.gpus[0].fail["nvmlDeviceGetProcessesUtilizationInfo"] = (
+        pynvml.NVML_SUCCESS
+    )
+    clock.advance(1.0)
+    assert activity(source) == ()
+
+
 def test_a_process_that_exits_mid_window_keeps_what_it_ran(clock: ManualClock) -> None:
     source = shared_node(clock, {100: (0.5, 0.0), 200: (0.5, 0.0)})
     nvml = source.session.nvml
@@ -125,7 +136,8 @@ def test_unsupported_is_dropped_once_and_other_readings_go_on(clock: ManualClock
     for _ in range(3):
         result = source.poll_blocking()
         clock.advance(1.0)
-    state = result.reading.gpus["0"]  # type: ignore[union-attr]
+    assert isinstance(result.reading, NvmlReading)
+    state = result.reading.gpus["0"]
     assert state.up and state.process_activity is None and state.utilization is not None
     assert nvml.calls["nvmlDeviceGetProcessUtilization"] == 1  # asked once, then dropped
 
@@ -151,8 +163,9 @@ def test_mig_instances_are_whole_devices(clock: ManualClock) -> None:
     source.poll_blocking()
     clock.advance(1.0)
     result = source.poll_blocking()
-    assert result.reading.gpus["0-1"].process_activity is None  # type: ignore[union-attr]
-    assert result.reading.gpus["0-1"].up  # type: ignore[union-attr]
+    assert isinstance(result.reading, NvmlReading)
+    assert result.reading.gpus["0-1"].process_activity is None
+    assert result.reading.gpus["0-1"].up
 
 
 def test_aggregate_counts_a_repeated_sample_once() -> None:
@@ -160,7 +173,8 @@ def test_aggregate_counts_a_repeated_sample_once() -> None:
     samples = [s(7, 10, 50, 10, 0, 0), s(7, 10, 50, 10, 0, 0), s(7, 11, 300, 0, 0, 0),
                s(8, 5, 90, 0, 0, 0)]
     [row] = aggregate(samples, after=5)
-    assert (row.pid, row.samples, row.kernel) == (7, 2, pytest.approx(1.5))  # 300 % is 1.0
+    assert (row.pid, row.samples) == (7, 2)
+    assert row.kernel == pytest.approx(1.5)  # 300 % counts as 100 %
 
 
 # -- the model, per holder -------------------------------------------------------------------
@@ -376,24 +390,28 @@ def test_series_carry_the_holder_and_nothing_is_copied_from_the_gpu() -> None:
 
 # -- the views: holders under their GPU ------------------------------------------------------
 
-EXPOSITION = """\
-goodput_gpu_info{gpu="0",node="n",name="NVIDIA H200",uuid="GPU-0"} 1
-goodput_gpu_info{gpu="1",node="n",name="NVIDIA H200",uuid="GPU-1"} 1
-goodput_gpu_up{gpu="0",node="n",reason=""} 1
-goodput_gpu_up{gpu="1",node="n",reason=""} 1
-goodput_gpu_regime{gpu="0",node="n",regime="compute_bound"} 1
-goodput_gpu_regime{gpu="1",node="n",regime="idle"} 1
-goodput_gpu_sm_active_ratio{gpu="0",node="n"} 0.49
-goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid=""} 0.5
-goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid=""} 0.49
-goodput_gpu_holder_kernel_time_ratio{gpu="0",node="n",namespace="",pod="",container="",pid="4242"} 0
-goodput_gpu_holder_sm_active_ratio{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid=""} 0.47
-goodput_gpu_holder_sm_active_ratio{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid=""} 0.02
-goodput_gpu_holder_regime{gpu="0",node="n",namespace="infer",pod="a",container="srv",pid="",regime="compute_bound"} 1
-goodput_gpu_holder_regime{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid="",regime="launch_bound"} 1
-goodput_gpu_holder_regime{gpu="0",node="n",namespace="",pod="",container="",pid="4242",regime="allocated_idle"} 1
-goodput_gpu_holder_busy_unproductive{gpu="0",node="n",namespace="infer",pod="b",container="srv",pid="",reason="hollow_busy"} 1
-"""
+A = 'namespace="infer",pod="a",container="srv",pid=""'
+B = 'namespace="infer",pod="b",container="srv",pid=""'
+P = 'namespace="",pod="",container="",pid="4242"'
+EXPOSITION = "\n".join([
+    'goodput_gpu_info{gpu="0",node="n",name="NVIDIA H200",uuid="GPU-0"} 1',
+    'goodput_gpu_info{gpu="1",node="n",name="NVIDIA H200",uuid="GPU-1"} 1',
+    'goodput_gpu_up{gpu="0",node="n",reason=""} 1',
+    'goodput_gpu_up{gpu="1",node="n",reason=""} 1',
+    'goodput_gpu_regime{gpu="0",node="n",regime="compute_bound"} 1',
+    'goodput_gpu_regime{gpu="1",node="n",regime="idle"} 1',
+    'goodput_gpu_sm_active_ratio{gpu="0",node="n"} 0.49',
+    f'goodput_gpu_holder_kernel_time_ratio{{gpu="0",node="n",{A}}} 0.5',
+    f'goodput_gpu_holder_kernel_time_ratio{{gpu="0",node="n",{B}}} 0.49',
+    f'goodput_gpu_holder_kernel_time_ratio{{gpu="0",node="n",{P}}} 0',
+    f'goodput_gpu_holder_sm_active_ratio{{gpu="0",node="n",{A}}} 0.47',
+    f'goodput_gpu_holder_sm_active_ratio{{gpu="0",node="n",{B}}} 0.02',
+    f'goodput_gpu_holder_regime{{gpu="0",node="n",{A},regime="compute_bound"}} 1',
+    f'goodput_gpu_holder_regime{{gpu="0",node="n",{B},regime="launch_bound"}} 1',
+    f'goodput_gpu_holder_regime{{gpu="0",node="n",{P},regime="allocated_idle"}} 1',
+    f'goodput_gpu_holder_busy_unproductive{{gpu="0",node="n",{B},reason="hollow_busy"}} 1',
+    "",
+])
 
 
 def test_top_shows_the_holders_under_their_gpu() -> None:

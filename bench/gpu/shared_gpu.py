@@ -58,9 +58,9 @@ def scrape(url: str) -> dict[str, Any]:
     rows: list[list[Any]] = []
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name in HOLDER_SERIES or s.name in GPU_SERIES:
-                if s.labels.get("gpu", "0") == "0":
-                    rows.append([s.name, dict(s.labels), s.value])
+            wanted = s.name in HOLDER_SERIES or s.name in GPU_SERIES
+            if wanted and s.labels.get("gpu", "0") == "0":
+                rows.append([s.name, dict(s.labels), s.value])
     return {"t": time.time(), "series": rows}
 
 

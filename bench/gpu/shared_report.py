@@ -53,7 +53,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                if r.get("event") == "second" and lo <= r["t"] <= hi]
         span = [r["span_ms"] / 1000.0 for r in lines
                 if r.get("event") == "second" and lo <= r["t"] <= hi]
-        calib = next((r for r in lines if r.get("event") == "calibrated"), {})
+        calib: dict[str, Any] = next((r for r in lines if r.get("event") == "calibrated"), {})
         solo = _solo_fill(result, name)
         mine = [s for s in scrapes if _series(s, "goodput_gpu_holder_kernel_time_ratio", pid=pid)]
         regimes = Counter(lbl["regime"] for s in mine

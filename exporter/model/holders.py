@@ -159,7 +159,7 @@ def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting (the system is small and, with the ridge,
     positive definite)."""
     n = len(rhs)
-    m = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    m = [[*row, rhs[i]] for i, row in enumerate(matrix)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
         m[col], m[pivot] = m[pivot], m[col]

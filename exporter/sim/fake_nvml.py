@@ -425,7 +425,7 @@ class FakeNvml:
         t = gpu.sampled_until
         while t + period <= now + 1e-9:
             t += period
-            stamp = int(round(t * 1e6))
+            stamp = round(t * 1e6)
             for pid, (sm, mem) in sorted(gpu.process_load.items()):
                 sm_pct, mem_pct = round(sm * 100), round(mem * 100)
                 if sm_pct > 0 or mem_pct > 0:
@@ -433,7 +433,9 @@ class FakeNvml:
         gpu.sampled_until = t
         del gpu.process_samples[:-PROCESS_SAMPLES_KEPT]
 
-    def _process_rows(self, handle: _Handle, name: str, last_seen: int) -> list[tuple[int, ...]]:
+    def _process_rows(
+        self, handle: _Handle, name: str, last_seen: int
+    ) -> list[tuple[int, int, int, int]]:
         gpu = self._enter(name, handle)
         assert gpu is not None
         if handle.mig is not None:

@@ -335,7 +335,10 @@ class ProcessSamples:
         try:
             samples = self._samples(nvml, handle, last)
         except nvml.NVMLError as exc:
-            if error_reason(nvml, exc) != "not_found":
+            # NOT_FOUND: no process ran since ``last``. The binding also raises its own
+            # NVMLError(NVML_SUCCESS) when the driver answers "0 samples" to its size query.
+            empty = getattr(exc, "value", None) == getattr(nvml, "NVML_SUCCESS", 0)
+            if not empty and error_reason(nvml, exc) != "not_found":
                 raise
             samples = []
         newest = max((int(s.timeStamp) for s in samples), default=last)
@@ -382,7 +385,7 @@ def aggregate(samples: Any, after: int = 0) -> tuple[ProcessActivity, ...]:
 def _percent(value: Any) -> float:
     """An NVML percentage as a ratio, clamped to 0..1 (garbage from a driver stays bounded)."""
     v = float(value)
-    return 0.0 if not 0.0 < v else min(v, 100.0) / 100.0
+    return min(v, 100.0) / 100.0 if v > 0.0 else 0.0  # NaN and negatives read as 0
 
 
 def _opt_int(value: Any) -> int | None:

@@ -62,26 +62,30 @@ VALUES = {
 
 def holder_rows(samples: Samples) -> tuple[HolderRow, ...]:
     """Every holder of every shared GPU, by GPU then busiest first."""
-    found: dict[tuple[str, ...], dict[str, object]] = defaultdict(dict)
+    values: dict[tuple[str, ...], dict[str, float]] = defaultdict(dict)
+    regime: dict[tuple[str, ...], str] = {}
 
     def key(labels: Mapping[str, str]) -> tuple[str, ...]:
         return (labels.get("gpu", ""), *(labels.get(k, "") for k in KEYS))
 
     for name, field in VALUES.items():
         for labels, value in samples.get(name, []):
-            found[key(labels)][field] = value
+            values[key(labels)][field] = value
     for labels, value in samples.get("goodput_gpu_holder_regime", []):
         if value == 1:
-            found[key(labels)]["regime"] = labels.get("regime", "")
+            regime[key(labels)] = labels.get("regime", "")
     flags: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for labels, value in samples.get("goodput_gpu_holder_busy_unproductive", []):
         if value == 1:
             flags[key(labels)].append(labels.get("reason", ""))
-    rows = [
-        HolderRow(k[0], *k[1:], flags=tuple(sorted(flags.get(k, ()))),  # type: ignore[arg-type]
-                  **fields)
-        for k, fields in found.items()
-    ]
+    rows = []
+    for k in set(values) | set(regime):
+        found = values.get(k, {})
+        gpu, namespace, pod, container, pid = k
+        rows.append(HolderRow(
+            gpu, namespace, pod, container, pid, share=found.get("share"), sm=found.get("sm"),
+            regime=regime.get(k, ""), flags=tuple(sorted(flags.get(k, ()))),
+            tokens_per_second=found.get("tokens_per_second")))
     return tuple(sorted(rows, key=lambda h: (h.gpu, -(h.share or 0.0), h.who)))
 
 
