@@ -147,7 +147,7 @@ def main() -> int:
     now = time.time()
     procs: dict[str, subprocess.Popen[bytes]] = {}
     # The GEMM alone, then the tiny loop alone, then together (the stagger pods show too).
-    gemm_at = now + 8.0
+    gemm_at = now + 12.0  # torch import, CUDA context and 8 GiB take a few seconds first
     tiny_at = gemm_at + 4.0  # llama: the server alone under its clients from here
     go = tiny_at + 4.0
     stop = go + args.seconds

@@ -12,6 +12,7 @@
 set -u
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
+rm -rf /tmp/sg
 cd "$(dirname "$0")/../.." || exit 1
 REPO=$PWD
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -45,23 +46,27 @@ else
   say "no $LLAMA_TGZ: the llama step is skipped"
 fi
 
+SIM=${SIMULATE:+--simulate}  # SIMULATE=1: no GPU, the plumbing only (dry workloads)
 say "timeslice: GEMM, tiny kernels, idle holder on GPU 0"
 timeout -k 5 "${TS_LIMIT:-80}" python3 -m bench.gpu.shared_gpu --scenario timeslice --out /tmp/sg \
-  --seconds "${TS_SECONDS:-25}" >>"$LOG" 2>&1
+  --seconds "${TS_SECONDS:-25}" $SIM >>"$LOG" 2>&1
 say "timeslice: rc $?"
 cp /tmp/sg/timeslice.json "$OUT/" 2>/dev/null
 
-if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+MPSC=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control \
+  /usr/local/cuda/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control 2>/dev/null | head -n 1)
+if [ -n "$MPSC" ] && [ -z "$SIM" ]; then
   say "mps: starting a control daemon (pipe/log under /tmp, GPU 0, no GPU setting changed)"
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if CUDA_VISIBLE_DEVICES=0 timeout 10 nvidia-cuda-mps-control -d >>"$LOG" 2>&1; then
+  if CUDA_VISIBLE_DEVICES=0 timeout 10 "$MPSC" -d >>"$LOG" 2>&1; then
     timeout -k 5 "${MPS_LIMIT:-65}" python3 -m bench.gpu.shared_gpu --scenario mps --out /tmp/sg \
       --seconds "${MPS_SECONDS:-15}" >>"$LOG" 2>&1
     say "mps: rc $?"
     { echo "# --- MPS control log"; tail -n 20 /tmp/mps-log/control.log;
       echo "# --- MPS server log"; tail -n 20 /tmp/mps-log/server.log; } >>"$LOG" 2>&1
-    echo quit | timeout 10 nvidia-cuda-mps-control >>"$LOG" 2>&1
+    echo quit | timeout 10 "$MPSC" >>"$LOG" 2>&1
+    sleep 2
     say "mps: control daemon stopped"
   else
     say "mps: the control daemon did not start"
@@ -69,11 +74,11 @@ if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   cp /tmp/sg/mps.json "$OUT/" 2>/dev/null
 else
-  say "mps: nvidia-cuda-mps-control is not on this machine"
+  say "mps: nvidia-cuda-mps-control is not on this machine (or SIMULATE)"
 fi
 
 if [ -n "$BUILD" ]; then
-  DEADLINE=$(( START + ${BUILD_DEADLINE:-300} ))
+  DEADLINE=$(( START + ${BUILD_DEADLINE:-240} ))
   while kill -0 "$BUILD" 2>/dev/null && [ "$(date +%s)" -lt "$DEADLINE" ]; do sleep 2; done
   if kill -0 "$BUILD" 2>/dev/null; then
     say "llama-server build still running at the deadline: stopped"
@@ -96,7 +101,7 @@ if [ -x /tmp/llb/bin/llama-server ]; then
   done
   say "llama: server pid $LLAMA up; GEMM beside it, counted clients"
   timeout -k 5 "${LL_LIMIT:-75}" python3 -m bench.gpu.shared_gpu --scenario llama --out /tmp/sg \
-    --seconds "${LL_SECONDS:-20}" --llama-url http://127.0.0.1:8080 >>"$LOG" 2>&1
+    --seconds "${LL_SECONDS:-20}" --llama-url http://127.0.0.1:8080 $SIM >>"$LOG" 2>&1
   say "llama: rc $?"
   python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8080/metrics").read().decode())' \
     2>/dev/null | grep -E '^llamacpp:(tokens_predicted_total|n_decode_total|n_busy_slots)' >>"$LOG"
