@@ -6,6 +6,7 @@ SM activity beside the exporter's holder figures, and the checks issue 50 names.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -61,6 +62,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         flags = Counter(lbl["reason"] for s in mine
                         for lbl, _ in _series(s, "goodput_gpu_holder_busy_unproductive", pid=pid))
         own_share = _mean(own) if name != "idle" else 0.0
+        raw = [r for r in result.get("raw_samples", [])
+               if len(r) == 5 and str(r[1]) == pid and lo <= r[2] / 1e6 <= hi]
         procs[name] = {
             "pid": pid,
             "own_share": own_share,
@@ -70,6 +73,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             "solo_fill": solo,
             "own_sm_active": (own_share * solo) if (own_share is not None and solo is not None)
             else None,
+            "nvml_samples": len(raw),
+            "nvml_sm_util_mean": _mean(r[3] / 100.0 for r in raw),
+            "nvml_sample_period_s": _period(raw),
             "exporter_share": _mean(v for s in mine if (
                 v := _one(s, "goodput_gpu_holder_kernel_time_ratio", pid=pid)) is not None),
             "exporter_sm_active": _mean(v for s in mine if (
@@ -83,6 +89,14 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         procs["llama-server"] = _server(result, scrapes, lo, hi, gpu_util, procs.get("gemm"))
     out["processes"] = procs
     return out
+
+
+def _period(raw: list[list[Any]]) -> float | None:
+    """The median gap between one process's consecutive sample timestamps (the driver's
+    sample period, where the process ran in consecutive periods)."""
+    stamps = sorted(r[2] for r in raw)
+    gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(stamps) if b > a]
+    return statistics.median(gaps) if gaps else None
 
 
 def _solo_fill(result: dict[str, Any], name: str) -> float | None:
@@ -162,9 +176,9 @@ def render(summaries: list[dict[str, Any]]) -> str:
                   f"SM active {_f(g['sm_active'])}, holders' kernel shares summed "
                   f"{_f(g['holder_shares_sum'])}.", "",
                   "| process | pid | own share (events, solo-calibrated) | exporter share | "
-                  "diff | own SM active | exporter SM active | exporter regime | "
-                  "busy-unproductive windows |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "diff | NVML per-process smUtil (mean of its samples) | own SM active | "
+                  "exporter SM active | exporter regime | busy-unproductive windows |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, p in s["processes"].items():
             if name == "llama-server":
                 continue
@@ -172,7 +186,8 @@ def render(summaries: list[dict[str, Any]]) -> str:
                     if p["exporter_share"] is not None and p["own_share"] is not None else None)
             lines.append(
                 f"| {name} | {p['pid']} | {_f(p['own_share'])} | {_f(p['exporter_share'])} | "
-                f"{_f(diff, 3)} | {_f(p['own_sm_active'])} | {_f(p['exporter_sm_active'])} | "
+                f"{_f(diff, 3)} | {_f(p['nvml_sm_util_mean'])} ({p['nvml_samples']}) | "
+                f"{_f(p['own_sm_active'])} | {_f(p['exporter_sm_active'])} | "
                 f"{p['regime']} | {p['busy_unproductive_windows'] or '-'} / {p['windows']} |")
         server = s["processes"].get("llama-server")
         if server:
