@@ -439,3 +439,25 @@ def test_the_landing_page_shows_the_holders_under_their_gpu() -> None:
                                        "pid 4242: share 0.00")]
     assert first < holders[0] < holders[1] < holders[2] < page.index("<td>1</td>")
     assert "hollow busy" in page and page.count('class="holder') == 3
+
+
+def test_a_discovered_pods_tokens_go_to_that_pod_and_a_shared_model_to_nobody() -> None:
+    from exporter.model.core import ModelRates
+    from exporter.model.holders import HolderInput, owners
+
+    a, b = HolderInput(("infer", "a", "srv", ""), (11,)), HolderInput(("infer", "b", "srv", ""),
+                                                                      (12,))
+    targets = (
+        TargetStatus("infer/a:8080", True, "vllm", "llama", gpus=("0",), via="pod",
+                     namespace="infer", pod="a"),
+        TargetStatus("infer/b:8080", True, "vllm", "qwen", gpus=("0",), via="pod",
+                     namespace="infer", pod="b"),
+        TargetStatus("infer/c:8080", True, "vllm", "both", gpus=("0",), via="pod",
+                     namespace="infer", pod="c"),
+    )
+    rows = [ModelRates("llama", 10.0, 8.0), ModelRates("qwen", 5.0, 4.0)]
+    assert owners("0", rows, targets, [a, b]) == {"llama": a.holder, "qwen": b.holder}
+    # two pods serving one model name on one GPU: its tokens are nobody's in particular
+    twins = (targets[0], TargetStatus("infer/b:8080", True, "vllm", "llama", gpus=("0",),
+                                      via="pod", namespace="infer", pod="b"))
+    assert owners("0", rows[:1], twins, [a, b]) == {}
