@@ -138,16 +138,12 @@ def busy_unproductive_table(ctx: Ctx) -> table.Panel:
 
 
 def shared_holders(ctx: Ctx) -> timeseries.Panel:
-    lb = ctx.cfg.labels
-    keep = ", ".join([lb.cluster, lb.node, lb.gpu, lb.namespace, lb.pod, "pid"])
-    kernel = (f"max by ({keep}) (rate(goodput_gpu_holder_kernel_seconds_total"
-              f"{{{ctx.gpu_f}, {ctx.ns_f}}}[$__rate_interval]))")
-    top = f"topk(20, {kernel})"
+    top = f"topk(20, {N.GPU_HOLDER_KERNEL}{{{ctx.rule_gpu_f}, {ctx.ns_f}}})"
     return (timeseries.Panel().title("Shared GPUs: what each holder runs (top 20)")
             .description("Holders of GPUs that several pods or processes share (time-slicing "
-                         "or MPS), stacked: each one's share of its GPU's kernel time, the 20 "
-                         "largest in scope. The node dashboard shows one GPU's holders with "
-                         "their SM activity.")
+                         "or MPS), stacked: each one's share of its GPU's kernel time "
+                         f"({N.GPU_HOLDER_KERNEL}), the 20 largest in scope. The node "
+                         "dashboard shows one GPU's holders with their SM activity.")
             .datasource(ctx.ds)
             .with_target(query(ctx, top, "{{node}} gpu {{gpu}} {{namespace}}/{{pod}} {{pid}}"))
             .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
@@ -158,11 +154,7 @@ def shared_holders(ctx: Ctx) -> timeseries.Panel:
 
 
 def unproductive_holders(ctx: Ctx) -> table.Panel:
-    lb = ctx.cfg.labels
-    keep = ", ".join([lb.cluster, lb.node, lb.gpu, lb.namespace, lb.pod, lb.container, "pid",
-                      "reason"])
-    flagged = (f"max by ({keep}) "
-               f"(goodput_gpu_holder_busy_unproductive{{{ctx.gpu_f}, {ctx.ns_f}}} == 1)")
+    flagged = f"{N.GPU_HOLDER_UNPRODUCTIVE}{{{ctx.rule_gpu_f}, {ctx.ns_f}}} == 1"
     hidden = {"Time": True, "Value": True, "job": True, "instance": True}
     return (table.Panel().title("Busy but unproductive holders of shared GPUs")
             .description("Pods (or processes) on a shared GPU whose own share is hollow or "
