@@ -155,6 +155,26 @@ def test_a_failed_read_costs_that_window_only(clock: ManualClock) -> None:
     assert row.samples == 12  # the failed window's samples come with the next read
 
 
+def test_mps_clients_are_listed_beside_the_compute_processes(clock: ManualClock) -> None:
+    """Under MPS the clients have MPS compute contexts: listed, each once, as processes."""
+    source = shared_node(clock, {100: (0.5, 0.0), 200: (0.4, 0.0)})
+    nvml = source.session.nvml
+    nvml.gpus[0].processes = [(100, 4 * GiB)]
+    nvml.gpus[0].mps_processes = [(100, 4 * GiB), (200, 2 * GiB)]
+    result = source.poll_blocking()
+    assert isinstance(result.reading, NvmlReading)
+    state = result.reading.gpus["0"]
+    assert [(p.pid, p.used_memory_bytes) for p in state.processes] == [
+        (100, 4 * GiB), (200, 2 * GiB)]
+    assert state.process_count == 2
+    nvml.gpus[0].unsupported.add("nvmlDeviceGetMPSComputeRunningProcesses")
+    for _ in range(3):
+        result = source.poll_blocking()
+    assert isinstance(result.reading, NvmlReading)
+    assert [p.pid for p in result.reading.gpus["0"].processes] == [100]
+    assert nvml.calls["nvmlDeviceGetMPSComputeRunningProcesses"] == 2  # dropped after one
+
+
 def test_mig_instances_are_whole_devices(clock: ManualClock) -> None:
     nvml = make_node(clock, ["compute_gemm"])
     nvml.gpus[0].mig = [FakeMig(1, 0, "MIG-a", 20 * GiB), FakeMig(2, 0, "MIG-b", 20 * GiB)]

@@ -96,6 +96,8 @@ class FakeGpu:
     """pid -> (kernel-time ratio, memory ratio) it runs now: every sample period the driver
     records one per-process sample for each pid with either above 0. Change it as processes
     start, stop or exit; call :meth:`FakeNvml.sample` first so the past keeps its loads."""
+    mps_processes: list[tuple[int, int]] = field(default_factory=list)
+    """(pid, used memory) of MPS clients: what nvmlDeviceGetMPSComputeRunningProcesses lists."""
     process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
     """The driver's ring of per-process samples: (timestamp in us, pid, smUtil, memUtil)."""
     sampled_until: float | None = None
@@ -407,6 +409,19 @@ class FakeNvml:
             return []
         out = []
         for pid, used in gpu.processes:
+            info = _real.c_nvmlProcessInfo_v3_t()
+            info.pid, info.usedGpuMemory = pid, used
+            info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+            out.append(_real.nvmlStructToFriendlyObject(info))
+        return out
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        gpu = self._enter("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            return []
+        out = []
+        for pid, used in gpu.mps_processes:
             info = _real.c_nvmlProcessInfo_v3_t()
             info.pid, info.usedGpuMemory = pid, used
             info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF

@@ -203,6 +203,28 @@ class NvmlSource(SessionSource):
             return None
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
+        found = [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        listed = {p.pid for p in found}
+        found += [p for p in self._mps_clients(nvml, dh) if p.pid not in listed]
+        return found
+
+    def _mps_clients(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo]:
+        """Processes with an MPS compute context: under MPS the clients of the control
+        daemon are listed here, not (only) in the compute list, and each is a holder of the
+        GPU. A driver or binding without the call, or MIG, costs nothing after one try."""
+        skip = self._unsupported[dh.device.gpu]
+        if "mps_processes" in skip:
+            return []
+        try:
+            procs = nvml.nvmlDeviceGetMPSComputeRunningProcesses(dh.handle)
+        except nvml.NVMLError as exc:
+            if error_reason(nvml, exc) in _UNSUPPORTED:
+                skip.add("mps_processes")
+            return []  # anything else: this poll only (the compute list still counts)
+        except Exception:  # an older binding without the call
+            skip.add("mps_processes")
+            return []
+        gpu = dh.device.gpu
         return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
 
     def _process_activity(self, nvml: Any, dh: DeviceHandle) -> tuple[ProcessActivity, ...] | None:
