@@ -51,6 +51,8 @@ class ProcessInfo:
     gpu: str
     pid: int
     used_memory_bytes: int | None = None
+    mps_client: bool = False
+    """Listed with an MPS compute context (a client of an MPS control daemon)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,8 +494,9 @@ class HolderVerdict:
     folded together past ``model.holders_max_per_gpu``."""
     processes: int = 0
     memory_used_bytes: float | None = None
-    kernel_ratio: float = 0.0
-    kernel_seconds: float = 0.0
+    kernel_ratio: float | None = 0.0
+    """None for an MPS client whose kernel time NVML gives to the MPS server (unsplit)."""
+    kernel_seconds: float | None = 0.0
     sm_active_ratio: float | None = None
     sm_active_seconds: float | None = None
     regime: str = "unknown"

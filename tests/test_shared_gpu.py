@@ -226,6 +226,7 @@ class SharedGpu:
         memory: Mapping[int, int] | None = None,
         serving: ServingState | None = None,
         power: float = 400.0,
+        mps: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> NodeVerdicts:
         """One window: pid -> (kernel share it ran, memory), pid -> its SM fill. The GPU's
         kernel time is the sum (time-slicing), its SM active the sum of kernel x fill."""
@@ -238,7 +239,8 @@ class SharedGpu:
         state = GpuState(
             utilization=busy, power_watts=power, power_limit_watts=700.0,
             memory_used_bytes=float(sum(held.values())), memory_total_bytes=141e9,
-            processes=tuple(ProcessInfo("0", pid, mem) for pid, mem in sorted(held.items())),
+            processes=tuple(ProcessInfo("0", pid, mem, mps_client=pid in mps)
+                            for pid, mem in sorted(held.items())),
             process_count=len(held), process_activity=samples,
         )
         device = Device("0", "GPU-0", H200)
@@ -481,3 +483,32 @@ def test_a_discovered_pods_tokens_go_to_that_pod_and_a_shared_model_to_nobody() 
     twins = (targets[0], TargetStatus("infer/b:8080", True, "vllm", "llama", gpus=("0",),
                                       via="pod", namespace="infer", pod="b"))
     assert owners("0", rows[:1], twins, [a, b]) == {}
+
+
+def test_mps_clients_whose_time_nvml_gives_the_server_are_unknown_not_idle() -> None:
+    """Measured on an H200 (driver 580): under MPS every per-process sample names the MPS
+    server; its clients are listed (nvmlDeviceGetMPSComputeRunningProcesses) with no sample."""
+    gpu = SharedGpu()
+    server, gemm, tiny = 900, 901, 902
+    for _ in range(5):
+        state_loads = {server: (1.0, 0.1), gemm: (0.0, 0.0), tiny: (0.0, 0.0)}
+        v = gpu.step(state_loads, {server: 0.96}, mps={gemm, tiny})
+    h = holders(v)
+    assert h["900"].kernel_ratio == pytest.approx(1.0)
+    for pid in ("901", "902"):
+        assert h[pid].kernel_ratio is None and h[pid].sm_active_ratio is None
+        assert h[pid].regime == "unknown" and not h[pid].busy_unproductive
+        assert h[pid].memory_used_bytes == 4 * GiB
+
+
+def test_a_small_holder_sampled_now_and_then_is_judged_on_its_average() -> None:
+    """NVML samples each process about once a second: a server with a few % of a GPU next to
+    a GEMM loop shows in one window's samples of three to seven (llama-server on an H200), is not
+    called allocated_idle in the others."""
+    gpu = SharedGpu()
+    for i in range(14):
+        small = 0.12 if i % 5 == 0 else 0.0
+        v = gpu.step({1: (1.0 - small, 0.4), 2: (small, 0.05)}, {1: 0.95, 2: 0.3})
+    h = holders(v)
+    assert h["2"].kernel_ratio == 0.0  # this window's own figure is published as measured
+    assert h["2"].regime != "allocated_idle"

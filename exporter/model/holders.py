@@ -18,7 +18,13 @@ and the profiling counters only per GPU, so each figure here is one of two kinds
 
 Each holder is then judged like a GPU of its own, in its own frame: the time it could have
 had is its kernel time plus the time nobody ran, so a pod time-sliced against a busy
-neighbour is not called host-bound for the time the neighbour held the GPU.
+neighbour is not called host-bound for the time the neighbour held the GPU. Its kernel time
+and SM activity are averaged over a few seconds first (:data:`SMOOTH_SECONDS`): NVML samples
+each process about once a second, so a small holder is missing from some windows' samples.
+
+Under MPS, NVML gives every client's kernel time to the MPS server process (measured on an
+H200): the clients are holders with their memory, but their share, SM activity and regime
+are unknown (None, ``unknown``) rather than called idle.
 
 A holder is a pod's container (the cgroup source names the pod of each pid) or, outside
 any pod, the process itself (``pid``). MIG instances are whole devices to NVML (it has no
@@ -27,6 +33,7 @@ per-process samples on MIG): their holders are not split here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -43,6 +50,10 @@ from exporter.readings import (
 Holder = tuple[str, str, str, str]
 """(namespace, pod, container, pid): a pod's container (pid "") or a process."""
 OTHER: Holder = ("", "", "", "other")
+SMOOTH_SECONDS = 5.0
+"""Time constant over which a holder's kernel time and SM activity are averaged before its
+regime is judged: NVML samples each process about once a second (measured on an H200), so a
+holder with a small share is in some windows' samples and not in others."""
 RIDGE = 0.05
 """Pull of each holder's fill towards the window's pooled fill, in windows: what decides
 the fill of holders that only ever ran in one fixed mix (and keeps the solve stable)."""
@@ -59,6 +70,8 @@ class HolderInput:
     memory_weight: float = 0.0
     processes: int = 0
     memory_used_bytes: float | None = None
+    mps_clients: int = 0
+    """Its processes listed with an MPS compute context."""
 
 
 def holders_of(
@@ -86,6 +99,7 @@ def holders_of(
     for proc in state.processes:
         item = entry(proc.pid)
         item.processes += 1
+        item.mps_clients += int(proc.mps_client)
         if proc.used_memory_bytes is not None:
             item.memory_used_bytes = (item.memory_used_bytes or 0.0) + proc.used_memory_bytes
     for sample in activity:
@@ -212,14 +226,24 @@ class _Totals:
     energy_joules: float | None = None
 
 
+def mps_unsplit(holders: list[HolderInput]) -> bool:
+    """MPS clients hold the GPU but none has a per-process sample while some other process
+    (the MPS server) has: NVML gives the clients' kernel time to the server (measured on an
+    H200, driver 580), so it cannot be split among them."""
+    clients = [h for h in holders if h.mps_clients]
+    return bool(clients) and not any(h.weight for h in clients) and any(
+        h.weight for h in holders)
+
+
 class HolderModel:
-    """Per GPU: the unmixer, each holder's debounce and counters, across windows."""
+    """Per GPU: the unmixer, each holder's debounce, smoothing and counters, across windows."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
         self._unmixers: dict[str, Unmixer] = {}
         self._models: dict[tuple[str, Holder], GpuModel] = {}
         self._totals: dict[tuple[str, Holder], _Totals] = {}
+        self._smooth: dict[tuple[str, Holder], tuple[float, float | None]] = {}
 
     def step(
         self,
@@ -245,24 +269,54 @@ class HolderModel:
         active = self._apportion(gpu, kernel, sm, window.seconds)
         rows = owners(gpu, window.serving or (), serving.targets if serving else (), held)
         memory_total = sum(h.memory_weight for h in held)
+        unsplit = mps_unsplit(held)
         out = []
         for h in held:
+            if unsplit and h.mps_clients:
+                out.append(self._unknown(gpu, h))
+                continue
             k = kernel[h.holder]
             a = active.get(h.holder)
-            share_of_sm = (a / sm) if (a is not None and sm) else None
+            ks, as_ = self._smoothed(gpu, h.holder, k, a, window.seconds)
+            share_of_sm = (as_ / sm) if (as_ is not None and sm) else None
             mem_share = (h.memory_weight / memory_total) if memory_total > 0 else share_of_sm
             mine = tuple(m for m in window.serving or () if rows.get(m.model) == h.holder)
-            own = _own_window(window, k, busy, a, share_of_sm, mem_share, h, mine)
+            own = _own_window(window, ks, busy, as_, share_of_sm, mem_share, h, mine)
             assessment = assess(own, self.cfg)
             model = self._models.setdefault((gpu, h.holder), GpuModel(self.cfg))
             verdict = model.debounce(assessment)
             out.append(self._verdict(gpu, h, window, k, a, verdict.regime, verdict.hollow_busy,
                                      verdict.busy_no_output, mine))
         live = {h.holder for h in held}
-        for key in [key for key in self._models if key[0] == gpu and key[1] not in live]:
-            del self._models[key]
-            self._totals.pop(key, None)
+        for key in [key for key in self._totals if key[0] == gpu and key[1] not in live]:
+            self._models.pop(key, None)
+            self._smooth.pop(key, None)
+            del self._totals[key]
         return tuple(out), folded
+
+    def _smoothed(self, gpu: str, holder: Holder, k: float, a: float | None,
+                  seconds: float) -> tuple[float, float | None]:
+        """Kernel time and SM activity averaged over about SMOOTH_SECONDS (what the regime
+        is judged on; the published ratios are the window's own)."""
+        key = (gpu, holder)
+        before = self._smooth.get(key)
+        if before is None:
+            self._smooth[key] = (k, a)
+            return k, a
+        weight = 1.0 - math.exp(-max(seconds, 0.0) / SMOOTH_SECONDS)
+        ks = before[0] + weight * (k - before[0])
+        as_ = a if (a is None or before[1] is None) else before[1] + weight * (a - before[1])
+        self._smooth[key] = (ks, as_)
+        return ks, as_
+
+    def _unknown(self, gpu: str, h: HolderInput) -> HolderVerdict:
+        """An MPS client whose kernel time NVML gave to the MPS server: its memory is known,
+        its share, SM activity and regime are not."""
+        self._totals.setdefault((gpu, h.holder), _Totals())
+        ns, pod, container, pid = h.holder
+        return HolderVerdict(namespace=ns, pod=pod, container=container, pid=pid,
+                             processes=h.processes, memory_used_bytes=h.memory_used_bytes,
+                             kernel_ratio=None, kernel_seconds=None, regime="unknown")
 
     def _apportion(
         self, gpu: str, kernel: Mapping[Holder, float], sm: float | None, seconds: float
@@ -324,6 +378,8 @@ class HolderModel:
             del self._models[key]
         for key in [key for key in self._totals if key[0] == gpu]:
             del self._totals[key]
+        for key in [key for key in self._smooth if key[0] == gpu]:
+            del self._smooth[key]
 
 
 def _own_window(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -204,9 +205,10 @@ class NvmlSource(SessionSource):
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
         found = [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        clients = {p.pid: p for p in self._mps_clients(nvml, dh)}
+        found = [replace(p, mps_client=True) if p.pid in clients else p for p in found]
         listed = {p.pid for p in found}
-        found += [p for p in self._mps_clients(nvml, dh) if p.pid not in listed]
-        return found
+        return found + [p for pid, p in clients.items() if pid not in listed]
 
     def _mps_clients(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo]:
         """Processes with an MPS compute context: under MPS the clients of the control
@@ -225,7 +227,8 @@ class NvmlSource(SessionSource):
             skip.add("mps_processes")
             return []
         gpu = dh.device.gpu
-        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory), mps_client=True)
+                for p in procs]
 
     def _process_activity(self, nvml: Any, dh: DeviceHandle) -> tuple[ProcessActivity, ...] | None:
         """What each process ran since the last poll (NVML's per-process samples); None when
