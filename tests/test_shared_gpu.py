@@ -358,8 +358,8 @@ def test_more_holders_than_the_cap_fold_into_other_and_are_counted() -> None:
     assert len(h) == 4 and OTHER in {x.key for x in h}
     assert v.errors["holders_over_cap"] == 7
     busy = min(sum(k for k, _ in loads.values()), 1.0)
-    assert sum(x.kernel_ratio for x in h) == pytest.approx(busy)
-    kept = sorted(x.kernel_ratio for x in h if x.key != OTHER)
+    assert sum(x.kernel_ratio or 0.0 for x in h) == pytest.approx(busy)
+    kept = sorted(x.kernel_ratio or 0.0 for x in h if x.key != OTHER)
     assert kept == pytest.approx([0.15] * 3)  # the busiest keep their own series
 
 
