@@ -21,6 +21,9 @@ GPU_TOKENS_PER_SM = "goodput:gpu_tokens_per_sm_second:ratio_rate5m"
 GPU_THROTTLED = "goodput:gpu_throttled:ratio_rate5m"
 GPU_POWER_BRAKE = "goodput:gpu_power_brake:ratio_rate5m"
 GPU_XID = "goodput:gpu_xid_errors:increase10m"
+# Holders of shared GPUs (pods or processes), one series per holder (for the fleet board).
+GPU_HOLDER_KERNEL = "goodput:gpu_holder_kernel_time:ratio_rate5m"
+GPU_HOLDER_UNPRODUCTIVE = "goodput:gpu_holder_busy_unproductive:max"
 
 # Per node and scrape target (goodput.shard.node, goodput.shard.serving).
 EXPORTER_NODE = "goodput:exporter_node:info"

@@ -157,6 +157,12 @@ def _xid(c: RuleCtx) -> str:
     return "label_replace(" * len(XID_CLASSES) + "\n" + counted + classes + "\n"
 
 
+def _holder(c: RuleCtx) -> tuple[str, ...]:
+    """The labels naming a holder of a shared GPU: its pod's, or its process id."""
+    lb = c.cfg.labels
+    return (lb.namespace, lb.pod, lb.container, "pid")
+
+
 GPU_RULES: list[tuple[str, Builder]] = [
     (N.GPU_UTILIZATION, lambda c: c.counter("goodput_gpu_utilization_seconds_total")),
     (N.GPU_PROFILED, lambda c: c.counter("goodput_gpu_profiled_seconds_total")),
@@ -173,6 +179,10 @@ GPU_RULES: list[tuple[str, Builder]] = [
     (N.GPU_POWER_BRAKE, lambda c: c.counter(
         "goodput_gpu_clock_event_seconds_total", matchers='reason="hw_power_brake_slowdown"')),
     (N.GPU_XID, _xid),
+    (N.GPU_HOLDER_KERNEL, lambda c: c.counter("goodput_gpu_holder_kernel_seconds_total",
+                                              *_holder(c))),
+    (N.GPU_HOLDER_UNPRODUCTIVE, lambda c: c.q.per_gpu(
+        "max", c.q.s("goodput_gpu_holder_busy_unproductive"), *_holder(c), "reason")),
 ]
 
 

@@ -95,9 +95,13 @@ ARCHETYPES = {a.name: a for a in (
     Archetype("thermal", _WORKLOADS["thermal_throttled"], "none"),
     Archetype("lost", _WORKLOADS["lost_later"], "none"),
 )}
+# The hollow notebook time-slices its GPU with a second notebook that only holds memory: the
+# fleet has shared GPUs, their holders' series come from the real pipeline, and the hollow
+# one is named (GPUHolderBusyButUnproductive) beside the GPU's own alert.
+SHARED_WITH_IDLE = {"hollow": 4199}
 # Which alert each injected fault raises; every other GPU raises none.
 FAULT_ALERTS = {
-    "hollow": {"GPUBusyButUnproductive"},
+    "hollow": {"GPUBusyButUnproductive", "GPUHolderBusyButUnproductive"},
     "allocated_idle": {"GPUAllocatedIdle"},
     "host_bound": {"GPUHostBound"},
     "thermal": {"GPUThermalThrottling"},
@@ -301,6 +305,11 @@ def record_archetypes(extended: bool = False) -> Traces:
                      processes=list(ARCHETYPES[n].workload.processes),
                      lost_after=ARCHETYPES[n].workload.lost_after)
              for i, n in enumerate(names)]
+    for fake, name in zip(fakes, names, strict=True):
+        if name in SHARED_WITH_IDLE:
+            busy = fake.processes[0][0]
+            fake.processes.append((SHARED_WITH_IDLE[name], 2 << 30))
+            fake.process_load = {busy: (1.0, 0.05)}
     session = NvmlSession(FakeNvml(fakes, clock=clock), "simulated")
     session.open()
     sources = [NvmlSource(session, clock=clock), GpmSource(session, clock=clock)]

@@ -56,6 +56,9 @@ SAMPLE_EPOCH_US = 1_764_000_000_000_000
 """Where the simulated driver's sample clock (µs, like the CPU timestamps NVML uses) is
 at the fake's start."""
 _SAMPLED = {"NVML_GPU_UTILIZATION_SAMPLES": "util", "NVML_MEMORY_UTILIZATION_SAMPLES": "mem_util"}
+UTILIZATION_PERIOD = 1.0  # seconds NVML's utilization averages over (1/6 s to 1 s by product)
+PROCESS_SAMPLE_PERIOD = 1 / 6  # seconds per per-process utilization sample (the driver's period)
+PROCESS_SAMPLES_KEPT = 128  # the driver keeps a bounded ring of per-process samples
 _FIELD_THROTTLE = {269: _SW_THERM, 270: _HW_THERM}
 _FIELD_ZERO = {74, 76, 271}  # throttle reasons the simulation never raises: counters stay 0
 
@@ -97,6 +100,15 @@ class FakeGpu:
     pcie_width: int = 16
     nvlinks: int = 18
     """NVLinks up (version 4, as on an H100 SXM); 0 for a PCIe card (NOT_SUPPORTED)."""
+    process_load: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """pid -> (kernel-time ratio, memory ratio) it runs now: every sample period the driver
+    records one per-process sample for each pid with either above 0. Change it as processes
+    start, stop or exit; call :meth:`FakeNvml.sample` first so the past keeps its loads."""
+    mps_processes: list[tuple[int, int]] = field(default_factory=list)
+    """(pid, used memory) of MPS clients: what nvmlDeviceGetMPSComputeRunningProcesses lists."""
+    process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """The driver's ring of per-process samples: (timestamp in us, pid, smUtil, memUtil)."""
+    sampled_until: float | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -441,6 +453,72 @@ class FakeNvml:
             info.pid, info.usedGpuMemory = pid, used
             info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
             out.append(_real.nvmlStructToFriendlyObject(info))
+        return out
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        gpu = self._enter("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            return []
+        out = []
+        for pid, used in gpu.mps_processes:
+            info = _real.c_nvmlProcessInfo_v3_t()
+            info.pid, info.usedGpuMemory = pid, used
+            info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+            out.append(_real.nvmlStructToFriendlyObject(info))
+        return out
+
+    def sample(self, index: int) -> None:
+        """Record the per-process samples of GPU ``index`` up to now at its current loads
+        (what the driver does on its own, every sample period)."""
+        gpu = self.gpus[index]
+        now = self.clock()
+        if gpu.sampled_until is None:
+            gpu.sampled_until = now
+            return
+        period = PROCESS_SAMPLE_PERIOD
+        t = gpu.sampled_until
+        while t + period <= now + 1e-9:
+            t += period
+            stamp = round(t * 1e6)
+            for pid, (sm, mem) in sorted(gpu.process_load.items()):
+                sm_pct, mem_pct = round(sm * 100), round(mem * 100)
+                if sm_pct > 0 or mem_pct > 0:
+                    gpu.process_samples.append((stamp, pid, sm_pct, mem_pct))
+        gpu.sampled_until = t
+        del gpu.process_samples[:-PROCESS_SAMPLES_KEPT]
+
+    def _process_rows(
+        self, handle: _Handle, name: str, last_seen: int
+    ) -> list[tuple[int, int, int, int]]:
+        gpu = self._enter(name, handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)  # documented: not supported on MIG
+        self.sample(gpu.index)
+        rows = [row for row in gpu.process_samples if row[0] > last_seen]
+        if not rows:
+            _raise(_real.NVML_ERROR_NOT_FOUND)  # no process had utilization since last_seen
+        return rows
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[Any]:
+        out = []
+        for stamp, pid, sm, mem in self._process_rows(
+            handle, "nvmlDeviceGetProcessUtilization", timeStamp
+        ):
+            sample = _real.c_nvmlProcessUtilizationSample_t()
+            sample.pid, sample.timeStamp, sample.smUtil, sample.memUtil = pid, stamp, sm, mem
+            out.append(sample)
+        return out
+
+    def nvmlDeviceGetProcessesUtilizationInfo(self, handle: _Handle, timeStamp: int) -> list[Any]:
+        out = []
+        for stamp, pid, sm, mem in self._process_rows(
+            handle, "nvmlDeviceGetProcessesUtilizationInfo", timeStamp
+        ):
+            info = _real.c_nvmlProcessUtilizationInfo_v1_t()
+            info.pid, info.timeStamp, info.smUtil, info.memUtil = pid, stamp, sm, mem
+            out.append(info)
         return out
 
     # -- GPM ---------------------------------------------------------------------------------

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
-from exporter.readings import Device, GpuState, NvmlReading, ProcessInfo
+from exporter.readings import Device, GpuState, NvmlReading, ProcessActivity, ProcessInfo
 from exporter.snapshot import SourceResult
 from exporter.sources import utilization as util_window
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
@@ -86,6 +87,7 @@ class NvmlSource(SessionSource):
         """GPUs whose driver keeps no utilization samples: read by the last period."""
         self._device_state: dict[str, str] = {}
         self._process_errors: dict[str, str] = {}
+        self._activity = ProcessSamples()
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
         # are read every SLOW_EVERY polls, costly counters every COSTLY_EVERY, and repeated
         # in between, to keep polling under 1 % of a core per GPU.
@@ -158,6 +160,7 @@ class NvmlSource(SessionSource):
             fields.update(fresh)
         procs = self._processes(nvml, dh)
         busy = fields.pop("utilization_busy_seconds", None)
+        activity = self._process_activity(nvml, dh)
         util = fields.get("utilization")
         if util is not None:
             added = util * elapsed if busy is None else busy
@@ -169,6 +172,7 @@ class NvmlSource(SessionSource):
             up=True,
             processes=tuple(procs or ()),
             process_count=None if procs is None else len(procs),
+            process_activity=activity,
             **fields,
         ), ""
 
@@ -215,7 +219,54 @@ class NvmlSource(SessionSource):
             return None
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
-        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        found = [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        clients = {p.pid: p for p in self._mps_clients(nvml, dh)}
+        found = [replace(p, mps_client=True) if p.pid in clients else p for p in found]
+        listed = {p.pid for p in found}
+        return found + [p for pid, p in clients.items() if pid not in listed]
+
+    def _mps_clients(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo]:
+        """Processes with an MPS compute context: under MPS the clients of the control
+        daemon are listed here, not (only) in the compute list, and each is a holder of the
+        GPU. A driver or binding without the call, or MIG, costs nothing after one try."""
+        skip = self._unsupported[dh.device.gpu]
+        if "mps_processes" in skip:
+            return []
+        try:
+            procs = nvml.nvmlDeviceGetMPSComputeRunningProcesses(dh.handle)
+        except nvml.NVMLError as exc:
+            if error_reason(nvml, exc) in _UNSUPPORTED:
+                skip.add("mps_processes")
+            return []  # anything else: this poll only (the compute list still counts)
+        except Exception:  # an older binding without the call
+            skip.add("mps_processes")
+            return []
+        gpu = dh.device.gpu
+        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory), mps_client=True)
+                for p in procs]
+
+    def _process_activity(self, nvml: Any, dh: DeviceHandle) -> tuple[ProcessActivity, ...] | None:
+        """What each process ran since the last poll (NVML's per-process samples); None when
+        the device cannot say (MIG, an old driver) or on the first poll, which has no window."""
+        gpu = dh.device.gpu
+        skip = self._unsupported[gpu]
+        if "process_utilization" in skip or dh.device.is_mig:
+            return None  # NVML documents per-process utilization as unsupported on MIG
+        try:
+            return self._activity.read(nvml, gpu, dh.handle)
+        except nvml.NVMLError as exc:
+            reason = error_reason(nvml, exc)
+            if reason in _UNSUPPORTED:
+                self._drop(dh.device, "process_utilization", reason, str(exc))
+                return None
+            if self._process_errors.get(gpu, "") != reason:
+                log.warning("nvml_process_samples_failed", gpu=gpu, reason=reason, error=str(exc))
+                self._process_errors[gpu] = reason
+            return None
+        except Exception as exc:  # a binding without either call: costs this reading only
+            self._drop(dh.device, "process_utilization", "binding_error",
+                       f"{type(exc).__name__}: {exc}")
+            return None
 
     # readings ---------------------------------------------------------------------------------
     def _utilization(self, nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
@@ -349,6 +400,80 @@ class NvmlSource(SessionSource):
             "row_remap_pending": bool(pending),
             "row_remap_failure": bool(failure),
         }
+
+
+class ProcessSamples:
+    """Per-process utilization samples since the previous poll, per device.
+
+    ``nvmlDeviceGetProcessesUtilizationInfo`` (drivers since R550; else the older
+    ``nvmlDeviceGetProcessUtilization``, same fields less jpg/ofa) returns the samples newer
+    than the timestamp passed: one per process and driver sample period in which it ran a
+    kernel or touched memory. NOT_FOUND means no process had any since then (an empty
+    window, not an error). The newest timestamp seen is passed on the next poll, so no
+    sample is counted twice; a process that exited mid-window keeps the samples it left.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._legacy = False
+
+    def read(self, nvml: Any, gpu: str, handle: Any) -> tuple[ProcessActivity, ...] | None:
+        first = gpu not in self._last
+        last = self._last.get(gpu, 0)
+        try:
+            samples = self._samples(nvml, handle, last)
+        except nvml.NVMLError as exc:
+            # NOT_FOUND: no process ran since ``last``. The binding also raises its own
+            # NVMLError(NVML_SUCCESS) when the driver answers "0 samples" to its size query.
+            empty = getattr(exc, "value", None) == getattr(nvml, "NVML_SUCCESS", 0)
+            if not empty and error_reason(nvml, exc) != "not_found":
+                raise
+            samples = []
+        newest = max((int(s.timeStamp) for s in samples), default=last)
+        self._last[gpu] = max(newest, last)
+        if first:
+            return None  # the driver's whole buffer, not one window: only the timestamp counts
+        return aggregate(samples, after=last)
+
+    def _samples(self, nvml: Any, handle: Any, last: int) -> list[Any]:
+        if not self._legacy:
+            try:
+                return list(nvml.nvmlDeviceGetProcessesUtilizationInfo(handle, last))
+            except nvml.NVMLError as exc:
+                if error_reason(nvml, exc) not in _UNSUPPORTED:
+                    raise
+            except AttributeError:
+                pass
+            self._legacy = True
+        return list(nvml.nvmlDeviceGetProcessUtilization(handle, last))
+
+
+def aggregate(samples: Any, after: int = 0) -> tuple[ProcessActivity, ...]:
+    """Samples to one :class:`ProcessActivity` per pid (sorted); a (pid, timestamp) seen
+    twice counts once, samples at or before ``after`` not at all."""
+    seen: set[tuple[int, int]] = set()
+    sums: dict[int, list[float]] = {}
+    for s in samples:
+        pid, ts = int(s.pid), int(s.timeStamp)
+        if ts <= after or (pid, ts) in seen:
+            continue
+        seen.add((pid, ts))
+        row = sums.setdefault(pid, [0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += _percent(s.smUtil)
+        row[2] += _percent(s.memUtil)
+        row[3] += _percent(s.encUtil)
+        row[4] += _percent(s.decUtil)
+    return tuple(
+        ProcessActivity(pid, int(n), kernel, memory, enc, dec)
+        for pid, (n, kernel, memory, enc, dec) in sorted(sums.items())
+    )
+
+
+def _percent(value: Any) -> float:
+    """An NVML percentage as a ratio, clamped to 0..1 (garbage from a driver stays bounded)."""
+    v = float(value)
+    return min(v, 100.0) / 100.0 if v > 0.0 else 0.0  # NaN and negatives read as 0
 
 
 def _opt_int(value: Any) -> int | None:

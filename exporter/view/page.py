@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from exporter.metrics.cache import ExpositionCache, Variant
+from exporter.view.holders import FLAG_WORDS, of_gpu
 from exporter.view.jobs import MEANING, JobRow
 from exporter.view.rows import (
     RATE_WINDOW,
@@ -88,6 +89,25 @@ def _row(row: GpuRow) -> str:
         f"<td>{escape(row.job)}</td>",
     )
     return f'<tr class="{kind}">' + "".join(cells) + "</tr>"
+
+
+def _holder_rows(view: NodeView, row: GpuRow) -> str:
+    """The pods (or processes) sharing ``row``'s GPU, one row each under it."""
+    out = []
+    for h in of_gpu(view.holders, row.gpu):
+        kind = "warn" if h.flags else ""
+        out.append(
+            f'<tr class="holder {kind}"><td></td><td>{escape(h.regime or "-")}</td>'
+            f'<td class="why">{escape(h.who)}: share {escape(_share(h.share))} of the GPU'
+            f'{escape("; " + ", ".join(FLAG_WORDS.get(f, f) for f in h.flags)) if h.flags else ""}'
+            f"</td><td>{bar(h.sm)}</td>"
+            f'<td colspan="3"></td><td></td><td class="n">{escape(si(h.tokens_per_second))}</td>'
+            f'<td colspan="3"></td></tr>')
+    return "".join(out)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 HEADERS: tuple[tuple[str, str | None], ...] = (
@@ -162,7 +182,7 @@ def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
     )
     words = filter_text.lower().split()
     jobs = [j for j in view.jobs if all(w in j.text() for w in words)]
-    body = "".join(_row(r) for r in rows) or (
+    body = "".join(_row(r) + _holder_rows(view, r) for r in rows) or (
         f'<tr><td colspan="{len(HEADERS)}">no GPU matches</td></tr>' if view.rows else
         f'<tr><td colspan="{len(HEADERS)}">no GPU read yet</td></tr>')
     return f"""<!doctype html>

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from exporter.view.holders import of_gpu
 from exporter.view.jobs import JobRow
 from exporter.view.printable import printable
 from exporter.view.rows import GpuRow, NodeView, memory_text
@@ -340,6 +341,7 @@ def frame(view: NodeView, rows: Sequence[GpuRow], width: int, title: str = "",
     for i, row in enumerate(rows):
         mark = ">" if i == selected else " "
         out.append(mark + line(row, columns, width - 1, jobs))
+        out += [_fit(f"      {h.text()}", width) for h in of_gpu(view.holders, row.gpu)]
     out += [_fit(job_line(job), width) for job in jobs_of(view, rows)]
     if selected is not None and 0 <= selected < len(rows):
         row = rows[selected]

@@ -137,6 +137,38 @@ def busy_unproductive_table(ctx: Ctx) -> table.Panel:
         .height(8).span(24))
 
 
+def shared_holders(ctx: Ctx) -> timeseries.Panel:
+    top = f"topk(20, {N.GPU_HOLDER_KERNEL}{{{ctx.rule_gpu_f}, {ctx.ns_f}}})"
+    return (timeseries.Panel().title("Shared GPUs: what each holder runs (top 20)")
+            .description("Holders of GPUs that several pods or processes share (time-slicing "
+                         "or MPS), stacked: each one's share of its GPU's kernel time "
+                         f"({N.GPU_HOLDER_KERNEL}), the 20 largest in scope. The node "
+                         "dashboard shows one GPU's holders with their SM activity.")
+            .datasource(ctx.ds)
+            .with_target(query(ctx, top, "{{node}} gpu {{gpu}} {{namespace}}/{{pod}} {{pid}}"))
+            .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+            .fill_opacity(60).unit("percentunit")
+            .no_value("No shared GPU in scope (holders need two or more pods or processes on "
+                      "one GPU).")
+            .height(8).span(12))
+
+
+def unproductive_holders(ctx: Ctx) -> table.Panel:
+    flagged = f"{N.GPU_HOLDER_UNPRODUCTIVE}{{{ctx.rule_gpu_f}, {ctx.ns_f}}} == 1"
+    hidden = {"Time": True, "Value": True, "job": True, "instance": True}
+    return (table.Panel().title("Busy but unproductive holders of shared GPUs")
+            .description("Pods (or processes) on a shared GPU whose own share is hollow or "
+                         "makes no tokens (GPUHolderBusyButUnproductive): the pod to move "
+                         "or resize, not its neighbours.")
+            .datasource(ctx.ds)
+            .with_target(query(ctx, flagged, ref="A", instant=True, table=True))
+            .with_transformation(model.DataTransformerConfig(
+                id_val="organize", options={"excludeByName": hidden}))
+            .data_links([drilldown_link(ctx)])
+            .unit("none").no_value("No holder of a shared GPU is busy but unproductive.")
+            .height(8).span(12))
+
+
 # --- Regimes and idle allocations -------------------------------------------------------
 
 def _regime_panel(ctx: Ctx, title: str, description: str, expr: str,
@@ -394,6 +426,7 @@ ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Fleet", [gpus, busy_unproductive_count, kernel_time, sm_active, tokens,
                cost_per_million]),
     ("Busy but unproductive", [busy_unproductive_table]),
+    ("Shared GPUs", [shared_holders, unproductive_holders]),
     ("Regimes and idle allocations", [regime_mix, regime_share, allocated_idle_hours,
                                       hollow_by_namespace, allocated_idle_by_namespace]),
     ("Multi-GPU jobs", [job_stragglers, job_wait_hours, job_time_split,

@@ -469,6 +469,9 @@ class ServingSource(Source):
             gpus=att.gpus,
             via=att.via,
             dropped=tuple((r, float(n)) for r, n in sorted(state.ledger.dropped.items())),
+            namespace=target.namespace,
+            pod=target.pod,
+            pids=att.pids,
         )
 
     @staticmethod
