@@ -308,8 +308,10 @@ class NvmlSource(SessionSource):
         if got is None:
             return self._hold(gpu, fields)
         if not self._util_said:
-            self._util_said = True  # one line for the node; a fallback is said per GPU
-            log.info("nvml_utilization_method", method=util_window.SAMPLES)
+            # The expected method is a debug line (the start-up screen stays the `started`
+            # line and the verdicts); a fallback is said per GPU at info.
+            self._util_said = True
+            log.debug("nvml_utilization_method", method=util_window.SAMPLES)
         self._util_seen_us[gpu] = got.newest_us
         self._util_last[gpu] = got.utilization
         fields.update(utilization=got.utilization, utilization_method=util_window.SAMPLES,
