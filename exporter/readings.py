@@ -51,6 +51,30 @@ class ProcessInfo:
     gpu: str
     pid: int
     used_memory_bytes: int | None = None
+    mps_client: bool = False
+    """Listed with an MPS compute context (a client of an MPS control daemon)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessActivity:
+    """What NVML's per-process utilization samples say one process ran on a device since the
+    previous poll (``nvmlDeviceGetProcessesUtilizationInfo``). Each sample covers one of the
+    driver's sample periods (equal lengths), so the sums weigh processes against each other;
+    the model turns them into shares of the GPU's kernel time (exporter/model/holders.py)."""
+
+    pid: int
+    samples: int
+    kernel: float
+    """Sum over the samples of ``smUtil`` / 100 (kernel time in that period)."""
+    memory: float = 0.0
+    """Sum of ``memUtil`` / 100 (device memory read or written)."""
+    encoder: float = 0.0
+    decoder: float = 0.0
+
+    @property
+    def kernel_mean(self) -> float:
+        """NVML's own per-process figure: the mean ``smUtil`` of its samples, 0..1."""
+        return self.kernel / self.samples if self.samples else 0.0
 
 
 # NVML ----------------------------------------------------------------------------------------
@@ -64,9 +88,13 @@ class GpuState:
     up: bool = True
     reason: str = ""
     utilization: float | None = None
-    """Share of the sample period any kernel ran (nvidia-smi's utilization)."""
+    """Share of the poll window any kernel ran (nvidia-smi's utilization), averaged from
+    NVML's utilization samples (or NVML's last sample period: ``utilization_method``)."""
     utilization_seconds: float | None = None
-    """``utilization`` integrated over polls: the counter ``rate()`` reads exactly."""
+    """Busy seconds integrated over the samples (or polls): the counter ``rate()`` reads
+    exactly."""
+    utilization_method: str = ""
+    """samples | last_period (exporter/sources/utilization.py); "" when not read."""
     memory_controller_utilization: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
@@ -89,6 +117,9 @@ class GpuState:
     processes: tuple[ProcessInfo, ...] = ()
     process_count: int | None = None
     """None when the process list could not be read on this poll."""
+    process_activity: tuple[ProcessActivity, ...] | None = None
+    """Per-process samples since the previous poll, by pid; None when not read (MIG,
+    unsupported, the first poll, a failed read), () when no process ran a kernel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +255,8 @@ class PodUsage:
     container: str
     processes: int
     memory_used_bytes: float | None = None
+    pids: tuple[int, ...] = ()
+    """The host pids of those processes: what joins NVML's per-process samples to the pod."""
 
 
 # jobs ----------------------------------------------------------------------------------------
@@ -319,10 +352,18 @@ class TargetStatus:
     model: str = ""
     reason: str = ""
     scrape_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    """How long its last scrape waited for a scrape slot before it started."""
     gpus: tuple[str, ...] = ()
     via: str = "none"
     dropped: tuple[tuple[str, float], ...] = ()
     """(reason, engine values refused since the target appeared): non_finite, negative."""
+    namespace: str = ""
+    pod: str = ""
+    """The discovered pod serving it, "" for a target from the config file."""
+    pids: tuple[int, ...] = ()
+    """NVML compute processes that are the engine or its descendants (attributed by process):
+    what names the holder of a shared GPU that makes these tokens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,8 +376,8 @@ class ServingState:
     """(reason, discovered targets not scraped now): duplicate, max_targets,
     max_targets_per_namespace, bad_pod."""
     scrapes_limited: tuple[tuple[str, int], ...] = ()
-    """(reason, scrapes the pool held back since start): slow_share_full (cut at half a
-    round), namespace_share_full (waited for its namespace's share of the slots)."""
+    """(reason, scrapes delayed or dropped since start): slow_share_full, preempted,
+    queued, max_targets (exporter/sources/serving/pool.py)."""
 
 
 # collector status ----------------------------------------------------------------------------
@@ -443,9 +484,49 @@ class JobVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class HolderVerdict:
+    """One holder of a shared GPU (a pod's container, else a process) after one window.
+
+    ``kernel_ratio`` is its share of the window's kernel time, from NVML's per-process
+    samples, scaled so the holders of a GPU sum to its kernel time; ``sm_active_ratio`` and
+    the energy are the GPU-wide values apportioned to it (estimates, exporter/model/holders.py).
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    pid: str
+    """The process id for a holder outside any pod, "" for a pod, ``other`` for the holders
+    folded together past ``model.holders_max_per_gpu``."""
+    processes: int = 0
+    memory_used_bytes: float | None = None
+    kernel_ratio: float | None = 0.0
+    """None for an MPS client whose kernel time NVML gives to the MPS server (unsplit)."""
+    kernel_seconds: float | None = 0.0
+    sm_active_ratio: float | None = None
+    sm_active_seconds: float | None = None
+    regime: str = "unknown"
+    hollow_busy: bool = False
+    busy_no_output: bool = False
+    tokens_per_second: float | None = None
+    tokens_per_kernel_second: float | None = None
+    energy_joules: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.namespace, self.pod, self.container, self.pid)
+
+    @property
+    def busy_unproductive(self) -> bool:
+        return self.hollow_busy or self.busy_no_output
+
+
+@dataclass(frozen=True, slots=True)
 class NodeVerdicts:
     """The model's output for the whole node after one step."""
 
     gpus: Mapping[str, GpuVerdict] = field(default_factory=dict)
     jobs: tuple[JobVerdict, ...] = ()
+    holders: Mapping[str, tuple[HolderVerdict, ...]] = field(default_factory=dict)
+    """gpu -> its holders, for GPUs two or more holders share (sorted by key)."""
     errors: Mapping[str, int] = field(default_factory=dict)

@@ -64,6 +64,9 @@ class SourceResult:
     errors: Mapping[str, int] = field(default_factory=dict)
     reading: object = None
     """The source's one typed reading (``exporter/readings.py``), None when it read nothing."""
+    stuck_reads: int | None = None
+    """Reads the source gave up on that are still stuck in the kernel (None: a source that
+    never abandons a read); ``goodput_exporter_source_reads_stuck``."""
     availability: tuple[Availability, ...] = ()
 
     def get(self, kind: type[R]) -> R | None:

@@ -12,7 +12,7 @@ can use it.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote_plus, urlsplit, urlunsplit
 
 MAX_URL_CHARS = 2048
 """Longest URL taken: it becomes a ``target`` label, so it is capped like any label."""
@@ -123,7 +123,14 @@ def scrub(text: str, url: str) -> str:
 
 
 def is_secret(name: str) -> bool:
-    """Whether a query parameter called ``name`` carries a secret (:data:`SECRET_PARTS`)."""
+    """Whether a query parameter called ``name`` carries a secret (:data:`SECRET_PARTS`),
+    judged on the name as the engine reads it: percent-decoded (``%74oken`` is
+    ``token``), ``+`` as a space, repeatedly (``%2574oken``)."""
+    for _ in range(4):
+        decoded = unquote_plus(name)
+        if decoded == name:
+            break
+        name = decoded
     plain = "".join(c for c in name.lower() if c.isalnum())
     return any(part in plain for part in SECRET_PARTS)
 

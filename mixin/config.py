@@ -77,6 +77,7 @@ class Alert(Strict):
 # The thresholds every alert's expression reads; the configuration must give each.
 THRESHOLDS: dict[str, set[str]] = {
     "GPUBusyButUnproductive": {"min_utilization", "max_sm_share"},
+    "GPUHolderBusyButUnproductive": set(),
     "GPUBusyNoOutput": {"min_utilization", "max_tokens_per_second"},
     "GPUAllocatedIdle": {"max_utilization"},
     "GPUHostBound": {"min_waiting_requests", "max_utilization"},

@@ -22,12 +22,16 @@ GPU_THROTTLED = "goodput:gpu_throttled:ratio_rate5m"
 GPU_POWER_BRAKE = "goodput:gpu_power_brake:ratio_rate5m"
 GPU_XID = "goodput:gpu_xid_errors:increase10m"
 GPU_ECC = "goodput:gpu_ecc_uncorrected_errors:increase10m"
+# Holders of shared GPUs (pods or processes), one series per holder (for the fleet board).
+GPU_HOLDER_KERNEL = "goodput:gpu_holder_kernel_time:ratio_rate5m"
+GPU_HOLDER_UNPRODUCTIVE = "goodput:gpu_holder_busy_unproductive:max"
 
 # Per node and scrape target (goodput.shard.node, goodput.shard.serving).
 EXPORTER_NODE = "goodput:exporter_node:info"
 REGIME_GPUS = "goodput:regime_gpus:sum"
 JOB_GPU_WAITING = "goodput:job_gpu_waiting:ratio_rate5m"
 NODE_JOB_GPU_SECONDS = "goodput:node_job_gpu_seconds:rate5m"
+NODE_JOB_TOKENS = "goodput:node_job_tokens:rate5m"
 MODEL_TTFT_BUCKET = "goodput:model_ttft_seconds_bucket:rate5m"
 
 # Per node and namespace / model, pre-aggregated on every shard (goodput.shard.namespace): the
@@ -61,3 +65,4 @@ JOB_STRAGGLER = "goodput:job_straggler:gap_rate5m"
 JOB_GPU_SECONDS = "goodput:job_gpu_seconds:rate5m"
 JOB_WAITING_GPUS = "goodput:job_waiting_gpus:rate5m"
 JOB_WAITING = "goodput:job_waiting:ratio_rate5m"
+JOB_TOKENS_PER_WORKING = "goodput:job_tokens_per_working_gpu_second:ratio_rate5m"

@@ -176,6 +176,12 @@ def live(build: Builder) -> Builder:
     return lambda c: c.q.live(build(c))
 
 
+def _holder(c: RuleCtx) -> tuple[str, ...]:
+    """The labels naming a holder of a shared GPU: its pod's, or its process id."""
+    lb = c.cfg.labels
+    return (lb.namespace, lb.pod, lb.container, "pid")
+
+
 GPU_RULES: list[tuple[str, Builder]] = [
     (N.GPU_UTILIZATION, live(lambda c: c.counter("goodput_gpu_utilization_seconds_total"))),
     (N.GPU_PROFILED, live(lambda c: c.counter("goodput_gpu_profiled_seconds_total"))),
@@ -193,6 +199,10 @@ GPU_RULES: list[tuple[str, Builder]] = [
         "goodput_gpu_clock_event_seconds_total", matchers='reason="hw_power_brake_slowdown"'))),
     (N.GPU_XID, _xid),
     (N.GPU_ECC, _ecc),
+    (N.GPU_HOLDER_KERNEL, live(lambda c: c.counter("goodput_gpu_holder_kernel_seconds_total",
+                                                   *_holder(c)))),
+    (N.GPU_HOLDER_UNPRODUCTIVE, lambda c: c.q.per_gpu(
+        "max", c.q.s("goodput_gpu_holder_busy_unproductive"), *_holder(c), "reason")),
 ]
 
 
@@ -251,11 +261,24 @@ def _node_job_seconds(c: RuleCtx) -> str:
     return f"sum by ({c.q.node_by}, {keep}) ({c.q.rate(JOB_SECONDS)})"
 
 
+def _node_job_tokens(c: RuleCtx) -> str:
+    """Generated tokens per second of the serving engines on a job's GPUs of the node (an
+    engine spanning GPUs, tensor or layer split, is one job: its tokens are divided among
+    them): the numerator of tokens per GPU-second working."""
+    keep = ", ".join(c.q.job_labels)
+    tokens = c.q.per_gpu(
+        "sum", c.q.rate("goodput_gpu_tokens_total", matchers='kind="generation"'))
+    jobs = f"group by ({c.q.gpu_key}, {keep}) ({c.q.s('goodput_gpu_job_info')})"
+    return (f"sum by ({c.q.node_by}, {keep}) (\n  {tokens}\n"
+            f"  * on ({c.q.gpu_key}) group_left ({keep})\n  {jobs}\n)\n")
+
+
 NODE_RULES: list[tuple[str, Builder]] = [
     (N.EXPORTER_NODE, _exporter_node),
     (N.REGIME_GPUS, live(_regime_gpus)),
     (N.JOB_GPU_WAITING, live(_job_gpu_waiting)),
     (N.NODE_JOB_GPU_SECONDS, live(_node_job_seconds)),
+    (N.NODE_JOB_TOKENS, live(_node_job_tokens)),
 ]
 SERVING_RULES: list[tuple[str, Builder]] = [(N.MODEL_TTFT_BUCKET, _ttft)]
 
@@ -447,11 +470,22 @@ def _job_waiting_share(c: RuleCtx) -> str:
     return f"{c.rec(N.JOB_WAITING_GPUS)}\n  / on ({c.q.job_by})\n({total} > 0)\n"
 
 
+def _job_tokens_per_working(c: RuleCtx) -> str:
+    """A serving job's generated tokens per GPU-second working: what its GPUs make of the
+    time they do not lose waiting on each other, on the links or on the host. Both sides are
+    rates of counters (goodput_gpu_tokens_total, goodput_gpu_job_seconds_total), so the
+    ratio is exact over the window; every node of the job summed."""
+    working = c.rec(N.JOB_GPU_SECONDS, 'part="working"')
+    return (f"sum by ({c.q.job_by}) ({c.rec(N.NODE_JOB_TOKENS)})\n"
+            f"  / on ({c.q.job_by})\n(sum by ({c.q.job_by}) ({working}) > 0)\n")
+
+
 JOB_RULES: list[tuple[str, Builder]] = [
     (N.JOB_STRAGGLER, _job_straggler),
     (N.JOB_GPU_SECONDS, _job_seconds),
     (N.JOB_WAITING_GPUS, _job_waiting),
     (N.JOB_WAITING, _job_waiting_share),
+    (N.JOB_TOKENS_PER_WORKING, _job_tokens_per_working),
 ]
 
 

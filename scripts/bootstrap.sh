@@ -7,6 +7,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Run "$@", saying every 20 s that it still runs: a first install takes minutes, and a
+# first `make test` must never look hung.
+ticking() {
+  local what="$1" start=$SECONDS pid
+  shift
+  "$@" <&0 &  # keeps stdin (a script's background job would get /dev/null): sudo may ask
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 20); do
+      sleep 1
+      kill -0 "$pid" 2>/dev/null || break 2
+    done
+    echo "bootstrap: still $what ($((SECONDS - start)) s)"
+  done
+  wait "$pid"
+}
+
 need_apt=()
 mode=dev
 [ "${1:-}" = "--runtime" ] && mode=runtime
@@ -19,8 +36,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   echo "bootstrap: installing prometheus, prometheus-alertmanager and victoria-metrics" \
     "(missing: ${need_apt[*]})"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+  ticking "updating apt's package lists" $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive ticking "installing them with apt-get" \
+    $sudo apt-get install -y -qq --no-install-recommends \
     prometheus prometheus-alertmanager victoria-metrics >/dev/null
 fi
 
@@ -48,7 +66,7 @@ if ! fresh "$stamp"; then
   else
     echo "bootstrap: installing the exporter, its dev tools and test dependencies into .venv (about 2 minutes the first time)"
   fi
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e "$spec"
+  ticking "installing into .venv" .venv/bin/python -m pip install -q --upgrade pip
+  ticking "installing into .venv" .venv/bin/python -m pip install -q -e "$spec"
   touch "$stamp"
 fi

@@ -42,7 +42,7 @@ def test_every_workload_an_orchestrator_names_is_registered_once() -> None:
     assert set(jobs.WORKLOADS) <= set(REGISTRY)
     assert "transfers" in REGISTRY
     families = {w.family.name for w in REGISTRY.values()}
-    assert families == {"panel", "diag", "transfer", "jobs"}
+    assert families == {"panel", "diag", "transfer", "jobs", "split"}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

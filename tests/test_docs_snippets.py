@@ -224,7 +224,8 @@ def test_promql_check_catches_a_wrong_name() -> None:
 # Commands other tests run, or that are this test suite.
 COVERED = {
     ("make", "test"): "make test runs this suite",
-    ("make", "stack"): "tests/test_stack.py runs scripts/stack.py --test",
+    ("make", "stack"): "test_stack_test_runs_as_docs_dashboards_writes_it runs scripts/stack.py "
+                       "--test as written",
 }
 # Why a command cannot run in a test (first word -> reason).
 OUTSIDE = {
@@ -507,7 +508,8 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-SHELL_SNIPPETS = [s for s in SNIPPETS if s.lang in ds.SHELL and s.marker != "not-run"]
+SHELL_SNIPPETS = [s for s in SNIPPETS
+                  if s.lang in ds.SHELL and s.marker not in ("not-run", "as-written")]
 
 
 @pytest.fixture
@@ -627,3 +629,104 @@ def test_every_command_runs_through_the_quick_starts_venv() -> None:
     assert not wrong, ("run these through the quick start's venv (`.venv/bin/python -m ...`, "
                        "`.venv/bin/gpu-goodput-exporter`), or say where they run "
                        "(ELSEWHERE):\n  " + "\n  ".join(wrong))
+
+
+# ------------------------------------------------------- as pasted, in a fresh clone, no venv
+
+AS_WRITTEN = {
+    "docs/jobs.md": "Find your job's straggler",
+    "docs/dashboards.md": "The local stack",
+}
+"""Sections whose shell commands a test below pastes whole into bash, in a fresh copy of the
+checkout with no virtualenv activated (tests/support/fresh_clone.py), and checks the output
+of: the commands that must wait for something (the daemon's readiness, a first verdict)."""
+
+
+def _section_start(path: str, heading: str) -> int:
+    """1-based line of the ``## heading`` (any level) in ``path``."""
+    lines = (REPO / path).read_text().splitlines()
+    found = [i + 1 for i, line in enumerate(lines)
+             if line.startswith("#") and line.lstrip("#").strip() == heading]
+    assert found, f"{path}: no section {heading!r} (AS_WRITTEN in tests/test_docs_snippets.py)"
+    return found[0]
+
+
+def _section_end(path: str, start: int) -> int:
+    lines = (REPO / path).read_text().splitlines()
+    level = len(lines[start - 1]) - len(lines[start - 1].lstrip("#"))
+    return next((i + 1 for i in range(start, len(lines))
+                 if lines[i].startswith("#") and
+                 len(lines[i]) - len(lines[i].lstrip("#")) <= level), len(lines) + 1)
+
+
+def straggler_recipe() -> ds.Snippet:
+    """The first shell block under docs/jobs.md's "Find your job's straggler"."""
+    path = "docs/jobs.md"
+    start = _section_start(path, AS_WRITTEN[path])
+    return next(s for s in ds.snippets(REPO / path) if s.line > start and s.lang in ds.SHELL)
+
+
+def stack_test_command() -> tuple[str, str]:
+    """(where, command): how docs/dashboards.md's "The local stack" says to run the stack's
+    test, from its shell blocks, else from its inline code."""
+    path = "docs/dashboards.md"
+    start = _section_start(path, AS_WRITTEN[path])
+    end = _section_end(path, start)
+    for snippet in ds.snippets(REPO / path):
+        if start < snippet.line < end and snippet.lang in ds.SHELL:
+            for cmd in ds.commands(snippet):
+                if "stack.py" in cmd.text and "--test" in cmd.words:
+                    return f"{path}:{cmd.line}", cmd.text
+    lines = (REPO / path).read_text().splitlines()
+    for number in range(start, end - 1):
+        for code in re.findall(r"`([^`]*stack\.py --test[^`]*)`", lines[number]):
+            return f"{path}:{number + 1}", code
+    raise AssertionError(f"{path}: the section {AS_WRITTEN[path]!r} does not say how to run "
+                         "scripts/stack.py --test")
+
+
+def test_every_as_written_block_is_one_a_test_runs() -> None:
+    for s in (s for s in SNIPPETS if s.marker == "as-written"):
+        assert s.path in AS_WRITTEN and s.lang in ds.SHELL, (
+            f"{s.where}: marked as-written, but no test pastes it: add its section to "
+            "AS_WRITTEN and a test that checks what it prints")
+        start = _section_start(s.path, AS_WRITTEN[s.path])
+        assert start < s.line < _section_end(s.path, start), (
+            f"{s.where}: marked as-written outside the section {AS_WRITTEN[s.path]!r}")
+
+
+@pytest.mark.integration
+def test_the_straggler_recipe_runs_as_pasted(tmp_path: Path) -> None:
+    """docs/jobs.md's recipe, pasted into bash in a fresh clone with no venv activated:
+    `make run &`, then what waits for the daemon, then `top` naming GPU 9 the straggler of
+    job 4242 (right after start: it waits for the first verdict), then one line that names
+    the GPU. The documented port becomes a free one (LISTEN is the Makefile's knob)."""
+    from tests.support.fresh_clone import fresh_clone, plain_env, run_as_written
+
+    recipe = straggler_recipe()
+    port = free_port()
+    clone = fresh_clone(tmp_path / "clone")
+    ran = run_as_written(recipe.text.replace(":9433", f":{port}"), clone,
+                         plain_env(clone, LISTEN=f"127.0.0.1:{port}"), timeout=300)
+    assert ran.returncode == 0, f"{recipe.where}: the recipe fails as pasted, {ran}"
+    assert re.search(r"^[ >] *9\* ", ran.output, re.M), (
+        f"{recipe.where}: top does not mark GPU 9 as the straggler (`9*`):\n{ran.output}")
+    lines = [x for x in ran.output.splitlines() if "4242" in x and "9" in x
+             and not x.lstrip().startswith(("job ", "9*"))]
+    assert any(re.search(r'gpu="?9\b', x) for x in lines), (
+        f"{recipe.where}: no line names GPU 9 as job 4242's straggler:\n{ran.output}")
+
+
+@pytest.mark.integration
+def test_stack_test_runs_as_docs_dashboards_writes_it(tmp_path: Path) -> None:
+    """`scripts/stack.py --test` as docs/dashboards.md writes it, pasted into bash in a
+    fresh clone with no venv activated: both alerts reach the webhook (the checks of
+    tests/test_stack.py), and the summary gives each alert's real time."""
+    from tests.support.fresh_clone import fresh_clone, plain_env, run_as_written
+    from tests.test_stack import check_delivered
+
+    where, command = stack_test_command()
+    clone = fresh_clone(tmp_path / "clone")
+    ran = run_as_written(command, clone, plain_env(clone), timeout=300)
+    assert ran.returncode == 0, f"{where}: `{command}` fails as pasted, {ran}"
+    check_delivered(clone / ".stack", ran.output)

@@ -465,8 +465,8 @@ async def test_hung_targets_cannot_starve_an_honest_one(tenants: bool) -> None:
     name = f"victim/honest:{port}" if tenants else honest.url
     assert metric(first, TARGET_UP, target=name) == 1.0  # published from the first poll
     assert len(honest.queries) >= 0.9 * polls, (len(honest.queries), polls)
-    reason = "namespace_share_full" if tenants else "slow_share_full"
-    assert (metric(result, LIMITED, reason=reason) or 0) > 0  # the hung paid, and it shows
+    cut = [metric(result, LIMITED, reason=r) or 0 for r in ("slow_share_full", "preempted")]
+    assert sum(cut) > 0  # the hung paid, and it shows
     hung_up = [v for n, labels, v in exposition(result)
                if n == TARGET_UP and "hung" in labels["target"]]
     assert set(hung_up) <= {0.0}  # those cut are down; the others still run their 10 s
@@ -552,19 +552,23 @@ async def test_the_pool_moves_a_slow_scrape_to_the_slow_share_or_cuts_it() -> No
             return Outcome(target, seconds, reason="ok")
         return scrape
 
-    def cut(error: str) -> Outcome:
-        return Outcome(target, 0.05, None, "slow_share_full", error)
+    def cut(reason: str, error: str) -> Outcome:
+        return Outcome(target, 0.05, None, reason, error)
 
-    alone = await ScrapePool(1).run(outcome(0.2), slow=False, overrun=0.05, cut=cut)
+    alone = await ScrapePool(1).run(outcome(0.2), key="a", tenant="a", long=False,
+                                    overrun=0.05, cut=cut)
     assert alone.reason == "ok"
     pool = ScrapePool(4)
-    runs = [pool.run(outcome(s), slow=False, overrun=0.05, cut=cut) for s in (0.3, 0.3, 0.3)]
+    runs = [pool.run(outcome(s), key=f"s{i}", tenant=f"s{i}", long=False, overrun=0.05,
+                     cut=cut) for i, s in enumerate((0.3, 0.3, 0.3))]
     slow = asyncio.gather(*runs)
     await asyncio.sleep(0.1)
-    fast = await pool.run(outcome(0.01), slow=False, overrun=0.05, cut=cut)
+    fast = await pool.run(outcome(0.01), key="f", tenant="f", long=False, overrun=0.05,
+                          cut=cut)
     reasons = sorted(o.reason for o in await slow)
     assert reasons == ["ok", "ok", "slow_share_full"] and fast.reason == "ok"
-    assert pool.limited == {"slow_share_full": 1, "namespace_share_full": 0}
+    assert pool.limited == {"slow_share_full": 1, "preempted": 0, "queued": 0,
+                            "max_targets": 0}
 
 
 async def test_a_cancelled_scrape_leaves_nothing_running() -> None:
@@ -583,13 +587,13 @@ async def test_a_cancelled_scrape_leaves_nothing_running() -> None:
 
     pool = ScrapePool(2)
     outer = asyncio.ensure_future(pool.run(
-        scrape, slow=False, overrun=30.0,
-        cut=lambda e: Outcome(target, 0.0, None, "slow_share_full", e)))
+        scrape, key="t", tenant="t", long=False, overrun=30.0,
+        cut=lambda r, e: Outcome(target, 0.0, None, r, e)))
     await started.wait()
     outer.cancel()
     await asyncio.gather(outer, return_exceptions=True)
     await asyncio.wait_for(stopped.wait(), 1.0)
-    assert not pool._slots.locked()
+    assert pool._holding() == 0
 
 
 @pytest.mark.parametrize("tree", [

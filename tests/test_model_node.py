@@ -425,3 +425,38 @@ def test_copies_with_idle_sms_at_high_power_are_not_silent_zeros() -> None:
     zeros_on_the_bus = bus(10.5e9, 0.64e9)  # every profiling ratio 0, the bus busy
     v = one(bus_node().run(5, zeros_on_the_bus, util=0.55, power=200.0))
     assert not v.profiling_stale and v.regime == "transfer_bound"
+
+
+def test_the_model_steps_once_every_gpu_source_has_polled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML polls first, the profiling backend a moment later: the model steps after both, so
+    a window's utilization and profiling window come from the same second (issue 46: stepping
+    after NVML alone paired this second's utilization with the previous profiling window).
+    A source silent for two intervals is not waited for."""
+    import time
+
+    from exporter.model.step import ModelStep
+    from exporter.readings import NodeVerdicts
+    from exporter.snapshot import SnapshotStore, SourceResult
+
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    stepped: list[float] = []
+
+    class Model:
+        def step(self, _snap: object, _interval: float) -> NodeVerdicts:
+            stepped.append(now[0])
+            return NodeVerdicts()
+
+    step = ModelStep(SnapshotStore("n"), Model(), 1.0,  # type: ignore[arg-type]
+                     triggers=("nvml", "gpm"))
+    for second in range(3):
+        now[0] = 100.0 + second
+        step(SourceResult(source="nvml"))
+        now[0] += 0.02
+        step(SourceResult(source="gpm"))
+        step(SourceResult(source="serving"))  # not a GPU poll: never a step
+    assert stepped == pytest.approx([100.02, 101.02, 102.02])
+    for second in range(3, 8):  # the profiling backend stops publishing
+        now[0] = 100.0 + second
+        step(SourceResult(source="nvml"))
+    assert stepped[3:] == pytest.approx([105.0, 106.0, 107.0])

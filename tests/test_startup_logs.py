@@ -107,6 +107,26 @@ def test_a_misspelt_flag_gets_did_you_mean_like_a_misspelt_variable() -> None:
     assert cli.parser().did_you_mean("unrecognized arguments: --zzzzzz") == ""
 
 
+def test_a_misspelt_config_file_key_gets_did_you_mean_like_a_misspelt_flag(
+        tmp_path: Path) -> None:
+    """A typo in the config file is one line naming the key and the one it resembles, at
+    any depth, as flags and variables get; a key that resembles nothing gets no guess."""
+    config = tmp_path / "config.yaml"
+    config.write_text("intervl: 2\nserving:\n  targets:\n    - url: http://127.0.0.1:1/m\n"
+                      "      gpu: ['0']\nkubernetes:\n  kubelet_sock: /x\nzzzzzz: 1\n")
+    done = subprocess.run([sys.executable, "-m", "exporter", "--config", str(config),
+                           "--simulate"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    for words in ("unknown config key 'intervl' (did you mean 'interval'?)",
+                  "unknown config key 'serving.targets.0.gpu' (did you mean "
+                  "'serving.targets.0.gpus'?)",
+                  "unknown config key 'kubernetes.kubelet_sock' (did you mean "
+                  "'kubernetes.kubelet_socket'?)",
+                  "unknown config key 'zzzzzz'\n"):
+        assert words in done.stderr, done.stderr
+
+
 def test_an_ignored_variable_that_looks_like_a_typo_names_the_setting() -> None:
     assert cli.did_you_mean(["GOODPUT_INTERVL", "GOODPUT_PORT_9433_TCP",
                              "GOODPUT_SERVING__INTERVALL"]) == {"did_you_mean": {

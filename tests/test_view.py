@@ -4,6 +4,7 @@ the landing page and ``top`` against a real daemon behind TLS and basic auth."""
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -118,7 +119,9 @@ def test_frame_fits_80_columns_and_keeps_every_gpu() -> None:
     for regime in ("compute_bound", "launch_bound", "comm_wait", "down"):
         assert regime in body
     assert " 10*" in body  # the straggler mark
-    assert lines[-1].startswith("GPU 1 ")  # the selected GPU's detail line
+    detail = lines[next(i for i, x in enumerate(lines) if x.startswith("GPU 1 ")):]
+    assert 1 <= len(detail) <= 3  # the selected GPU's detail, wrapped between its parts
+    assert "job web/llm-0 (kubernetes)" in " ".join(x.strip() for x in detail)
     assert "JOB" in lines[1] and "J/TOK" not in lines[1]  # the detail line has it
     assert "TOK/S" in frame(view, view.rows, 100)[1]
 
@@ -320,10 +323,52 @@ def test_a_multi_gpu_job_shows_its_gpus_straggler_and_time_split() -> None:
     assert " job 4242 (slurm) GPUs 9*,10  work 0.30 xfer 0.00 wait 0.30 host 0.40 idle 0.00" \
         in [line.rstrip() for line in lines], lines
     assert not any(" job " in line for line in frame(view, arrange(view.rows, "gpu", "3"), 80))
+    selected = next(i for i, r in enumerate(view.rows) if r.gpu == "9")
+    footer = frame(view, view.rows, 200, selected=selected)[-1]
+    assert footer.rstrip().endswith("the job loses 0.40 to its host (storage, input pipeline, "
+                           "checkpointing)"), footer
     page = render(view, arrange(view.rows, "gpu", "4242"), "gpu", "4242")
     assert "<h2>Multi-GPU jobs</h2>" in page and "<td>9, 10</td>" in page
     assert '<td class="n">0.40</td>' in page
     assert "Multi-GPU jobs" not in render(view, [], "gpu", "nothing-like-this")
+
+
+def _serving_text(seconds: float) -> str:
+    """The same job as a serving engine split over GPUs 9 and 10: 800 generated tokens/s in
+    all (400 on each), its GPUs working 1.0 and 0.6 of their time (GPU 9 stalled 0.4 of it
+    waiting for requests, GPU 10 waiting 0.4 on GPU 9)."""
+    parts = {"9": {"working": 10.0}, "10": {"working": 6.0, "waiting": 4.0}}
+    lines = [
+        f'goodput_gpu_job_seconds_total{{gpu="{gpu}",node="n1",job_source="slurm",'
+        f'namespace="",job_id="4242",part="{part}"}} {p.get(part, 0.0) / 10 * seconds}'
+        for gpu, p in parts.items()
+        for part in ("working", "transferring", "waiting", "host_stalled", "idle")
+    ]
+    lines += ["# TYPE goodput_gpu_tokens counter"] + [
+        f'goodput_gpu_tokens_total{{gpu="{gpu}",node="n1",kind="{kind}",model="m",'
+        f'engine="llama.cpp"}} {rate * seconds}'
+        for gpu in ("9", "10") for kind, rate in (("generation", 400.0), ("prompt", 900.0))]
+    return JOBS + "\n".join(lines) + "\n"
+
+
+def test_a_serving_job_shows_its_tokens_per_gpu_second_working() -> None:
+    rates = Rates()
+    parse(_serving_text(100), rates, now=0.0)
+    view = parse(_serving_text(110), rates, now=10.0)
+    (job,) = view.jobs
+    assert job.tokens_per_second == pytest.approx(800.0)  # generated tokens only
+    assert job.working_gpus == pytest.approx(1.6)
+    assert job.tokens_per_working_second == pytest.approx(500.0)
+    assert job.split_text() == "work 0.80 xfer 0.00 wait 0.20 host 0.00 tok/w 500"
+    lines = [line.rstrip() for line in frame(view, view.rows, 80)]
+    assert " job 4242 (slurm) GPUs 9*,10  work 0.80 xfer 0.00 wait 0.20 host 0.00 " \
+        "tok/w 500" in lines, lines
+    page = render(view, view.rows, "gpu", "")
+    assert "<th>Tokens/s per working GPU</th>" in page and '<td class="n">500</td>' in page
+    for words in ("storage, the input pipeline, checkpointing", "a peer GPU", "the links"):
+        assert words in page
+    training = parse(_jobs_text(110), Rates(), now=0.0).jobs[0]
+    assert training.tokens_per_working_second is None and training.tokens_text() == ""
 
 
 # the landing page's first load ---------------------------------------------------------------
@@ -412,3 +457,50 @@ async def test_docs_are_served_from_a_checkout_only_by_their_listed_names(
             answer = await client.get(bad)
             assert answer.status == 404 and "SECRET" not in await answer.text(), bad
         assert "/docs/a.md" in await (await client.get("/docs/")).text()
+
+
+# top at 80 columns on the simulated node ------------------------------------------------------
+
+
+def test_top_once_at_80_columns_keeps_reasons_whole_and_every_job_identifiable(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`top --once --width 80` right after the simulated node starts: every row fits, no
+    reason is cut inside a word (a shortened one keeps whole words of its long or short
+    form), every GPU's job is shown as a piece of its name that belongs to no other job on
+    the node (so it also works as a filter), the straggler of job 4242 is already marked
+    (the first verdict is waited for), and the last lines say how to see the rest."""
+    from exporter.cli import simulated_app
+    from exporter.view.source import SimulatedNode
+    from exporter.view.table import reason_forms
+    from exporter.view.top import once
+
+    node = SimulatedNode(simulated_app, 12)
+    url = node.start()
+    try:
+        state = State()
+        assert once(Endpoint(url), state, 1.0, 80) == 0
+    finally:
+        node.stop()
+    out = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in out), out
+    header = next(i for i, line in enumerate(out) if line.startswith(" GPU REGIME"))
+    job_at, why_at = out[header].index("JOB"), out[header].index("WHY")
+    rows = {r.gpu: r for r in state.view.rows}
+    lines = out[header + 1:header + 1 + len(rows)]
+    names = {r.job for r in rows.values() if r.job}
+    assert len(names) >= 9 and any(len(n) > why_at - job_at for n in names)  # some shortened
+    for text in lines:
+        row = rows[text[:4].strip().rstrip("*")]
+        why = text[why_at:].strip()
+        reasons = row.reasons() or [row.why]
+        words = {w for r in reasons for form in reason_forms(r) for w in form.split()}
+        shown = re.sub(r" \+\d+$", "", why).removesuffix("~")
+        assert shown and all(w in words for w in shown.split()), (text, reasons)
+        job = text[job_at:why_at].strip()
+        assert bool(job) == bool(row.job), text
+        if row.job:
+            owners = {n for n in names if job in n}
+            assert owners == {row.job}, (text, owners)  # a piece of its own name only
+            assert {r.job for r in arrange(rows.values(), "gpu", job)} == {row.job}
+    assert any(line.startswith("  9* ") for line in lines), lines  # the first verdict
+    assert "--width" in " ".join(out[-3:]) and "j/k" in " ".join(out[-3:])

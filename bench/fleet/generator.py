@@ -17,7 +17,8 @@ The plan is deterministic: a workload mix, multi-node training jobs whose identi
 Kubernetes, Slurm or the node's process tree (goodput_gpu_job_info), balanced ones and ones with
 a mild straggler (a rank doing 10 or 25 % more work per step, on another node than most of the
 ranks waiting on it, which count the time they wait in goodput_gpu_job_wait_seconds_total),
-serving engines, and a few injected faults (hollow GPUs, allocated-idle notebooks, host-bound
+serving engines (every tenth serving node runs one over two GPUs: a job with its tokens beside
+its time split), and a few injected faults (hollow GPUs, allocated-idle notebooks, host-bound
 engines, thermal throttling, lost GPUs). :func:`expected_alerts` says which GPU should raise
 which alert, so a test can demand exactly that firing set.
 """
@@ -77,6 +78,7 @@ class Archetype:
     workload: patterns.Workload
     role: str  # "train" | "serve" | "notebook" | "none"
     waiting: float = 0.5  # requests waiting in the engine's queue (serve)
+    job: bool = False  # a rank of a multi-GPU job (training ranks always are)
 
 
 _WORKLOADS = {w.name: w for w in patterns.NODE}
@@ -84,15 +86,22 @@ ARCHETYPES = {a.name: a for a in (
     Archetype("idle", _WORKLOADS["idle"], "none"),
     Archetype("train", _WORKLOADS["compute_gemm"], "train"),
     Archetype("serve", _WORKLOADS["memory_decode"], "serve"),
+    # A serving engine split over two GPUs (tensor parallel): one job, its tokens beside its
+    # time split.
+    Archetype("serve_tp", _WORKLOADS["memory_decode"], "serve", job=True),
     Archetype("host_bound", _WORKLOADS["host_bound"], "serve", waiting=6.0),
     Archetype("hollow", _WORKLOADS["launch_bound"], "notebook"),
     Archetype("allocated_idle", _WORKLOADS["allocated_idle"], "notebook"),
     Archetype("thermal", _WORKLOADS["thermal_throttled"], "none"),
     Archetype("lost", _WORKLOADS["lost_later"], "none"),
 )}
+# The hollow notebook time-slices its GPU with a second notebook that only holds memory: the
+# fleet has shared GPUs, their holders' series come from the real pipeline, and the hollow
+# one is named (GPUHolderBusyButUnproductive) beside the GPU's own alert.
+SHARED_WITH_IDLE = {"hollow": 4199}
 # Which alert each injected fault raises; every other GPU raises none.
 FAULT_ALERTS = {
-    "hollow": {"GPUBusyButUnproductive"},
+    "hollow": {"GPUBusyButUnproductive", "GPUHolderBusyButUnproductive"},
     "allocated_idle": {"GPUAllocatedIdle"},
     "host_bound": {"GPUHostBound"},
     "thermal": {"GPUThermalThrottling"},
@@ -195,6 +204,17 @@ def plan(nodes: int = 1000, gpus: int = 8, seed: int = 27, faults_per_1000: int 
                 g.namespace, g.pod, g.model, g.engine = "research", f"notebook-{g.node}", "", ""
             elif kind in ("thermal", "lost"):
                 g.namespace, g.pod, g.model, g.engine = "", "", "", ""
+    for k, n in enumerate(serving):
+        # Every tenth serving node runs one engine over its GPUs 1 and 2 (a fault may have
+        # taken one: then that node keeps single-GPU engines).
+        pair = per_node[n][1:3]
+        if k % 10 or len(pair) < 2 or any(g.archetype != "serve" for g in pair):
+            continue
+        key: JobKey = ("kubernetes", "inference", f"{pair[0].model}-tp-{k:04d}")
+        for g in pair:
+            g.archetype, g.job, g.job_name = "serve_tp", key, key[2]
+            g.pod = f"{key[2]}-{g.index}"
+        fleet.balanced_jobs.add(key)
     for n in names:
         fleet.gpus.extend(per_node[n])
     return fleet
@@ -285,6 +305,11 @@ def record_archetypes(extended: bool = False) -> Traces:
                      processes=list(ARCHETYPES[n].workload.processes),
                      lost_after=ARCHETYPES[n].workload.lost_after)
              for i, n in enumerate(names)]
+    for fake, name in zip(fakes, names, strict=True):
+        if name in SHARED_WITH_IDLE:
+            busy = fake.processes[0][0]
+            fake.processes.append((SHARED_WITH_IDLE[name], 2 << 30))
+            fake.process_load = {busy: (1.0, 0.05)}
     session = NvmlSession(FakeNvml(fakes, clock=clock), "simulated")
     session.open()
     sources = [NvmlSource(session, clock=clock), GpmSource(session, clock=clock)]
@@ -371,7 +396,7 @@ def _synthesise(traces: Traces, extended: bool) -> None:
         if not up[-1]:
             own.append(Series("goodput_gpu_xid_errors", "counter", "goodput_gpu_xid_errors_total",
                               (("xid", "79"),), [1.0] * TRACE_STEPS, True))
-        if arch.role == "train":
+        if arch.role == "train" or arch.job:
             key = {"job_source": "{job_source}", "namespace": "{job_namespace}",
                    "job_id": "{job_id}"}
             gauge("goodput_gpu_job_info", key, [1.0] * TRACE_STEPS)
@@ -490,7 +515,7 @@ class Replay:
                 yield (s, f'{s.sample}{{{labels}gpu="{g.index}",node="{node}",{target}}}',
                        g.phase, scale)
         for g in self._gpus[node]:
-            if g.archetype in ("serve", "host_bound"):
+            if g.archetype in ("serve", "serve_tp", "host_bound"):
                 url = f"http://{g.pod}.{g.namespace}:8000/metrics"
                 yield (self._target_up, f'goodput_serving_target_up{{engine="{g.engine}",'
                        f'model="{g.model}",node="{node}",target="{url}",{target}}}', 0, 1.0)
@@ -502,7 +527,7 @@ class Replay:
         """The vLLM pods' own TTFT histogram (scraped from the engine, not the exporter):
         (family, sample with labels, increment per step)."""
         for g in self._gpus[node]:
-            if g.engine != "vllm" or g.archetype not in ("serve", "host_bound"):
+            if g.engine != "vllm" or g.archetype not in ("serve", "serve_tp", "host_bound"):
                 continue
             typical = 0.9 if g.archetype == "host_bound" else 0.08
             base = f'model_name="{g.model}",namespace="{g.namespace}",pod="{g.pod}"'

@@ -15,11 +15,14 @@ if TYPE_CHECKING:
     from exporter.snapshot import SourceResult
 
 
-def _families(_: CoreSettings) -> tuple[Group, ...]:
+def _families(settings: CoreSettings) -> tuple[Group, ...]:
     from exporter.metrics.families import erase
-    from exporter.model.families import GPU, JOB_INFO, NODE
+    from exporter.model.families import GPU, JOB_INFO, NODE, holder_families
+    from exporter.sources.kubernetes.config import KubernetesConfig
 
-    return (erase(GPU), erase(JOB_INFO), erase(NODE))
+    k8s = settings.section(KubernetesConfig)
+    holders = holder_families(k8s.namespace_label, k8s.pod_label, k8s.container_label)
+    return (erase(GPU), erase(JOB_INFO), erase(NODE), erase(holders))
 
 
 def _step(

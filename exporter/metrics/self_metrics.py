@@ -93,9 +93,18 @@ LOG_SUPPRESSED = SelfFamily(
     "budget, docs/security.md), by event name.",
     ("node", "event"),
 )
+READS_STUCK = SelfFamily(
+    "goodput_exporter_source_reads_stuck",
+    "gauge",
+    "Reads a source gave up on that are still stuck in the kernel (a process in D state, a "
+    "hung file system): each holds a thread and a file descriptor, and what it reads is "
+    "not read again until it returns. Present for the job-identity sources, from their "
+    "first poll.",
+    ("node", "source"),
+)
 SELF_FAMILIES = (
     BUILD_INFO, POLL_DURATION, SOURCE_ERRORS, LAST_SUCCESS, SOURCE_UP, AUTH_FAILURES, RELOAD_OK,
-    RELOAD_TIME, LOG_SUPPRESSED,
+    RELOAD_TIME, LOG_SUPPRESSED, READS_STUCK,
 )
 
 # A decade a bucket: enough to tell a healthy poll (milliseconds) from a slow one (tenths of
@@ -132,6 +141,8 @@ class SelfMetrics:
         f = RELOAD_TIME
         self.reload_time = Gauge(f.name, f.help, f.labels, registry=registry)
         self.node = node
+        f = READS_STUCK
+        self.reads_stuck = Gauge(f.name, f.help, f.labels, registry=registry)
         registry.register(_Suppressed(node))
         self.reloaded(True)
 
@@ -160,3 +171,4 @@ class _Suppressed:
         for event, count in sorted(DAMPER.suppressed.items()):
             family.add_metric([self._node, event], float(count))
         yield family
+

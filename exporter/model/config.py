@@ -52,6 +52,11 @@ class ModelConfig(Section):
     """In a bus-fed window with few kernels, copy-engine time (NVML utilization minus GPM
     graphics activity) at or above this is transfer_bound; below it the host sets the pace
     (pageable staging, a throttled producer): host_bound."""
+    collective_floor_bytes_per_second: float = Field(default=10e3, ge=0)
+    """NVLink traffic (both directions) at or above this means a GPU of a multi-GPU job
+    takes part in collectives, so its hollow time beyond its own kernels' is waiting: a
+    barrier-like 4-byte all-reduce per step moved 48 KB/s each way on H200, an idle or lone
+    GPU's NVLink reads exactly 0."""
     comm_min_bytes_per_second: float = Field(default=1e9, ge=0)
     """NVLink traffic (both directions) at or above this, with kernels that barely fill the
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
@@ -109,6 +114,13 @@ class ModelConfig(Section):
     """Profiling (or serving) input older than this is stale."""
     min_sm_active_for_rate: float = Field(default=0.01, ge=0, le=1)
     """tokens_per_sm_second is not published below this SM activity (the ratio explodes)."""
+    holders_max_per_gpu: int = Field(default=8, ge=0, le=64)
+    """Holders (pods' containers, else processes) of one shared GPU published on their own;
+    the rest are folded into one ``pid="other"`` holder and counted (holders_over_cap).
+    0 turns per-holder verdicts off."""
+    holder_memory_seconds: float = Field(default=300.0, ge=10, le=86400)
+    """Half-life of the windows the per-holder SM activity is unmixed from: evidence of a
+    different mix (a holder starting, stopping, bursting) counts half after this long."""
     score_weights: dict[str, float] = Field(
         default_factory=lambda: {"sm_active": 0.3, "occupancy": 0.2, "wall": 0.5}
     )

@@ -177,11 +177,39 @@ def copy_time(w: Window) -> float | None:
 
     NVML's utilization counts copy-engine work as "busy" (1.00 on a pinned copy stream with
     no kernel), GPM's graphics activity does not (0.00 on the same stream), so their
-    difference is copy time during which no kernel ran.
+    difference is copy time during which no kernel ran. It only names a bus-fed window's
+    pace (:func:`fed_regime`, a threshold): as a share of time it is unsafe, because the two
+    readings come from different pollers and clipping their difference at 0 turns every
+    misalignment into copy time. The time split uses :func:`host_copy_time`.
     """
     if w.util is None or w.graphics_active is None:
         return None
     return max(w.util - w.graphics_active, 0.0)
+
+
+PCIE_FALLBACK_BYTES_PER_SECOND = 63e9
+"""PCIe Gen5 x16's usable rate per direction, for a GPU whose link NVML does not describe."""
+COPY_EFFICIENCY = 0.9
+"""Share of the link's usable peak a pinned copy reaches: 0.93 on H100 (58.7 of 63 GB/s),
+0.90 on H200 (a 512 MiB host-to-device copy per step at 25.6 GB/s took 0.45 of the ranks'
+time)."""
+
+
+def host_copy_time(w: Window) -> float:
+    """Share of the window the copy engines need to move this GPU's PCIe bytes: the busier
+    direction over what a pinned copy reaches of the link's usable peak
+    (:data:`COPY_EFFICIENCY`), 0..1.
+
+    Measured by what moves the bytes, over the same window as the rest of the profiling
+    counters, so a checkpoint's device-to-host copy is its bytes' time and the seconds
+    that follow on the host stay host time. A copy slower than the link (pageable memory
+    staged by the CPU, many small copies) reads as the time its bytes need at full rate:
+    the rest is the host's.
+    """
+    for link, use in w.link_use:
+        if link == "pcie":
+            return min(max(use, 0.0) / COPY_EFFICIENCY, 1.0)
+    return min(link_rate(w, "pcie") / (PCIE_FALLBACK_BYTES_PER_SECOND * COPY_EFFICIENCY), 1.0)
 
 
 def silent_zeros(w: Window, cfg: ModelConfig) -> bool:

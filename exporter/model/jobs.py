@@ -7,8 +7,11 @@ spins until its peers arrive. So waiting is kernel time that does no work: *holl
 kernel time minus SM active. Hollow time has three sources, and waiting is what is left of
 it once the other two are taken out (:func:`waiting`):
 
-- the job's own kernels' hollow time (a GEMM leaves a few per cent of the SMs empty at its
-  edges): ``own_hollow_ratio`` of kernel time;
+- the job's own kernels' hollow time (a GEMM leaves some SMs empty at its edges, the more
+  the smaller it is, and kernels next to a stall or a copy more than in a steady stream):
+  learned per job where it can be (:class:`OwnLearner`: windows without any collective, or
+  the rank everyone waits for), else ``own_hollow_ratio`` of kernel time, plus
+  ``EDGE_HOLLOW`` of each second without a kernel;
 - the transfer a collective really needs: link bytes at what one direction of the link
   carries while a collective runs (``collective_link_bytes_per_second``);
 - the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
@@ -28,9 +31,18 @@ balanced compute and a tensor-parallel-like job (0.22-0.28).
 
 The straggler is the GPU everyone waits for: the one that waits least while a peer exchanging
 data waits at least ``straggler_gap`` more and twice as much, held for
-``straggler_confirm_seconds`` on end. Where it can be fooled (docs/efficiency.md): a job
-whose own kernels are hollow by nature (tiny kernels) reads as waiting; a GPU shared with
-another job's kernels; collective traffic over PCIe or a NIC is not subtracted as transfer.
+``straggler_confirm_seconds`` on end.
+
+The time split (:func:`split`) reads one profiling window only: kernel time is graphics
+activity, transfer its NVLink bytes and, for copies, its PCIe bytes at what a pinned copy
+reaches of the link (:func:`~exporter.model.core.host_copy_time`), waiting the above, host
+time the rest. Waiting is counted in any collective, whatever bytes it moves
+(:func:`exchanging`).
+
+Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollow by nature
+(small GEMMs, tiny kernels) and that always communicates with its ranks alike reads the
+difference as waiting; a latency-bound collective's own time reads as waiting; a GPU shared
+with another job's kernels; collective traffic over a NIC is not subtracted as transfer.
 """
 
 from __future__ import annotations
@@ -50,7 +62,7 @@ from exporter.model.core import (
     Assessment,
     Window,
     bus_fed,
-    copy_time,
+    host_copy_time,
     kernel_time,
 )
 
@@ -77,10 +89,14 @@ def hollow(w: Window, a: Assessment) -> float | None:
 
 
 def exchanging(w: Window, cfg: ModelConfig) -> bool:
-    """The GPU moves data over a link (a collective's traffic), or its links are not read."""
+    """The GPU takes part in a collective, whatever bytes it moves: any NVLink traffic at
+    or above ``collective_floor_bytes_per_second`` (a barrier-like 4-byte all-reduce per
+    step moved 48 KB/s each way on H200; an idle or lone GPU's NVLink reads exactly 0),
+    PCIe traffic above the bus floor (a collective across nodes or without NVLink), or
+    links that are not read at all."""
     unknown = w.nvlink_bytes_per_second is None and not w.bus_bytes_per_second
     return unknown or bus_fed(w, cfg) or (
-        (w.nvlink_bytes_per_second or 0.0) >= cfg.bus_floor_bytes_per_second
+        (w.nvlink_bytes_per_second or 0.0) >= cfg.collective_floor_bytes_per_second
     )
 
 
@@ -102,46 +118,74 @@ def transfer_time(w: Window, cfg: ModelConfig) -> float:
     return min(busier / cfg.collective_link_bytes_per_second, 1.0)
 
 
-def spin_sm_active(w: Window, cfg: ModelConfig) -> float:
+@dataclass(frozen=True)
+class Own:
+    """How hollow a job's own compute kernels are: ``ratio`` of their time with SMs empty,
+    and the tensor-pipe activity per second of them (``tensor``). Learned per job
+    (:class:`OwnLearner`); the configured GEMM defaults until there is something to learn."""
+
+    ratio: float
+    tensor: float
+    learned: bool = False
+
+    @classmethod
+    def default(cls, cfg: ModelConfig) -> Own:
+        return cls(cfg.own_hollow_ratio, cfg.tensor_per_compute_second)
+
+
+def spin_sm_active(w: Window, cfg: ModelConfig, own: Own | None = None) -> float:
     """SM active of this GPU's kernels while they wait or transfer. Where the job computes
     on the tensor pipes, what SM activity its compute does not explain belongs to the
     collective (measured, whatever NCCL does); else a collective's typical share (data both
     ways on the links) or almost none for a one-way send or receive (a pipeline stage)."""
+    own = own or Own.default(cfg)
     busy = kernel_time(w, usable=True)
     if busy is not None and w.sm_active is not None and (w.tensor_active or 0.0) >= 0.1:
-        compute = min((w.tensor_active or 0.0) / cfg.tensor_per_compute_second, busy)
+        compute = min((w.tensor_active or 0.0) / own.tensor, busy)
         if busy - compute > 0.05:
-            rest = w.sm_active - (1.0 - cfg.own_hollow_ratio) * compute
+            rest = w.sm_active - (1.0 - own.ratio) * compute
             return min(max(rest / (busy - compute), 0.0), 0.3)
     rx, tx = _directions(w)
     one_way = max(rx, tx) >= cfg.bus_floor_bytes_per_second and min(rx, tx) < 0.1 * max(rx, tx)
     return min(cfg.p2p_sm_active if one_way else cfg.collective_sm_active, 0.99)
 
 
-def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig) -> float:
+EDGE_HOLLOW = 0.03
+"""Hollow time a GPU's own kernels show per second without a kernel in the window: on H200
+the kernels next to host stalls and copies are hollower than in a steady stream (8192-square
+GEMMs 0.035 hollow in a full second of them; 0.08-0.09 of the window hollow in seconds
+half stalled; 0.17 of kernel time between 512 MiB host-to-device copies), whatever the
+job waits."""
+
+
+def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig,
+            own_hollow: Own | None = None) -> float:
     """Share of the window this GPU's kernels waited on its peers: hollow time beyond its own
     kernels' and the transfer's, corrected for the SMs a waiting kernel keeps busy; at least
     its excess hollow time over the least-hollow peer (``floor_excess``)."""
+    own_hollow = own_hollow or Own.default(cfg)
     busy = kernel_time(w, usable=True) or 0.0
-    spin = spin_sm_active(w, cfg)
-    own = cfg.own_hollow_ratio
+    spin = spin_sm_active(w, cfg, own_hollow)
+    own = own_hollow.ratio
     moving = transfer_time(w, cfg)
-    beyond_own = max(h - own * busy, 0.0) / max(1.0 - spin - own, 0.01)
+    edges = EDGE_HOLLOW * max(1.0 - busy, 0.0)
+    beyond_own = max(h - own * busy - edges, 0.0) / max(1.0 - spin - own, 0.01)
     absolute = min(max(beyond_own - moving, 0.0), max(busy - moving, 0.0))
     return min(max(absolute, floor_excess / max(1.0 - spin, 0.01)), busy)
 
 
 def split(w: Window, waited: float, cfg: ModelConfig) -> dict[str, float] | None:
     """This window's share of each part (summing to 1); None when kernel time is unknown.
-    No compute process on the GPU: idle. No kernel resident otherwise: stalled on the host
-    (copy-engine time aside, which is transfer)."""
+    No compute process on the GPU: idle. No kernel resident otherwise: stalled on the host,
+    except the time its PCIe bytes need (:func:`~exporter.model.core.host_copy_time`),
+    which is transfer."""
     busy = kernel_time(w, usable=True)
     if busy is None:
         return None
     busy = min(max(busy, 0.0), 1.0)
     if w.processes == 0 and busy == 0.0:
         return {**dict.fromkeys(PARTS, 0.0), IDLE_PART: 1.0}
-    copies = min(max(copy_time(w) or 0.0, 0.0), 1.0 - busy)
+    copies = min(host_copy_time(w), 1.0 - busy)
     waited = min(max(waited, 0.0), busy)
     moving = min(transfer_time(w, cfg), busy - waited)
     return {
@@ -168,11 +212,114 @@ class Smoothed:
         return self.value
 
 
+OWN_MAX = 0.5
+LEARN_SECONDS = 30.0
+"""Time constant of what a job learns of its own kernels (a plain mean over its first
+windows)."""
+LEARN_MIN_SECONDS = 3.0
+"""Seconds of such windows before what is learned replaces the configured defaults."""
+
+
+def own_observation(w: Window, a: Assessment, cfg: ModelConfig,
+                    held_back: bool) -> tuple[float, float] | None:
+    """(hollow share, tensor activity) per second of this GPU's own kernels, from a window
+    in which it provably waits on nobody: it takes part in no collective (no link traffic
+    at all, not even a barrier's: :func:`exchanging`) and no peer holds it back. All its
+    hollow time is then its own kernels', whatever their size (0.067 measured for
+    4096-square bf16 GEMMs on H200, against 0.04 for 8192-square ones). None otherwise,
+    and where there is no tensor work to scale it by."""
+    if held_back or exchanging(w, cfg) or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND):
+        return None
+    busy = kernel_time(w, usable=True)
+    if busy is None or busy < 0.2 or w.sm_active is None:
+        return None
+    tensor = w.tensor_active or 0.0
+    if tensor < 0.1:
+        return None
+    return min(max(busy - w.sm_active, 0.0) / busy, OWN_MAX), min(tensor / busy, 1.0)
+
+
+def least_waiting_observation(
+    job: Mapping[str, tuple[Window, Assessment]],
+    hollows: Mapping[str, float],
+    cfg: ModelConfig,
+) -> float | None:
+    """An upper bound on the job's own hollow share, from across its ranks: where one busy
+    rank is far less hollow than its peers (it is the one they wait for), its hollow time
+    beyond its transfer is its own kernels' plus the little it waits itself. None where the
+    ranks are alike (rotating imbalance, bubbles, balanced work: their hollow time is as much
+    waiting as their own), or the least hollow one is not busy computing (a rank stalled on
+    its host runs a few tiny kernels)."""
+    if len(hollows) < 2:
+        return None
+    least = min(hollows, key=lambda g: (hollows[g], g))
+    most = max(hollows.values())
+    if most - hollows[least] < STRAGGLER_HOLLOW_GAP or hollows[least] > most / 2:
+        return None
+    w, _a = job[least]
+    busy = kernel_time(w, usable=True)
+    if busy is None or busy < 0.5 or (w.tensor_active or 0.0) < 0.1:
+        return None
+    if hollows[least] > BOUND_MAX * busy:
+        return None  # it waits a good part itself (a pipeline's heavier stage: 0.15)
+    spin = spin_sm_active(w, cfg)
+    beyond = hollows[least] - (1.0 - spin) * transfer_time(w, cfg)
+    return min(max(beyond / busy, 0.0), OWN_MAX)
+
+
+BOUND_MAX = 0.15
+"""The least hollow rank bounds the job's own hollowness only while at most this share of
+its kernel time is hollow: the 3072-square GEMMs of a rank its peer waited 0.29 for read
+0.12 (it waited 0.03 itself); a pipeline's heavier stage, which waits out the fill, 0.18."""
+STRAGGLER_HOLLOW_GAP = 0.1
+"""Hollow share by which the least hollow busy rank must trail its most hollow peer (and be
+at most half of it) to bound the job's own hollowness: a rank everyone waits for."""
+
+
+@dataclass
+class OwnLearner:
+    """What a job has learned of its own kernels: how hollow they are and how much tensor
+    activity a second of them shows, from its windows without any collective
+    (:func:`own_observation`); else a bound from the rank everyone waits for
+    (:func:`least_waiting_observation`). Two jobs with the same kernels and the same
+    counters, one of them syncing through tiny collectives, differ only in that traffic, so
+    a job whose ranks are alike and that always communicates keeps the configured GEMM
+    defaults."""
+
+    ratio: Smoothed = field(default_factory=Smoothed)
+    tensor: Smoothed = field(default_factory=Smoothed)
+    bound: Smoothed = field(default_factory=Smoothed)
+    """From the rank the others wait for (:func:`least_waiting_observation`)."""
+
+    def add(self, observations: list[tuple[float, float]], seconds: float,
+            bound: float | None = None) -> None:
+        if observations:
+            n = len(observations)
+            self.ratio.add(sum(o[0] for o in observations) / n, seconds, LEARN_SECONDS)
+            self.tensor.add(sum(o[1] for o in observations) / n, seconds, LEARN_SECONDS)
+        if bound is not None:
+            self.bound.add(bound, seconds, LEARN_SECONDS)
+
+    def own(self, cfg: ModelConfig) -> Own:
+        """Windows alone say it exactly; else the least-waiting rank bounds it, taken only
+        above the configured default (it includes that rank's own little waiting)."""
+        if self.ratio.seconds >= LEARN_MIN_SECONDS:
+            return Own(self.ratio.value, max(self.tensor.value, 0.1), learned=True)
+        if self.bound.seconds >= LEARN_MIN_SECONDS and self.bound.value > cfg.own_hollow_ratio:
+            r = self.bound.value
+            # the same GEMMs' tensor activity per second, scaled by how full they are
+            tensor = cfg.tensor_per_compute_second * (1.0 - r) / (1.0 - cfg.own_hollow_ratio)
+            return Own(r, tensor, learned=True)
+        return Own.default(cfg)
+
+
 @dataclass
 class JobTracker:
-    """One job's memory between windows: smoothed waiting per GPU and the straggler streak."""
+    """One job's memory between windows: smoothed waiting per GPU, the straggler streak and
+    what it has learned of its own kernels."""
 
     smoothed: dict[str, Smoothed] = field(default_factory=dict)
+    learner: OwnLearner = field(default_factory=OwnLearner)
     straggler: str = ""
     candidate: str = ""
     held: float = 0.0
@@ -183,6 +330,7 @@ class JobTracker:
     def reset(self) -> None:
         """A new job on the same identity (its processes all ended): nothing carries over."""
         self.smoothed.clear()
+        self.learner = OwnLearner()
         self.straggler, self.candidate, self.held, self.released = "", "", 0.0, 0.0
 
     def level(self, gpu: str, value: float, seconds: float, cfg: ModelConfig) -> float:
@@ -229,11 +377,15 @@ def judge(
                if (h := hollow(w, a)) is not None and a.regime in CAN_HOLD_BACK}
     low = min(hollows.values(), default=0.0)
     busy = {g: kernel_time(w, usable=True) or 0.0 for g, (w, _a) in job.items()}
+    tracker.learner.add([o for g, (w, a) in job.items() if (o := own_observation(
+        w, a, cfg, _peer_holds_back(g, busy))) is not None], seconds,
+        least_waiting_observation(job, hollows, cfg))
+    own = tracker.learner.own(cfg)
     shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():
         can = gpu in hollows and a.regime in CAN_WAIT and (
             exchanging(w, cfg) or _peer_holds_back(gpu, busy))
-        shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg) if can else 0.0
+        shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg, own) if can else 0.0
     levels = {g: tracker.level(g, shares[g], seconds, cfg) for g in hollows}
     for gone in set(tracker.smoothed) - set(levels):
         tracker.smoothed.pop(gone)

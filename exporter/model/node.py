@@ -24,9 +24,18 @@ from exporter.model.core import (
     Window,
     assess,
 )
+from exporter.model.holders import HolderModel
 from exporter.model.jobs import PARTS, JobTracker, judge
 from exporter.model.windows import WindowBuilder
-from exporter.readings import GpuVerdict, JobIdentity, JobVerdict, NodeVerdicts
+from exporter.readings import (
+    GpuVerdict,
+    HolderVerdict,
+    JobIdentity,
+    JobVerdict,
+    NodeVerdicts,
+    PodUsageReading,
+    ServingState,
+)
 from exporter.snapshot import Snapshot
 from exporter.util import OnChange
 
@@ -51,6 +60,7 @@ class NodeModel:
         self._waited: dict[tuple[JobIdentity, str], float] = {}
         self._parts: dict[tuple[JobIdentity, str, str], float] = {}
         self._last_now: float | None = None
+        self._holders = HolderModel(cfg)
         self._log = OnChange(log)
 
     def step(self, snap: Snapshot, interval: float = 1.0) -> NodeVerdicts:
@@ -72,6 +82,7 @@ class NodeModel:
             if a.mfu_above_peak:
                 errors["mfu_implausible"] = errors.get("mfu_implausible", 0) + 1
             self._log_changes(gpu, v)
+        holders = self._shared(snap, assessed, errors)
         if self._builder.bad_inputs:
             errors["non_finite_input"] = len(self._builder.bad_inputs)
         self._log(
@@ -81,7 +92,32 @@ class NodeModel:
             event="model_input_not_finite",
             level="warning",
         )
-        return NodeVerdicts(gpus=verdicts, jobs=jobs, errors=errors)
+        return NodeVerdicts(gpus=verdicts, jobs=jobs, holders=holders, errors=errors)
+
+    def _shared(
+        self,
+        snap: Snapshot,
+        assessed: dict[str, tuple[Window, Assessment]],
+        errors: dict[str, int],
+    ) -> dict[str, tuple[HolderVerdict, ...]]:
+        """Per shared GPU, what each holder did (exporter/model/holders.py); holders past
+        the cap are counted as ``holders_over_cap``."""
+        states = snap.gpu_states
+        usage = snap.get(PodUsageReading)
+        serving = snap.get(ServingState)
+        out: dict[str, tuple[HolderVerdict, ...]] = {}
+        for gpu, (window, a) in assessed.items():
+            usable = (window.profiling_available and not a.profiling_stale
+                      and window.sm_active is not None)
+            rows, folded = self._holders.step(gpu, window, usable, states.get(gpu), usage,
+                                              serving)
+            if rows:
+                out[gpu] = rows
+            if folded:
+                errors["holders_over_cap"] = errors.get("holders_over_cap", 0) + folded
+        for gpu in self._holders.gpus() - set(assessed):
+            self._holders.forget(gpu)
+        return out
 
     def _jobs(
         self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]], seconds: float

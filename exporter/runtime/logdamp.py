@@ -135,6 +135,10 @@ class Damper:
             dropped, bucket.suppressed = bucket.suppressed, 0
             return dropped
 
+    def take_all(self, key: tuple[str, str]) -> int:
+        """Lines of ``key`` either budget dropped since the last one written."""
+        return self.take_suppressed(key) + self.bytes.take_suppressed(key)
+
     def __call__(
         self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
@@ -142,13 +146,13 @@ class Damper:
         subject = next(
             (str(event_dict[f]) for f in SUBJECT_FIELDS if f in event_dict), ""
         )
-        if event_dict.pop(logsummary.SUMMARY, False):
+        if event_dict.get(logsummary.SUMMARY):
             return event_dict  # one per subject per SUBJECT_PERIOD (logsummary.py)
         dropped = self.allow(event, subject[:256])
         if dropped is None:
             if event in logsummary.MUST_SEE:
                 logsummary.SUMMARIES.dropped(
-                    (event, subject[:256]), event_dict, SUBJECT_PERIOD, self.take_suppressed
+                    (event, subject[:256]), event_dict, SUBJECT_PERIOD, self.take_all
                 )
             raise structlog.DropEvent
         if dropped:
@@ -223,16 +227,38 @@ class ByteBudget:
             dropped, bucket.suppressed = bucket.suppressed, 0
             return dropped
 
+    def take_suppressed(self, key: tuple[str, str]) -> int:
+        """Lines of ``key`` (event, subject) this budget dropped since the last one
+        written, now reported by a summary."""
+        with self._lock:
+            bucket = self._subjects.get(key)
+            if bucket is None:
+                return 0
+            dropped, bucket.suppressed = bucket.suppressed, 0
+            return dropped
+
     def __call__(
         self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
         shorten(event_dict)
+        if event_dict.pop(logsummary.SUMMARY, False):
+            return event_dict  # bounded in rate and size by logsummary.py
         try:
             size = len(json.dumps(event_dict, default=str)) + LINE_OVERHEAD
         except (TypeError, ValueError):  # a field JSON cannot hold: its text's size instead
             size = len(str(event_dict)) + LINE_OVERHEAD
-        dropped = self.allow(str(event_dict.get("event", "")), subject_of(event_dict), size)
+        event, subject = str(event_dict.get("event", "")), subject_of(event_dict)
+        dropped = self.allow(event, subject, size)
         if dropped is None:
+            if event in logsummary.MUST_SEE:  # never silent: summarized (logsummary.py)
+                carried = int(event_dict.get("suppressed", 0))
+                with self._lock:  # the lines this one would have reported are owed too
+                    bucket = self._subjects.get((event, subject))
+                    if bucket is not None:
+                        bucket.suppressed += carried
+                logsummary.SUMMARIES.dropped(
+                    (event, subject), event_dict, SUBJECT_PERIOD, DAMPER.take_all
+                )
             raise structlog.DropEvent
         if dropped:
             event_dict["suppressed"] = int(event_dict.get("suppressed", 0)) + dropped

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from exporter import collectors
+from exporter.runtime import logsummary
 from exporter.runtime.daemon import Daemon
 from exporter.settings.config import ConfigError, Settings, build
 from exporter.sources.serving.config import ServingConfig
@@ -125,6 +126,8 @@ class Reloader:
             restart.append("tls_server_config")
         self.web.config = web_config
         metrics.reloaded(True)
+        # Refusals not yet summarized go in the log before the line that accepts.
+        logsummary.SUMMARIES.flush("config_reload_failed")
         serving = settings.section(ServingConfig)
         log.info(
             "config_reloaded",

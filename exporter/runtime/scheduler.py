@@ -152,6 +152,8 @@ class Scheduler:
         m = self.metrics
         m.poll_duration.labels(m.node, name).observe(duration)
         m.source_up.labels(m.node, name).set(1 if result.ok else 0)
+        if result.stuck_reads is not None:
+            m.reads_stuck.labels(m.node, name).set(result.stuck_reads)
         if result.ok:
             m.last_success.labels(m.node, name).set(result.timestamp)
         else:

@@ -177,7 +177,7 @@ def build(
     try:
         return Settings.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from exc
+        raise ConfigError(describe_validation_error(exc, Settings)) from exc
 
 
 def _node_name_env(tree: Mapping[str, Any]) -> str | None:

@@ -48,7 +48,17 @@ _GPM_RATIOS: dict[int, tuple[str, float]] = {
     60: ("nvlink_rx_mib", 1.0),
     61: ("nvlink_tx_mib", 1.0),
 }
+SAMPLE_PERIOD = 0.2
+"""Seconds between NVML's utilization samples (about 200 ms measured on an H200)."""
+SAMPLES_KEPT = 71
+"""Utilization samples the driver keeps (71 measured on an H200)."""
+SAMPLE_EPOCH_US = 1_764_000_000_000_000
+"""Where the simulated driver's sample clock (µs, like the CPU timestamps NVML uses) is
+at the fake's start."""
+_SAMPLED = {"NVML_GPU_UTILIZATION_SAMPLES": "util", "NVML_MEMORY_UTILIZATION_SAMPLES": "mem_util"}
 UTILIZATION_PERIOD = 1.0  # seconds NVML's utilization averages over (1/6 s to 1 s by product)
+PROCESS_SAMPLE_PERIOD = 1 / 6  # seconds per per-process utilization sample (the driver's period)
+PROCESS_SAMPLES_KEPT = 128  # the driver keeps a bounded ring of per-process samples
 _FIELD_THROTTLE = {269: _SW_THERM, 270: _HW_THERM}
 _FIELD_ZERO = {74, 76, 271}  # throttle reasons the simulation never raises: counters stay 0
 
@@ -90,6 +100,15 @@ class FakeGpu:
     pcie_width: int = 16
     nvlinks: int = 18
     """NVLinks up (version 4, as on an H100 SXM); 0 for a PCIe card (NOT_SUPPORTED)."""
+    process_load: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """pid -> (kernel-time ratio, memory ratio) it runs now: every sample period the driver
+    records one per-process sample for each pid with either above 0. Change it as processes
+    start, stop or exit; call :meth:`FakeNvml.sample` first so the past keeps its loads."""
+    mps_processes: list[tuple[int, int]] = field(default_factory=list)
+    """(pid, used memory) of MPS clients: what nvmlDeviceGetMPSComputeRunningProcesses lists."""
+    process_samples: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """The driver's ring of per-process samples: (timestamp in us, pid, smUtil, memUtil)."""
+    sampled_until: float | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -298,11 +317,43 @@ class FakeNvml:
         assert gpu is not None
         if handle.mig is not None:
             _raise(_real.NVML_ERROR_NOT_SUPPORTED)  # documented: not supported on MIG
-        now = self.clock()
+        # NVML's last sample period, not the caller's window: the newest sample's value.
+        at = self._start + self._newest_sample(self.clock()) * SAMPLE_PERIOD
         rates = _real.c_nvmlUtilization_t()
-        rates.gpu = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "util") * 100)
-        rates.memory = round(gpu.physics.mean(now, UTILIZATION_PERIOD, "mem_util") * 100)
+        rates.gpu = round(gpu.physics.mean(at, SAMPLE_PERIOD, "util", points=8) * 100)
+        rates.memory = round(gpu.physics.mean(at, SAMPLE_PERIOD, "mem_util", points=8) * 100)
         return rates
+
+    def _newest_sample(self, now: float) -> int:
+        """Index of the driver's newest utilization sample (sample k at k periods)."""
+        return int((now - self._start) / SAMPLE_PERIOD + 1e-6)
+
+    def nvmlDeviceGetSamples(self, handle: _Handle, sampling_type: int, timestamp: int) -> Any:
+        """``(valueType, [c_nvmlSample_t])``: the samples newer than ``timestamp`` (µs) the
+        simulated driver keeps, one every :data:`SAMPLE_PERIOD`, each the mean over its own
+        period. NOT_FOUND when none is newer (as the driver says it), NOT_SUPPORTED on MIG
+        and for sample types the simulation does not keep (power, clocks, codecs)."""
+        gpu = self._enter("nvmlDeviceGetSamples", handle)
+        assert gpu is not None
+        field_by_type = {getattr(_real, name): f for name, f in _SAMPLED.items()}
+        if handle.mig is not None or sampling_type not in field_by_type:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)
+        name = field_by_type[sampling_type]
+        newest = self._newest_sample(self.clock())
+        out = []
+        for k in range(newest - SAMPLES_KEPT + 1, newest + 1):
+            stamp = SAMPLE_EPOCH_US + round(k * SAMPLE_PERIOD * 1e6)
+            if stamp <= timestamp:
+                continue
+            sample = _real.c_nvmlSample_t()
+            sample.timeStamp = stamp
+            at = self._start + k * SAMPLE_PERIOD
+            mean = gpu.physics.mean(at, SAMPLE_PERIOD, name, points=8)
+            sample.sampleValue.uiVal = round(min(max(mean, 0.0), 1.0) * 100)
+            out.append(sample)
+        if not out:
+            _raise(_real.NVML_ERROR_NOT_FOUND)
+        return _real.NVML_VALUE_TYPE_UNSIGNED_INT, out
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
         gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
@@ -402,6 +453,72 @@ class FakeNvml:
             info.pid, info.usedGpuMemory = pid, used
             info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
             out.append(_real.nvmlStructToFriendlyObject(info))
+        return out
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        gpu = self._enter("nvmlDeviceGetMPSComputeRunningProcesses", handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            return []
+        out = []
+        for pid, used in gpu.mps_processes:
+            info = _real.c_nvmlProcessInfo_v3_t()
+            info.pid, info.usedGpuMemory = pid, used
+            info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+            out.append(_real.nvmlStructToFriendlyObject(info))
+        return out
+
+    def sample(self, index: int) -> None:
+        """Record the per-process samples of GPU ``index`` up to now at its current loads
+        (what the driver does on its own, every sample period)."""
+        gpu = self.gpus[index]
+        now = self.clock()
+        if gpu.sampled_until is None:
+            gpu.sampled_until = now
+            return
+        period = PROCESS_SAMPLE_PERIOD
+        t = gpu.sampled_until
+        while t + period <= now + 1e-9:
+            t += period
+            stamp = round(t * 1e6)
+            for pid, (sm, mem) in sorted(gpu.process_load.items()):
+                sm_pct, mem_pct = round(sm * 100), round(mem * 100)
+                if sm_pct > 0 or mem_pct > 0:
+                    gpu.process_samples.append((stamp, pid, sm_pct, mem_pct))
+        gpu.sampled_until = t
+        del gpu.process_samples[:-PROCESS_SAMPLES_KEPT]
+
+    def _process_rows(
+        self, handle: _Handle, name: str, last_seen: int
+    ) -> list[tuple[int, int, int, int]]:
+        gpu = self._enter(name, handle)
+        assert gpu is not None
+        if handle.mig is not None:
+            _raise(_real.NVML_ERROR_NOT_SUPPORTED)  # documented: not supported on MIG
+        self.sample(gpu.index)
+        rows = [row for row in gpu.process_samples if row[0] > last_seen]
+        if not rows:
+            _raise(_real.NVML_ERROR_NOT_FOUND)  # no process had utilization since last_seen
+        return rows
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[Any]:
+        out = []
+        for stamp, pid, sm, mem in self._process_rows(
+            handle, "nvmlDeviceGetProcessUtilization", timeStamp
+        ):
+            sample = _real.c_nvmlProcessUtilizationSample_t()
+            sample.pid, sample.timeStamp, sample.smUtil, sample.memUtil = pid, stamp, sm, mem
+            out.append(sample)
+        return out
+
+    def nvmlDeviceGetProcessesUtilizationInfo(self, handle: _Handle, timeStamp: int) -> list[Any]:
+        out = []
+        for stamp, pid, sm, mem in self._process_rows(
+            handle, "nvmlDeviceGetProcessesUtilizationInfo", timeStamp
+        ):
+            info = _real.c_nvmlProcessUtilizationInfo_v1_t()
+            info.pid, info.timeStamp, info.smUtil, info.memUtil = pid, stamp, sm, mem
+            out.append(info)
         return out
 
     # -- GPM ---------------------------------------------------------------------------------

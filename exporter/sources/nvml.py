@@ -1,6 +1,11 @@
 """NVML source: identity, health, kernel-time utilization, memory, power, energy, clocks,
 throttling, ECC, row remapping and compute processes of every GPU and MIG instance.
 
+Utilization is the average of NVML's utilization samples over the poll window
+(exporter/sources/utilization.py), not NVML's last sample period; where the device does not
+keep samples it falls back to ``nvmlDeviceGetUtilizationRates``, says so once in the log and
+on ``goodput_gpu_utilization_method_info``.
+
 Each reading is one small function. A reading that raises NOT_SUPPORTED is dropped for that
 device after the first try (said once in the log); GPU_IS_LOST marks the device lost; any
 other error marks it down with the reason, and the other devices go on.
@@ -10,13 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from exporter.metrics.families import Family, GpuFamilies, by_label, counter, gauge
-from exporter.readings import Device, GpuState, NvmlReading, ProcessInfo
+from exporter.readings import Device, GpuState, NvmlReading, ProcessActivity, ProcessInfo
 from exporter.snapshot import SourceResult
+from exporter.sources import utilization as util_window
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession, SessionSource, error_reason
 
 log = structlog.get_logger("nvml")
@@ -71,8 +78,16 @@ class NvmlSource(SessionSource):
         self._unsupported: dict[str, set[str]] = {}
         self._last_poll: float | None = None
         self._util_seconds: dict[str, float] = {}
+        self._util_seen_us: dict[str, int] = {}
+        """Newest utilization sample's timestamp per GPU (the next call's last seen)."""
+        self._util_last: dict[str, float] = {}
+        self._util_by_period: set[str] = set()
+        self._util_said = False
+        self._util_errors: dict[str, str] = {}
+        """GPUs whose driver keeps no utilization samples: read by the last period."""
         self._device_state: dict[str, str] = {}
         self._process_errors: dict[str, str] = {}
+        self._activity = ProcessSamples()
         # (key, reading, every N polls). Values that change rarely (limits, error counts)
         # are read every SLOW_EVERY polls, costly counters every COSTLY_EVERY, and repeated
         # in between, to keep polling under 1 % of a core per GPU.
@@ -144,9 +159,12 @@ class NvmlSource(SessionSource):
                 self._cached[(device.gpu, key)] = fresh
             fields.update(fresh)
         procs = self._processes(nvml, dh)
+        busy = fields.pop("utilization_busy_seconds", None)
+        activity = self._process_activity(nvml, dh)
         util = fields.get("utilization")
         if util is not None:
-            total = self._util_seconds.get(device.gpu, 0.0) + util * elapsed
+            added = util * elapsed if busy is None else busy
+            total = self._util_seconds.get(device.gpu, 0.0) + added
             self._util_seconds[device.gpu] = total
             fields["utilization_seconds"] = total
         self._state_change(device.gpu, "", "")
@@ -154,6 +172,7 @@ class NvmlSource(SessionSource):
             up=True,
             processes=tuple(procs or ()),
             process_count=None if procs is None else len(procs),
+            process_activity=activity,
             **fields,
         ), ""
 
@@ -200,16 +219,113 @@ class NvmlSource(SessionSource):
             return None
         if self._process_errors.pop(gpu, ""):
             log.info("nvml_processes_ok", gpu=gpu)
-        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        found = [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory)) for p in procs]
+        clients = {p.pid: p for p in self._mps_clients(nvml, dh)}
+        found = [replace(p, mps_client=True) if p.pid in clients else p for p in found]
+        listed = {p.pid for p in found}
+        return found + [p for pid, p in clients.items() if pid not in listed]
+
+    def _mps_clients(self, nvml: Any, dh: DeviceHandle) -> list[ProcessInfo]:
+        """Processes with an MPS compute context: under MPS the clients of the control
+        daemon are listed here, not (only) in the compute list, and each is a holder of the
+        GPU. A driver or binding without the call, or MIG, costs nothing after one try."""
+        skip = self._unsupported[dh.device.gpu]
+        if "mps_processes" in skip:
+            return []
+        try:
+            procs = nvml.nvmlDeviceGetMPSComputeRunningProcesses(dh.handle)
+        except nvml.NVMLError as exc:
+            if error_reason(nvml, exc) in _UNSUPPORTED:
+                skip.add("mps_processes")
+            return []  # anything else: this poll only (the compute list still counts)
+        except Exception:  # an older binding without the call
+            skip.add("mps_processes")
+            return []
+        gpu = dh.device.gpu
+        return [ProcessInfo(gpu, int(p.pid), _opt_int(p.usedGpuMemory), mps_client=True)
+                for p in procs]
+
+    def _process_activity(self, nvml: Any, dh: DeviceHandle) -> tuple[ProcessActivity, ...] | None:
+        """What each process ran since the last poll (NVML's per-process samples); None when
+        the device cannot say (MIG, an old driver) or on the first poll, which has no window."""
+        gpu = dh.device.gpu
+        skip = self._unsupported[gpu]
+        if "process_utilization" in skip or dh.device.is_mig:
+            return None  # NVML documents per-process utilization as unsupported on MIG
+        try:
+            return self._activity.read(nvml, gpu, dh.handle)
+        except nvml.NVMLError as exc:
+            reason = error_reason(nvml, exc)
+            if reason in _UNSUPPORTED:
+                self._drop(dh.device, "process_utilization", reason, str(exc))
+                return None
+            if self._process_errors.get(gpu, "") != reason:
+                log.warning("nvml_process_samples_failed", gpu=gpu, reason=reason, error=str(exc))
+                self._process_errors[gpu] = reason
+            return None
+        except Exception as exc:  # a binding without either call: costs this reading only
+            self._drop(dh.device, "process_utilization", "binding_error",
+                       f"{type(exc).__name__}: {exc}")
+            return None
 
     # readings ---------------------------------------------------------------------------------
-    @staticmethod
-    def _utilization(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+    def _utilization(self, nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
+        """The window's utilization from NVML's samples since the last poll, else (no
+        samples kept on this device) NVML's last sample period. The memory controller's
+        share stays NVML's last period (a second samples call costs another 1.4 ms)."""
+        gpu = dh.device.gpu
         rates = nvml.nvmlDeviceGetUtilizationRates(dh.handle)
-        return {
+        fields: dict[str, Any] = {
             "utilization": rates.gpu / 100.0,
             "memory_controller_utilization": rates.memory / 100.0,
+            "utilization_method": util_window.LAST_PERIOD,
         }
+        if gpu in self._util_by_period:
+            return fields
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(
+                dh.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._util_seen_us.get(gpu, 0))
+        except nvml.NVMLError as exc:
+            reason = error_reason(nvml, exc)
+            if reason == "not_found":
+                return self._hold(gpu, fields)
+            if reason == "gpu_lost":
+                raise
+            if reason not in _UNSUPPORTED:
+                # A transient failure (a timeout): NVML's last period for this poll only.
+                if self._util_errors.get(gpu, "") != reason:
+                    log.warning("nvml_utilization_samples_failed", gpu=gpu, reason=reason,
+                                error=str(exc))
+                    self._util_errors[gpu] = reason
+                return fields
+            self._util_by_period.add(gpu)
+            log.info("nvml_utilization_method", gpu=gpu, uuid=dh.device.uuid,
+                     method=util_window.LAST_PERIOD, reason=reason, error=str(exc))
+            return fields
+        self._util_errors.pop(gpu, None)
+        seen = self._util_seen_us.get(gpu)
+        got = util_window.window(samples, value_type, seen, first_seconds=self.interval)
+        if got is None:
+            return self._hold(gpu, fields)
+        if not self._util_said:
+            # The expected method is a debug line (the start-up screen stays the `started`
+            # line and the verdicts); a fallback is said per GPU at info.
+            self._util_said = True
+            log.debug("nvml_utilization_method", method=util_window.SAMPLES)
+        self._util_seen_us[gpu] = got.newest_us
+        self._util_last[gpu] = got.utilization
+        fields.update(utilization=got.utilization, utilization_method=util_window.SAMPLES,
+                      utilization_busy_seconds=0.0 if seen is None else got.busy_seconds)
+        return fields
+
+    def _hold(self, gpu: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """No sample newer than the last one seen (NVML_ERROR_NOT_FOUND, or an empty list):
+        polled faster than NVML samples. The last window's value holds and adds no busy
+        time: the next samples cover this time. Before any window, NVML's last period."""
+        if gpu in self._util_last:
+            fields.update(utilization=self._util_last[gpu], utilization_busy_seconds=0.0,
+                          utilization_method=util_window.SAMPLES)
+        return fields
 
     @staticmethod
     def _memory(nvml: Any, dh: DeviceHandle) -> dict[str, Any]:
@@ -288,6 +404,80 @@ class NvmlSource(SessionSource):
         }
 
 
+class ProcessSamples:
+    """Per-process utilization samples since the previous poll, per device.
+
+    ``nvmlDeviceGetProcessesUtilizationInfo`` (drivers since R550; else the older
+    ``nvmlDeviceGetProcessUtilization``, same fields less jpg/ofa) returns the samples newer
+    than the timestamp passed: one per process and driver sample period in which it ran a
+    kernel or touched memory. NOT_FOUND means no process had any since then (an empty
+    window, not an error). The newest timestamp seen is passed on the next poll, so no
+    sample is counted twice; a process that exited mid-window keeps the samples it left.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+        self._legacy = False
+
+    def read(self, nvml: Any, gpu: str, handle: Any) -> tuple[ProcessActivity, ...] | None:
+        first = gpu not in self._last
+        last = self._last.get(gpu, 0)
+        try:
+            samples = self._samples(nvml, handle, last)
+        except nvml.NVMLError as exc:
+            # NOT_FOUND: no process ran since ``last``. The binding also raises its own
+            # NVMLError(NVML_SUCCESS) when the driver answers "0 samples" to its size query.
+            empty = getattr(exc, "value", None) == getattr(nvml, "NVML_SUCCESS", 0)
+            if not empty and error_reason(nvml, exc) != "not_found":
+                raise
+            samples = []
+        newest = max((int(s.timeStamp) for s in samples), default=last)
+        self._last[gpu] = max(newest, last)
+        if first:
+            return None  # the driver's whole buffer, not one window: only the timestamp counts
+        return aggregate(samples, after=last)
+
+    def _samples(self, nvml: Any, handle: Any, last: int) -> list[Any]:
+        if not self._legacy:
+            try:
+                return list(nvml.nvmlDeviceGetProcessesUtilizationInfo(handle, last))
+            except nvml.NVMLError as exc:
+                if error_reason(nvml, exc) not in _UNSUPPORTED:
+                    raise
+            except AttributeError:
+                pass
+            self._legacy = True
+        return list(nvml.nvmlDeviceGetProcessUtilization(handle, last))
+
+
+def aggregate(samples: Any, after: int = 0) -> tuple[ProcessActivity, ...]:
+    """Samples to one :class:`ProcessActivity` per pid (sorted); a (pid, timestamp) seen
+    twice counts once, samples at or before ``after`` not at all."""
+    seen: set[tuple[int, int]] = set()
+    sums: dict[int, list[float]] = {}
+    for s in samples:
+        pid, ts = int(s.pid), int(s.timeStamp)
+        if ts <= after or (pid, ts) in seen:
+            continue
+        seen.add((pid, ts))
+        row = sums.setdefault(pid, [0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += _percent(s.smUtil)
+        row[2] += _percent(s.memUtil)
+        row[3] += _percent(s.encUtil)
+        row[4] += _percent(s.decUtil)
+    return tuple(
+        ProcessActivity(pid, int(n), kernel, memory, enc, dec)
+        for pid, (n, kernel, memory, enc, dec) in sorted(sums.items())
+    )
+
+
+def _percent(value: Any) -> float:
+    """An NVML percentage as a ratio, clamped to 0..1 (garbage from a driver stays bounded)."""
+    v = float(value)
+    return min(v, 100.0) / 100.0 if v > 0.0 else 0.0  # NaN and negatives read as 0
+
+
 def _opt_int(value: Any) -> int | None:
     if value is None:
         return None
@@ -323,16 +513,28 @@ NVML_FAMILIES: tuple[Family[GpuState], ...] = (
     ),
     gauge(
         "goodput_gpu_utilization_ratio",
-        "Share of the last sample period in which any kernel ran (what nvidia-smi calls "
-        "utilization). Says nothing about how many SMs did work.",
+        "Share of the last poll window in which any kernel ran (nvidia-smi's utilization), "
+        "averaged from NVML's utilization samples. Says nothing about how many SMs did work.",
         lambda s: s.utilization,
         unit="ratio",
     ),
     counter(
         "goodput_gpu_utilization_seconds_total",
-        "Kernel-time utilization integrated over polls (ratio x seconds between polls).",
+        "Seconds with a kernel resident: NVML's utilization samples, each times the time it "
+        "covers.",
         lambda s: s.utilization_seconds,
         unit="seconds",
+    ),
+    Family(
+        "goodput_gpu_utilization_method_info",
+        "gauge",
+        "Constant 1, labelled with how goodput_gpu_utilization_ratio is read on this GPU: "
+        "samples (NVML's utilization samples averaged over the poll window) or last_period "
+        "(nvmlDeviceGetUtilizationRates, NVML's own last sample period, which a burst or a "
+        "host stall can miss).",
+        lambda s: (((s.utilization_method,), 1.0),) if s.utilization_method else (),
+        labels=("method",),
+        default=False,
     ),
     gauge(
         "goodput_gpu_memory_controller_utilization_ratio",

@@ -18,7 +18,8 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from exporter.metrics.cache import ExpositionCache, Variant
-from exporter.view.jobs import JobRow
+from exporter.view.holders import FLAG_WORDS, of_gpu
+from exporter.view.jobs import MEANING, JobRow
 from exporter.view.rows import (
     RATE_WINDOW,
     REGIME_WHY,
@@ -90,6 +91,25 @@ def _row(row: GpuRow) -> str:
     return f'<tr class="{kind}">' + "".join(cells) + "</tr>"
 
 
+def _holder_rows(view: NodeView, row: GpuRow) -> str:
+    """The pods (or processes) sharing ``row``'s GPU, one row each under it."""
+    out = []
+    for h in of_gpu(view.holders, row.gpu):
+        kind = "warn" if h.flags else ""
+        out.append(
+            f'<tr class="holder {kind}"><td></td><td>{escape(h.regime or "-")}</td>'
+            f'<td class="why">{escape(h.who)}: share {escape(_share(h.share))} of the GPU'
+            f'{escape("; " + ", ".join(FLAG_WORDS.get(f, f) for f in h.flags)) if h.flags else ""}'
+            f"</td><td>{bar(h.sm)}</td>"
+            f'<td colspan="3"></td><td></td><td class="n">{escape(si(h.tokens_per_second))}</td>'
+            f'<td colspan="3"></td></tr>')
+    return "".join(out)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 HEADERS: tuple[tuple[str, str | None], ...] = (
     ("GPU", "gpu"), ("Regime", "regime"), ("Why", None), ("SM active", "sm"),
     ("Tensor", "tensor"), ("DRAM", "dram"), ("Bus", None), ("Power", "power"),
@@ -110,24 +130,34 @@ def _head(sort: str, filter_text: str) -> str:
 
 
 JOB_HEADERS = ("Job", "Source", "GPUs", "Straggler", "Work", "Transfer", "Wait", "Host",
-               "Idle")
+               "Idle", "Tokens/s per working GPU")
+_PART_OF = {"Work": "working", "Transfer": "transferring", "Wait": "waiting",
+            "Host": "host_stalled", "Idle": "idle"}
 
 
 def _jobs(jobs: Sequence[JobRow]) -> str:
-    """The multi-GPU jobs: GPUs, straggler, and each part's share of the job's GPU time."""
+    """The multi-GPU jobs: GPUs, straggler, each part's share of the job's GPU time (what
+    each means below the table, in words an operator acts on) and, for a serving job, its
+    tokens per GPU-second working."""
     if not jobs:
         return ""
     rows = []
     for job in jobs:
         shares = [f'<td class="n">{v:.2f}</td>' for _, v in job.shares] or [
             '<td class="n">-</td>'] * 5
+        per = job.tokens_per_working_second
+        tokens = f'<td class="n">{per:.0f}</td>' if per is not None else '<td class="n">-</td>'
         rows.append(
             f'<tr class="{"warn" if job.straggler else ""}"><td>{escape(job.name)}</td>'
             f"<td>{escape(job.job_source)}</td><td>{escape(', '.join(job.gpus))}</td>"
-            f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}</tr>")
-    head = "".join(f"<th>{h}</th>" for h in JOB_HEADERS)
+            f"<td>{escape(job.straggler or '-')}</td>{''.join(shares)}{tokens}</tr>")
+    head = "".join(
+        f'<th title="{escape(MEANING[_PART_OF[h]])}">{h}</th>' if h in _PART_OF
+        else f"<th>{h}</th>" for h in JOB_HEADERS)
+    legend = "; ".join(f"<b>{h}</b>: {escape(MEANING[part])}" for h, part in _PART_OF.items())
     return (f'<h2>Multi-GPU jobs</h2><table class="jobs"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            f'<p class="legend">Where each job\'s GPU time went. {legend}.</p>')
 
 
 def _docs(docs: Sequence[str]) -> str:
@@ -152,7 +182,7 @@ def render(view: NodeView, rows: Sequence[GpuRow], sort: str, filter_text: str,
     )
     words = filter_text.lower().split()
     jobs = [j for j in view.jobs if all(w in j.text() for w in words)]
-    body = "".join(_row(r) for r in rows) or (
+    body = "".join(_row(r) + _holder_rows(view, r) for r in rows) or (
         f'<tr><td colspan="{len(HEADERS)}">no GPU matches</td></tr>' if view.rows else
         f'<tr><td colspan="{len(HEADERS)}">no GPU read yet</td></tr>')
     return f"""<!doctype html>

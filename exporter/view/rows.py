@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.model import regimes
+from exporter.view.holders import HolderRow, holder_rows
 from exporter.view.jobs import JobRow, Split, job_rows
 
 REGIME_WHY: Mapping[str, str] = {r.name: r.why for r in regimes.ALL}
@@ -120,6 +121,8 @@ class NodeView:
     rows: tuple[GpuRow, ...] = ()
     jobs: tuple[JobRow, ...] = ()
     """Multi-GPU jobs: their GPUs, straggler and where their time went."""
+    holders: tuple[HolderRow, ...] = ()
+    """Holders of shared GPUs (pods or processes), shown under their GPU."""
     error: str = ""
     """Why no rows could be read (unreachable daemon, bad answer)."""
 
@@ -271,7 +274,14 @@ def parse(text: str, rates: Rates | None = None, now: float | None = None,
         for gpu, fields in sorted(per_gpu.items(), key=lambda kv: gpu_key(kv[0]))
     )
     return NodeView(build.get("node", ""), build.get("version", ""), build.get("backend", ""),
-                    rows, jobs=job_rows(samples, _split(samples, per_second), gpu_key))
+                    rows, jobs=job_rows(samples, _split(samples, per_second), gpu_key,
+                                        _token_rates(rows)),
+                    holders=holder_rows(samples))
+
+
+def _token_rates(rows: tuple[GpuRow, ...]) -> dict[str, float]:
+    """Generated tokens per second by GPU, where an engine's are attributed."""
+    return {r.gpu: r.tokens_per_second for r in rows if r.tokens_per_second is not None}
 
 
 GAUGES = {

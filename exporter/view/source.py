@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,34 +32,46 @@ READ_DEADLINE = 5.0
 """Seconds one whole read may take, however slowly the server trickles its answer."""
 
 
+class _Flight:
+    """The one read of an :class:`Endpoint` that may be in progress, and where its answer
+    will arrive: a read given up by its caller goes on (its thread cannot be stopped
+    mid-``recv``), and the next call waits on it rather than starting another."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.answer: queue.SimpleQueue[str | OSError] = queue.SimpleQueue()
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A /metrics URL with what it takes to read it: basic auth from the URL's userinfo
-    (kept out of every message), and the TLS choices of curl's ``--cacert`` / ``-k``."""
+    (kept out of every message), and the TLS choices of curl's ``--cacert`` / ``-k``.
+    At most one read is in flight at a time, however slowly the server answers."""
 
     url: str
     ca_file: str | None = None
     insecure: bool = False
     timeout: float = 2.0
+    _flight: _Flight = field(default_factory=_Flight, compare=False, repr=False)
 
     def read(self, until: float | None = None) -> str:
         """The exposition text, read within :data:`READ_DEADLINE` seconds and by ``until``
         (a ``time.monotonic()`` deadline); raises ``OSError`` with a one-line reason. The
-        request runs on a daemon thread that is left behind when time is up."""
+        request runs on a daemon thread; when time is up it is left to finish (it gives up
+        by itself :data:`READ_DEADLINE` plus one socket timeout after it began), and the
+        next call waits for it instead of opening another connection."""
         limit = READ_DEADLINE if until is None else min(READ_DEADLINE, until - time.monotonic())
         if limit <= 0:
             raise OSError(f"{redact(self.url)}: out of time")
-        answer: queue.SimpleQueue[str | OSError] = queue.SimpleQueue()
-
-        def fetch() -> None:
-            try:
-                answer.put(self._read())
-            except OSError as exc:
-                answer.put(exc)
-            except Exception as exc:  # anything else the client raises: one line too
-                answer.put(OSError(f"{redact(self.url)}: {type(exc).__name__}: {exc}"))
-
-        threading.Thread(target=fetch, name="top-read", daemon=True).start()
+        flight = self._flight
+        with flight.lock:
+            if flight.thread is None or not flight.thread.is_alive():
+                flight.answer = queue.SimpleQueue()  # an answer nobody waited for is stale
+                flight.thread = threading.Thread(
+                    target=self._fetch, args=(flight.answer,), name="top-read", daemon=True)
+                flight.thread.start()
+            answer = flight.answer
         try:
             got = answer.get(timeout=limit)
         except queue.Empty:
@@ -68,7 +80,15 @@ class Endpoint:
             raise got
         return got
 
-    def _read(self) -> str:
+    def _fetch(self, answer: queue.SimpleQueue[str | OSError]) -> None:
+        try:
+            answer.put(self._read(time.monotonic() + READ_DEADLINE))
+        except OSError as exc:
+            answer.put(exc)
+        except Exception as exc:  # anything else the client raises: one line too
+            answer.put(OSError(f"{redact(self.url)}: {type(exc).__name__}: {exc}"))
+
+    def _read(self, stop: float) -> str:
         parts = urlsplit(self.url)
         plain = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         request = urllib.request.Request(plain, headers={"User-Agent": USER_AGENT})
@@ -81,18 +101,31 @@ class Endpoint:
             if self.insecure:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
+        chunks: list[bytes] = []
+        size = 0
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=context) as r:
-                body: bytes = r.read(MAX_BYTES + 1)
+                while size <= MAX_BYTES:  # read1: what has arrived, not a full buffer
+                    chunk = r.read1(min(64 * 1024, MAX_BYTES + 1 - size))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if time.monotonic() > stop:
+                        raise OSError(f"{redact(self.url)}: no complete answer in "
+                                      f"{READ_DEADLINE:.1f} s")
         except urllib.error.HTTPError as exc:
             raise OSError(f"{redact(self.url)} answered HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError) as exc:
+            if isinstance(exc, OSError) and not isinstance(exc, urllib.error.URLError) \
+                    and str(exc).startswith(redact(self.url)):
+                raise
             reason = getattr(exc, "reason", exc)
             raise OSError(f"{redact(self.url)}: {reason}") from exc
-        if len(body) > MAX_BYTES:
+        if size > MAX_BYTES:
             raise OSError(f"{redact(self.url)}: answer larger than {MAX_BYTES >> 20} MiB, "
                           "not an exposition this view reads")
-        return body.decode("utf-8", "replace")
+        return b"".join(chunks).decode("utf-8", "replace")
 
 
 AppFactory = Callable[[int], "web.Application"]

@@ -12,25 +12,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import curses
+import queue
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from exporter.view.printable import printable
 from exporter.view.rows import SORTS, GpuRow, NodeView, Rates, arrange, parse
 from exporter.view.source import AppFactory, Endpoint, SimulatedNode
-from exporter.view.table import frame
+from exporter.view.table import DETAIL_LINES, frame
 
 DEFAULT_URL = "http://127.0.0.1:9433/metrics"
 SETTLE_SECONDS = 10.0
 """--once waits at most this long for every GPU to have a verdict (a daemon just started
 says unknown for its first windows)."""
-ONCE_DEADLINE = 20.0
-"""--once gives up after this long overall (``--deadline``): the settling wait, and two
-reads of at most ``source.READ_DEADLINE`` each."""
-HELP = "s sort  r reverse  / filter  j/k select  q quit"
+ONCE_DEADLINE = 30.0
+"""--once gives up after this long overall (``--deadline``): the settling wait, the wait
+for a just-started job's first verdict, the reads (each at most ``source.READ_DEADLINE``),
+parsing them and drawing the frame."""
+VERDICT_SECONDS = 15.0
+"""A multi-GPU job is judged once a GPU of it has been in it this long: the model names a
+straggler after ``straggler_confirm_seconds`` (10) of windows of
+``straggler_window_seconds`` (3) (exporter/model/config.py's defaults), plus a poll. Until
+then --once waits, so right after start it shows the straggler instead of none."""
+HELP = "s sort  r reverse  / filter  j/k select  q/Esc quit"
+T = TypeVar("T")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     add("--filter", default="", metavar="WORDS",
         help="show rows containing every word, e.g. 'hollow' or 'comm_wait' (key /)")
     add("--once", action="store_true",
-        help="print one frame (after two reads, so rates are known) and exit")
+        help="print one frame and exit: once rates, every GPU's regime and every job's first "
+        "straggler verdict are known (at most --deadline)")
     add("--width", type=int, default=0, help="--once: line width (default: the terminal's)")
     add("--deadline", type=float, default=ONCE_DEADLINE, metavar="SECONDS",
         help=f"--once: give up after this long overall (default {ONCE_DEADLINE:.0f})")
@@ -120,17 +131,52 @@ class State:
 
 
 def read(endpoint: Endpoint, rates: Rates, until: float | None = None) -> NodeView:
-    """The node as the exporter says now, or an empty view that says why not (one line)."""
+    """The node as the exporter says now, or an empty view that says why not (one line of
+    printable text: a parser's or HTTP client's message can quote the server's bytes).
+    With ``until`` (a ``time.monotonic()`` deadline) parsing is bounded too."""
     try:
-        return parse(endpoint.read(until), rates)
+        text = endpoint.read(until)
+        if until is None:
+            return parse(text, rates)
+        return bounded(lambda: parse(text, rates), until, "parse the answer")
     except (OSError, ValueError) as exc:
-        return NodeView(error=" ".join(str(exc).split()))
+        return NodeView(error=printable(" ".join(str(exc).split())))
+
+
+def bounded(work: Callable[[], T], until: float, what: str) -> T:
+    """``work()`` on a daemon thread, given up at ``until`` (``OSError``): parsing a large
+    exposition is pure Python, so only leaving it behind bounds it. ``--once`` exits right
+    after, which ends the thread."""
+    box: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            box.put((True, work()))
+        except Exception as exc:  # handed back, raised on the caller's thread
+            box.put((False, exc))
+
+    threading.Thread(target=run, name="top-work", daemon=True).start()
+    try:
+        ok, value = box.get(timeout=max(until - time.monotonic(), 0.0))
+    except queue.Empty:
+        raise OSError(f"out of time: could not {what} by the deadline") from None
+    if not ok:
+        if isinstance(value, (OSError, ValueError)):
+            raise value
+        raise ValueError(f"{type(value).__name__}: {value}")
+    return value  # type: ignore[return-value]
+
+
+def warn(message: str) -> None:
+    """One line on standard error, printable text only."""
+    print(printable(" ".join(message.split())), file=sys.stderr)
 
 
 def screen_lines(state: State, width: int, height: int) -> list[str]:
     """The whole screen: frame rows scrolled to keep the selected GPU in view, then help."""
     rows = state.rows()
-    room = max(height - 4 - (1 if state.view.error else 0) - len(state.view.jobs), 1)
+    room = max(height - 3 - DETAIL_LINES - (1 if state.view.error else 0)
+               - len(state.view.jobs), 1)
     top = min(max(state.selected - room + 1, 0), max(len(rows) - room, 0))
     title = (f"gpu-goodput-exporter top  node {state.view.node or '?'}  "
              f"{len(rows)}/{len(state.view.rows)} GPUs  {time.strftime('%H:%M:%S')}")
@@ -174,6 +220,10 @@ def live(screen: curses.window, endpoint: Endpoint, state: State, interval: floa
         paint(screen, state)
 
 
+FRAME_RESERVE = 1.0
+"""Seconds of --once's deadline kept for drawing the frame (a tenth of a short deadline):
+a read that ends at the deadline must not leave a good view unprinted. 1,200 GPUs draw in
+about 0.02 s."""
 ONCE_RATE_SECONDS = 6.0
 """--once takes its rates over at least this long: the clock-event counter moves in ~5 s
 steps, so a shorter window can miss a throttled GPU's step."""
@@ -182,30 +232,46 @@ steps, so a shorter window can miss a throttled GPU's step."""
 def once(endpoint: Endpoint, state: State, interval: float, width: int,
          deadline: float = ONCE_DEADLINE) -> int:
     """Print one frame after reads ONCE_RATE_SECONDS apart (so rates are known) and, within
-    SETTLE_SECONDS, once every GPU has a regime; whatever happens, within ``deadline``
+    SETTLE_SECONDS, once every GPU has a regime, and once every multi-GPU job has its first
+    straggler verdict (:func:`judged`); whatever happens, within ``deadline``
     seconds (a server that trickles its answer is given up, in one line). A daemon that
     cannot be read is one line on standard error, not a frame around it."""
     until = time.monotonic() + deadline
+    reads_until = until - min(FRAME_RESERVE, deadline / 10)  # the rest draws the frame
     rates = Rates(min_seconds=0.0)
-    state.view = read(endpoint, rates, until)
+    state.view = read(endpoint, rates, reads_until)
     start = time.monotonic()
-    while not state.view.error and time.monotonic() + interval < until:
+    while not state.view.error and time.monotonic() + interval < reads_until:
         time.sleep(interval)
-        view = read(endpoint, rates, until)
+        view = read(endpoint, rates, reads_until)
         if view.error:  # a good frame is kept: only a first read that fails is the answer
             break
         state.view = view
         settled = all(r.regime not in ("", "unknown") for r in state.view.rows)
         now = time.monotonic()
-        if (settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS:
+        if ((settled and now - start >= ONCE_RATE_SECONDS) or now - start >= SETTLE_SECONDS) \
+                and judged(state.view):
             break
     if state.view.error:
-        print(f"gpu-goodput-exporter top: cannot read {state.view.error}", file=sys.stderr)
+        warn(f"gpu-goodput-exporter top: cannot read {state.view.error}")
         return 1
     width = width or shutil.get_terminal_size((80, 24)).columns
-    rows = state.rows()
-    print("\n".join(printable(line.rstrip()) for line in frame(state.view, rows, width)))
+    view = state.view
+    try:  # the deadline covers the frame too: thousands of rows are drawn in pure Python
+        text = bounded(lambda: "\n".join(printable(line.rstrip())
+                                         for line in frame(view, state.rows(), width)),
+                       until, "draw the frame")
+    except (OSError, ValueError) as exc:
+        warn(f"gpu-goodput-exporter top: {exc}")
+        return 1
+    print(text)
     return 0
+
+
+def judged(view: NodeView) -> bool:
+    """Whether every multi-GPU job has its first verdict: a straggler named, or watched
+    for VERDICT_SECONDS without one."""
+    return all(job.straggler or job.seconds >= VERDICT_SECONDS for job in view.jobs)
 
 
 def quiet_logs() -> None:
@@ -224,15 +290,15 @@ def main(argv: Sequence[str] | None = None,
     url = args.url
     if args.simulate:
         if simulated_app is None:
-            print("gpu-goodput-exporter top: --simulate needs the daemon (run it through the "
-                  "gpu-goodput-exporter command)", file=sys.stderr)
+            warn("gpu-goodput-exporter top: --simulate needs the daemon (run it through the "
+                 "gpu-goodput-exporter command)")
             return 2
         quiet_logs()
         node = SimulatedNode(simulated_app, args.simulate_gpus)
         try:
             url = node.start()
         except OSError as exc:
-            print(f"gpu-goodput-exporter top: {exc}", file=sys.stderr)
+            warn(f"gpu-goodput-exporter top: {exc}")
             return 2
     endpoint = Endpoint(url, ca_file=args.ca_file, insecure=args.insecure)
     try:

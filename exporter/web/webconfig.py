@@ -213,7 +213,8 @@ def parse(source: Path) -> WebConfigFile:
     try:
         return WebConfigFile.model_validate(data)
     except ValidationError as exc:
-        raise WebConfigError(f"web config file {source}: {describe_validation_error(exc)}") from exc
+        problem = describe_validation_error(exc, WebConfigFile)
+        raise WebConfigError(f"web config file {source}: {problem}") from exc
 
 
 # --- TLS ---------------------------------------------------------------------------------

@@ -30,6 +30,35 @@ def busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
                "sync bound).", sm=sm_share))
 
 
+def holder_busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
+    """The pod (or process) on a GPU that several share whose own share is hollow or makes no
+    tokens: the exporter's model judges each holder in its own frame (its kernel time and
+    the GPU's SM activity apportioned to it), so the alert names the holder, never a copy of
+    the GPU's value for every pod on it."""
+    name, lb = "GPUHolderBusyButUnproductive", c.cfg.labels
+    pod = lb.pod
+    flag = c.q.s("goodput_gpu_holder_busy_unproductive")
+    # One result per holder, whichever exporter pod reported it (a rollover), any reason.
+    expr = c.q.per_gpu("max", flag, lb.namespace, lb.pod, lb.container, "pid") + " == 1"
+    query = ("goodput_gpu_holder_kernel_time_ratio{CLUSTER=%q,NODE=%q,GPU=%q,"
+             + pod + "=%q,pid=%q}")
+    share = fill('{{ with printf "${query}" ${args} | query }}'
+                 "{{ . | first | value | humanizePercentage }}{{ else }}a share{{ end }}",
+                 query=query, args=query_args("cluster", "node", "gpu", "pod", "pid"))
+    who = ("{{ if $labels.pod }}pod {{ $labels.namespace }}/{{ $labels.pod }}"
+           "{{ else }}process {{ $labels.pid }}{{ end }}")
+    return c.alert(
+        name, expr,
+        fill("Shared GPU {{ $labels.gpu }} on {{ $labels.node }}: ${who} is busy but "
+             "unproductive", who=who),
+        c.text("On GPU {{ $labels.gpu }} on {{ $labels.node }}, which several pods or "
+               "processes share (time-slicing or MPS), ${who} ran ${share} of the GPU's time "
+               "but its SMs were nearly idle while it ran (tiny kernels, launch or sync "
+               "bound), or its serving engine made almost no tokens; its neighbours are not "
+               "the problem. goodput_gpu_holder_busy_unproductive says which reason.",
+               who=who, share=share))
+
+
 def busy_no_output(c: AlertCtx) -> dict[str, Any]:
     name = "GPUBusyNoOutput"
     tokens = f"sum by ({c.q.gpu_by}) ({c.rec(N.GPU_TOKENS)})"
@@ -160,8 +189,8 @@ def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
 
 
 # Per GPU: every shard evaluates them for its own nodes.
-SHARD_EFFICIENCY: list[AlertBuilder] = [busy_but_unproductive, busy_no_output, allocated_idle,
-                                        host_bound]
+SHARD_EFFICIENCY: list[AlertBuilder] = [busy_but_unproductive, holder_busy_but_unproductive,
+                                        busy_no_output, allocated_idle, host_bound]
 # The straggler, a job's waiting and the fleet median need every node: global
 # (docs/scaling.md).
 GLOBAL_EFFICIENCY: list[AlertBuilder] = [job_straggler, job_losing_to_waiting,

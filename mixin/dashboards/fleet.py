@@ -137,6 +137,38 @@ def busy_unproductive_table(ctx: Ctx) -> table.Panel:
         .height(8).span(24))
 
 
+def shared_holders(ctx: Ctx) -> timeseries.Panel:
+    top = f"topk(20, {N.GPU_HOLDER_KERNEL}{{{ctx.rule_gpu_f}, {ctx.ns_f}}})"
+    return (timeseries.Panel().title("Shared GPUs: what each holder runs (top 20)")
+            .description("Holders of GPUs that several pods or processes share (time-slicing "
+                         "or MPS), stacked: each one's share of its GPU's kernel time "
+                         f"({N.GPU_HOLDER_KERNEL}), the 20 largest in scope. The node "
+                         "dashboard shows one GPU's holders with their SM activity.")
+            .datasource(ctx.ds)
+            .with_target(query(ctx, top, "{{node}} gpu {{gpu}} {{namespace}}/{{pod}} {{pid}}"))
+            .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+            .fill_opacity(60).unit("percentunit")
+            .no_value("No shared GPU in scope (holders need two or more pods or processes on "
+                      "one GPU).")
+            .height(8).span(12))
+
+
+def unproductive_holders(ctx: Ctx) -> table.Panel:
+    flagged = f"{N.GPU_HOLDER_UNPRODUCTIVE}{{{ctx.rule_gpu_f}, {ctx.ns_f}}} == 1"
+    hidden = {"Time": True, "Value": True, "job": True, "instance": True}
+    return (table.Panel().title("Busy but unproductive holders of shared GPUs")
+            .description("Pods (or processes) on a shared GPU whose own share is hollow or "
+                         "makes no tokens (GPUHolderBusyButUnproductive): the pod to move "
+                         "or resize, not its neighbours.")
+            .datasource(ctx.ds)
+            .with_target(query(ctx, flagged, ref="A", instant=True, table=True))
+            .with_transformation(model.DataTransformerConfig(
+                id_val="organize", options={"excludeByName": hidden}))
+            .data_links([drilldown_link(ctx)])
+            .unit("none").no_value("No holder of a shared GPU is busy but unproductive.")
+            .height(8).span(12))
+
+
 # --- Regimes and idle allocations -------------------------------------------------------
 
 def _regime_panel(ctx: Ctx, title: str, description: str, expr: str,
@@ -228,9 +260,12 @@ def job_time_split(ctx: Ctx) -> barchart.Panel:
         barchart.Panel().title("Time split of each job")
         .description(
             "Where each multi-GPU job's GPU time went over the time range, as shares of its "
-            "GPU-seconds: working, transferring (the collectives' own data movement), "
-            "waiting on peers, stalled on the host (no kernel resident while the job holds "
-            "the GPU) and idle; the parts add up to the job's GPU-seconds (the node models' "
+            "GPU-seconds: working (its own kernels); transferring (the links: NVLink bytes "
+            "its collectives need, PCIe copies to and from the host); waiting (on a peer GPU: "
+            "a straggler, imbalance, pipeline bubbles); host_stalled (no kernel queued while "
+            "the job holds the GPU: storage, the input pipeline, checkpointing, a serving "
+            "engine without requests); idle (no process). The parts add up to the job's "
+            "GPU-seconds (the node models' "
             f"goodput_gpu_job_seconds_total, summed over every node by the rule "
             f"{N.JOB_GPU_SECONDS}, which is per job: the node and GPU filters do not apply). "
             "Jobs outside Kubernetes have no namespace: they show while every namespace is "
@@ -277,6 +312,34 @@ def job_wait_hours(ctx: Ctx) -> bargauge.Panel:
             + "}}", instant=True))
         .unit("h").orientation(cm.VizOrientation.HORIZONTAL)
         .no_value(NO_JOBS)
+        .height(8).span(12))
+
+
+def job_tokens_per_working(ctx: Ctx) -> bargauge.Panel:
+    """A serving engine spanning GPUs is a job like a training one: its tokens per GPU-second
+    of its GPUs' working part, from the per-job rule."""
+    per = f"{N.JOB_TOKENS_PER_WORKING}{{{_job_filter(ctx)}}}"
+    keys = ", ".join(ctx.q.job_labels)
+    lb = ctx.cfg.labels
+    return (
+        bargauge.Panel().title("Tokens per GPU-second working, by serving job")
+        .description(
+            "Generated tokens per second of the engines on each multi-GPU job's GPUs (an "
+            "engine split over GPUs by tensor or layer, in one process or several), divided "
+            "by the GPU-seconds per second those GPUs spent working: what the engine makes of "
+            "the GPU time it does not lose waiting on its other GPUs, on the links or on its "
+            "host (the time split beside). Averaged over the time range from the recording "
+            f"rule {N.JOB_TOKENS_PER_WORKING}, which is per job: the node and GPU filters do "
+            "not apply. Jobs outside Kubernetes have no namespace: they show while every "
+            "namespace is selected.")
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, f"avg by ({keys}) (avg_over_time({per}[$__range]))",
+            "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id + "}}",
+            instant=True))
+        .unit("none").orientation(cm.VizOrientation.HORIZONTAL)
+        .no_value("No multi-GPU job served tokens in the range: a serving engine on two or "
+                  "more GPUs (or a pod holding several) shows here.")
         .height(8).span(12))
 
 
@@ -363,9 +426,11 @@ ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Fleet", [gpus, busy_unproductive_count, kernel_time, sm_active, tokens,
                cost_per_million]),
     ("Busy but unproductive", [busy_unproductive_table]),
+    ("Shared GPUs", [shared_holders, unproductive_holders]),
     ("Regimes and idle allocations", [regime_mix, regime_share, allocated_idle_hours,
                                       hollow_by_namespace, allocated_idle_by_namespace]),
-    ("Training jobs", [job_stragglers, job_wait_hours, job_time_split]),
+    ("Multi-GPU jobs", [job_stragglers, job_wait_hours, job_time_split,
+                        job_tokens_per_working]),
     ("Tokens per joule and cost", [
         lambda ctx: tokens_per_joule(ctx, "model", N.MODEL_TOKENS_PER_JOULE),
         lambda ctx: tokens_per_joule(ctx, ctx.ns, N.NAMESPACE_TOKENS_PER_JOULE),

@@ -3,6 +3,7 @@ builder per panel, in rows (ROWS)."""
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import stat, statetimeline, timeseries
 from grafana_foundation_sdk.models import common as cm
@@ -150,8 +151,49 @@ def ecc_and_up(ctx: Ctx) -> timeseries.Panel:
         "when the GPU fell off the bus or stopped answering (GPULost).")
 
 
+HOLDER = "{{namespace}}/{{pod}} {{container}} {{pid}}"
+NOT_SHARED = ("No GPU in scope is shared: holders appear when two or more pods or processes "
+              "hold one GPU (time-slicing or MPS).")
+
+
+def _holders(ctx: Ctx, counter: str) -> str:
+    """One stacked line per holder of the selected GPU (labels in the configured names)."""
+    lb = ctx.cfg.labels
+    labels = [lb.namespace, lb.pod, lb.container, "pid"]
+    return ctx.one_per_gpu(f"rate({counter}{{{ctx.gpu_f}}}[$__rate_interval])", *labels)
+
+
+def _stacked(panel: timeseries.Panel) -> timeseries.Panel:
+    return (panel.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+            .fill_opacity(60).min(0).max(1))
+
+
+def holder_kernel_time(ctx: Ctx) -> timeseries.Panel:
+    return _stacked(series(
+        ctx, "Holders of shared GPUs: kernel time (GPU $gpu)", "percentunit",
+        (_holders(ctx, "goodput_gpu_holder_kernel_seconds_total"), f"{LINE} {HOLDER}"),
+        (_rate(ctx, "goodput_gpu_utilization_seconds_total"), f"{LINE} GPU kernel time"),
+        description="Each pod (or process) holding a GPU that several share (time-slicing or "
+        "MPS), stacked: its share of the GPU's kernel time, measured per process by NVML. "
+        "The stack reaches the GPU's kernel time (its own line). A pod that burns the GPU and "
+        "one that idles are told apart here, not in the per-GPU panels.",
+        no_value=NOT_SHARED))
+
+
+def holder_sm_active(ctx: Ctx) -> timeseries.Panel:
+    return _stacked(series(
+        ctx, "Holders of shared GPUs: SM active (estimate, GPU $gpu)", "percentunit",
+        (_holders(ctx, "goodput_gpu_holder_sm_active_seconds_total"), f"{LINE} {HOLDER}"),
+        description="The GPU's SM activity apportioned to each holder, stacked: unmixed from "
+        "the windows where the holders' mix changed (one started, stopped or burst), else in "
+        "proportion to kernel time (docs/kubernetes.md). A holder with a tall kernel-time "
+        "band and a thin SM band is hollow (GPUHolderBusyButUnproductive).",
+        no_value=NOT_SHARED))
+
+
 ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("The utilization lie", [utilization_lie, regime]),
+    ("Holders of shared GPUs", [holder_kernel_time, holder_sm_active]),
     ("Power and energy", [power, energy]),
     ("Clocks and throttling", [sm_clock, throttling, temperature, memory]),
     ("Errors", [xid, ecc_and_up]),

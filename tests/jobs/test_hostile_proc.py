@@ -112,15 +112,25 @@ def test_a_stuck_stat_at_the_first_poll_still_publishes(
     assert jobs(result) == {"1": OTHER}
 
 
-def test_too_many_stuck_reads_fail_the_poll_and_say_so(
+def test_a_full_reader_pauses_new_reads_only(
     tmp_path: Path, stuck: set[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """At the cap of stuck threads, new processes wait; known ones keep their job and the
+    poll succeeds."""
     monkeypatch.setattr("exporter.sources.jobs.reader.MAX_STUCK", 2)
+    _other(tmp_path)
     for pid in (10, 11, 12):
         proc(tmp_path, pid)
         stuck.add(str(tmp_path / str(pid) / "environ"))
-    result = source(tmp_path, [("0", 10), ("1", 11), ("2", 12)]).poll_blocking()
-    assert not result.ok and result.reason == "read_timeout"
+    listed = [ProcessInfo("1", 20)]
+    src = ProcJobSource(JobsConfig(), str(tmp_path), NODE, processes=lambda: tuple(listed))
+    assert jobs(src.poll_blocking()) == {"1": OTHER}
+    listed += [ProcessInfo("2", 10), ProcessInfo("3", 11), ProcessInfo("4", 12)]
+    result = src.poll_blocking()
+    assert result.ok and result.errors == {"read_timeout": 2}
+    assert jobs(result) == {"1": OTHER}
+    again = src.poll_blocking()  # nothing stuck is read again, nothing counted again
+    assert again.ok and again.errors == {} and jobs(again) == {"1": OTHER}
 
 
 def test_a_symlinked_environ_is_not_followed(tmp_path: Path) -> None:

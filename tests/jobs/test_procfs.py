@@ -4,6 +4,7 @@ MPI, torchrun, plain sessions, hostile environments, vanished and unreadable pro
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,19 @@ def proc(
     ppid: int = 1,
     comm: str = "py (worker) 1",
     uid: int = 1000,
+    cmdline: bytes = b"python\0train.py\0",
 ) -> Path:
-    """One fake /proc/<pid>: stat, status, cgroup, environ (a dict, or raw bytes)."""
+    """One fake /proc/<pid>: stat, status, cgroup, cmdline, environ (a dict, or raw bytes).
+    A pid written again is a new process, as the kernel makes it: a new directory (so a
+    new inode, which is how the source tells a reused pid)."""
     d = root / str(pid)
+    if d.exists():
+        old = root / f"{pid}.old"
+        d.rename(old)
+        d.mkdir(parents=True)
+        shutil.rmtree(old)
     d.mkdir(parents=True, exist_ok=True)
+    (d / "cmdline").write_bytes(cmdline)
     sid = pid if session is None else session
     fields = ["S", str(ppid), str(sid), str(sid), "0", "-1", "4194560", *["0"] * 12,
               str(start), "0"]
@@ -67,7 +77,7 @@ def jobs(result: SourceResult) -> dict[str, JobIdentity]:
 
 def test_slurm_from_the_environment_joins_gpus_of_one_job(tmp_path: Path) -> None:
     # proctrack/linuxproc: no job cgroup, the tasks are slurmstepd's (root's) children
-    proc(tmp_path, 9, comm="slurmstepd", uid=0)
+    proc(tmp_path, 9, comm="slurmstepd", uid=0, cmdline=b"slurmstepd: [777.0]\0")
     proc(tmp_path, 10, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "0"}, ppid=9)
     proc(tmp_path, 11, {"SLURM_JOB_ID": "777", "SLURM_PROCID": "1"}, ppid=9)
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
@@ -197,7 +207,7 @@ def test_a_bad_value_is_dropped_and_counted(tmp_path: Path, value: bytes, reason
 def test_an_oversized_environment_is_read_to_its_cap_only(tmp_path: Path) -> None:
     padding = b"X=" + b"a" * (4 * MAX_ENVIRON) + b"\0"
     proc(tmp_path, 10, b"SLURM_JOB_ID=31\0" + padding + b"TORCHELASTIC_RUN_ID=late\0",
-         cgroup="0::/slurm/uid_0/\n")
+         cgroup=slurm_cgroup(31))
     proc(tmp_path, 11, padding[: MAX_ENVIRON - 4] + b"\0SLURM_JOB_ID=123456789\0")
     result = source(tmp_path, [("0", 10), ("1", 11)]).poll_blocking()
     assert result.errors == {"environ_too_long": 2}
@@ -246,8 +256,8 @@ def deny(monkeypatch: pytest.MonkeyPatch, *paths: Path) -> None:
 def test_an_unreadable_environment_falls_back_and_is_counted_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup="0::/slurm/job_8/step_0\n")
-    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"}, cgroup="0::/slurm/uid_0/\n")
+    d = proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup=slurm_cgroup(8))
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"}, cgroup="0::/system.slice/slurmstepd.scope/system\n")
     deny(monkeypatch, d / "environ", tmp_path / "11" / "environ")
     src = source(tmp_path, [("0", 10), ("1", 11)])
     with capture_logs() as logs:
@@ -292,3 +302,22 @@ def test_stat_with_a_hostile_command_name() -> None:
     assert stat == ident.Stat(session=3, start_ticks=42, ppid=1, comm="a) b) c (d")
     assert ident.parse_stat("garbage") is None
     assert ident.parse_stat("1 (x) S 1 2 notanumber " + "0 " * 20) is None
+
+
+@pytest.mark.parametrize("others", [0, 60], ids=["listing", "stat-per-pid"])
+def test_a_reused_or_ended_pid_is_told_without_reading_it(tmp_path: Path, others: int) -> None:
+    """Known processes are not read again: the /proc/<pid> inode (a listing, or a stat per
+    pid when they are few among many processes) tells a new process under an old pid."""
+    for pid in range(1000, 1000 + others):  # the node's other processes
+        (tmp_path / str(pid)).mkdir()
+    proc(tmp_path, 10, {"SLURM_JOB_ID": "1"}, cgroup=slurm_cgroup(1))
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "5"}, cgroup=slurm_cgroup(5))
+    src = source(tmp_path, [("0", 10), ("1", 11)])
+    for _ in range(2):  # the first poll learns the node's size
+        assert jobs(src.poll_blocking()) == {"0": SLURM.identity("1"), "1": SLURM.identity("5")}
+    (tmp_path / "10" / "environ").write_bytes(b"SLURM_JOB_ID=9\0")  # not read again
+    proc(tmp_path, 11, {"SLURM_JOB_ID": "2"}, cgroup=slurm_cgroup(2))  # pid 11 reused
+    assert jobs(src.poll_blocking()) == {"0": SLURM.identity("1"), "1": SLURM.identity("2")}
+    shutil.rmtree(tmp_path / "11")
+    result = src.poll_blocking()
+    assert jobs(result) == {"0": SLURM.identity("1")} and result.errors == {"pid_gone": 1}

@@ -59,6 +59,9 @@ def test_a_read_stuck_forever_neither_hides_the_source_nor_holds_sigterm(
             body = _metrics(daemon.url)
         assert counted in body, body[-3000:]
         assert 'goodput_exporter_source_up{node="simnode",source="jobs_proc"} 1.0' in body
+        stuck = 1 if kind == "sleep" else 0  # a FIFO is refused at once, never stuck
+        assert ('goodput_exporter_source_reads_stuck{node="simnode",source="jobs_proc"} '
+                f"{stuck}.0") in body
         assert 'goodput_exporter_last_success_timestamp_seconds{node="simnode",' \
                'source="jobs_proc"}' in body
         info = [line for line in body.splitlines() if line.startswith("goodput_gpu_job_info{")]

@@ -243,12 +243,14 @@ async def test_llamacpp_model_name_from_v1_models_once_per_process(
         result = await source.poll()
         await source.poll()
         assert script.model_calls == 2
-        # A name first seen after the target's first reading starts from its value: a
-        # counter's history is counted once, never again under a new name ([tenancy]).
-        assert not metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b")
+        # A new process (new start token) whose counters continue none of the old ones
+        # is a restart: its counters count whole, under its new name ([fair-2]; before:
+        # the new model's first tokens were lost below the old high-water mark).
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 10.0
         script.body = llamacpp("15", "1")
         result = await source.poll()
-        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 5.0
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="llama-3-8b") == 15.0
+        assert metric(result, TOKENS, gpu="0", kind="generation", model="qwen2.5-7b") == 10.0
     finally:
         await source.close()
 

@@ -34,6 +34,9 @@ MARKERS = {
     "not-run": "not run at all; say why after a colon",
     "partly-run": "shell: run the lines the test can run, skip those needing a cluster, "
     "registry, root or network; say why after a colon",
+    "as-written": "shell: pasted whole into bash (every line must succeed) in a fresh copy of "
+    "the checkout with no virtualenv activated, by a test of tests/test_docs_snippets.py "
+    "that checks what it prints (AS_WRITTEN there)",
 }
 NEEDS_WHY = {"not-run", "partly-run"}
 

@@ -1,7 +1,8 @@
 """``make llama-server`` (run by ``make test`` before pytest): build the real llama-server
 the serving tests use, once, printing each step and build percentage, or say in one line
 that it is cached or why it is skipped. Without it the build ran silently inside pytest for
-minutes, and the first ``make test`` looked hung."""
+minutes, and the first ``make test`` looked hung. Every step says how far it is at least
+every 20 s: the sdist's bytes and percent, the build's percent and the file it is on."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import time
 from tests.support.llamacpp import (
     DONE,
     VERSION,
+    build_jobs,
     build_root,
-    cache_root,
+    compiler_cache,
     missing_toolchain,
     server_binary,
 )
@@ -34,10 +36,10 @@ def main() -> int:
     if why:
         say(f"not built ({why}): the real llama-server tests will be skipped")
         return 0
-    say(f"building llama.cpp {VERSION} for the serving tests, once (several minutes on two "
-        f"cores; log {root / 'build.log'}, cache {root})")
-    if not (cache_root() / "sdist" / f"llama_cpp_python-{VERSION}.tar.gz").exists():
-        say("downloading the llama-cpp-python sdist with pip...")
+    cache = compiler_cache() or "no ccache (apt-get install ccache makes rebuilds seconds)"
+    say(f"building llama.cpp {VERSION}'s llama-server target for the serving tests, once "
+        f"(minutes on two cores, more when they are busy; {build_jobs()} jobs, {cache}; log "
+        f"{root / 'build.log'}, cache {root})")
     try:
         binary = server_binary(progress=say)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:

@@ -14,9 +14,11 @@ which is all a token-accounting test needs.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import http.server
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -25,6 +27,7 @@ import tarfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,6 +43,12 @@ fixture and the engine table were checked against it)."""
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
+    # -O1, not Release's -O3: the tests' model is two layers 64 wide, so the server's speed
+    # is irrelevant, and -O1 compiles the heaviest files in about half the time (ggml-cpu's
+    # ops.cpp 5.6 s instead of 12.3 s, llama-vocab.cpp 4.4 s instead of 7.3 s, two shared
+    # cores). scripts/llama_server.sh, built for real GPUs, keeps -O3.
+    "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
+    "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
     "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # would download the web UI at configure time
     "-DGGML_NATIVE=OFF",  # a binary that runs on any x86-64 the cache is copied to
@@ -49,7 +58,7 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary
 )
-"""Keep in step with scripts/llama_server.sh."""
+"""Keep in step with scripts/llama_server.sh (but for the optimisation level)."""
 
 DONE = ".build-ok"
 
@@ -75,28 +84,153 @@ def missing_toolchain() -> str:
     return f"missing {', '.join(missing)}" if missing else ""
 
 
-def sdist(version: str = VERSION) -> Path:
-    """The ``llama-cpp-python`` sdist, downloaded with pip on first use."""
+SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+"""The sdist's digest as PyPI lists it: a download from any index or mirror is checked."""
+PROJECT = "llama-cpp-python"
+HEARTBEAT_SECONDS = 20.0
+"""A download or build step that printed nothing for this long says where it is (a first
+``make test`` must never look hung; the bar is a line at least every 30 s)."""
+SKIPPED_MEMBERS = ("/.git/", "/vendor/llama.cpp/docs/", "/vendor/llama.cpp/models/",
+                   "/vendor/llama.cpp/media/", "/vendor/llama.cpp/benches/")
+"""Parts of the sdist the build never reads (130 of its 216 MB): not unpacked."""
+
+Progress = Callable[[str], None]
+
+
+def sdist(version: str = VERSION, progress: Progress | None = None) -> Path:
+    """The ``llama-cpp-python`` sdist, downloaded once into the cache: straight from the
+    package index pip is configured with (bytes, percent and rate shown, digest checked),
+    else with ``pip download``."""
     folder = cache_root() / "sdist"
     path = folder / f"llama_cpp_python-{version}.tar.gz"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _text: None)
+    for index in index_urls():
+        try:
+            url, size = _sdist_url(index, path.name)
+        except (OSError, ValueError, KeyError):
+            continue
+        try:
+            _download(url, size, path, SDIST_SHA256.get(version, ""), say)
+            return path
+        except (OSError, ValueError) as exc:
+            say(f"download from {url} failed ({exc}); trying the next source")
+    say(f"no index listed {path.name}; asking pip to download it")
+    with _ticking(say, "pip download"):
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             "-d", str(folder), f"llama-cpp-python=={version}"],
-            check=True, capture_output=True, timeout=600,
+             "-d", str(folder), f"{PROJECT}=={version}"],
+            check=True, capture_output=True, timeout=1800,
         )  # fmt: skip
     return path
 
 
-def llama_cpp_source(version: str = VERSION) -> Path:
-    """The sdist's vendored llama.cpp tree, unpacked once into the build root."""
+def index_urls() -> list[str]:
+    """pip's index and extra indexes (its configuration, then the environment), PyPI last."""
+    found: list[str] = []
+    try:
+        listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                                capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(("index-url", "index_url")):
+            found += value.strip().strip("'\"").split()
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        found += os.environ.get(name, "").split()
+    found.append("https://pypi.org/simple/")
+    return list(dict.fromkeys(u.rstrip("/") + "/" for u in found if u))
+
+
+def _sdist_url(index: str, filename: str) -> tuple[str, int | None]:
+    """URL (and size, when the index says) of ``filename`` on a PEP 503/691 simple index."""
+    page = urllib.parse.urljoin(index, f"{PROJECT}/")
+    request = urllib.request.Request(page, headers={
+        "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        body = resp.read(8 << 20).decode("utf-8", "replace")
+        json_page = "json" in (resp.headers.get("Content-Type") or "")
+    if json_page:
+        for entry in json.loads(body)["files"]:
+            if entry["filename"] == filename:
+                return urllib.parse.urljoin(page, entry["url"]), entry.get("size")
+        raise KeyError(filename)
+    for href in re.findall(r'href="([^"]+)"', body):
+        if urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1] == filename:
+            return urllib.parse.urljoin(page, href.split("#", 1)[0]), None
+    raise KeyError(filename)
+
+
+def _download(url: str, size: int | None, path: Path, sha256: str, say: Progress) -> None:
+    """``url`` to ``path``, saying bytes, percent, rate and elapsed time every few seconds;
+    refused unless its digest is ``sha256`` (when known)."""
+    started = last = time.monotonic()
+    digest = hashlib.sha256()
+    partial = path.with_name(path.name + ".part")
+    with urllib.request.urlopen(url, timeout=60) as resp, partial.open("wb") as out:
+        total = int(resp.headers.get("Content-Length") or size or 0)
+        host = urllib.parse.urlsplit(url).netloc or "a local index"
+        say(f"downloading {path.name} ({_mib(total)}) from {host}")
+        got = 0
+        while chunk := resp.read(1 << 16):
+            out.write(chunk)
+            digest.update(chunk)
+            got += len(chunk)
+            now = time.monotonic()
+            if now - last >= 5 or (total and got >= total):
+                last = now
+                rate = got / max(now - started, 1e-3) / 2**20
+                say(f"  {_bytes_done(got, total)}, {rate:.1f} MiB/s, {now - started:.0f} s")
+    if sha256 and digest.hexdigest() != sha256:
+        partial.unlink()
+        raise ValueError(f"sha256 {digest.hexdigest()} is not the pinned {sha256}")
+    partial.replace(path)
+
+
+def _mib(count: float) -> str:
+    return f"{count / 2**20:.1f} MiB" if count else "size unknown"
+
+
+def _bytes_done(got: int, total: int) -> str:
+    if not total:
+        return _mib(got)
+    return f"{got / 2**20:.1f}/{total / 2**20:.1f} MiB ({100 * got / total:.0f}%)"
+
+
+@contextmanager
+def _ticking(say: Progress, what: str) -> Iterator[None]:
+    """Say ``still <what> (N s)`` every HEARTBEAT_SECONDS until the block ends."""
+    started, stop = time.monotonic(), threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            say(f"  still {what} ({time.monotonic() - started:.0f} s)")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
+def llama_cpp_source(version: str = VERSION, progress: Progress | None = None) -> Path:
+    """The sdist's vendored llama.cpp tree, unpacked once into the build root (without the
+    docs, vocabularies and history the build never reads)."""
     root = build_root(version)
     src = root / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     if not (src / "CMakeLists.txt").exists():
+        archive = sdist(version, progress)
         root.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(sdist(version)) as tar:
-            tar.extractall(root, filter="data")
+        if progress:
+            progress(f"unpacking {archive.name}")
+        with tarfile.open(archive) as tar:
+            wanted = [m for m in tar if not any(s in m.name + "/" for s in SKIPPED_MEMBERS)]
+            tar.extractall(root, members=wanted, filter="data")
     return src
 
 
@@ -106,7 +240,7 @@ def gguf_py(version: str = VERSION) -> Path:
 
 
 def server_binary(version: str = VERSION, log: Path | None = None,
-                  progress: Callable[[str], None] | None = None) -> Path:
+                  progress: Progress | None = None) -> Path:
     """Path of a built ``llama-server``: reused when a previous build finished, otherwise
     configured and built now (minutes on two cores). Concurrent callers wait on a lock
     instead of building twice. Raises :class:`BuildUnavailable` without a toolchain.
@@ -119,14 +253,14 @@ def server_binary(version: str = VERSION, log: Path | None = None,
     why = missing_toolchain()
     if why:
         raise BuildUnavailable(why)
-    src = llama_cpp_source(version)
     root.mkdir(parents=True, exist_ok=True)
     log = log or root / "build.log"
     with (root / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (root / DONE).exists() and binary.exists():
             return binary
-        jobs = str(os.cpu_count() or 2)
+        src = llama_cpp_source(version, progress)
+        jobs = str(build_jobs())
         with log.open("ab") as out:
             for cmd in (
                 ["cmake", "-S", str(src), "-B", str(root / "build"), *CMAKE_FLAGS],
@@ -141,23 +275,63 @@ def server_binary(version: str = VERSION, log: Path | None = None,
     return binary
 
 
+def build_jobs() -> int:
+    """Compilers to run at once: the cores this process may use (a container's or
+    ``taskset``'s share, not the host's)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 2
+
+
+def compiler_cache() -> str:
+    """``ccache`` when installed: llama.cpp's CMake (GGML_CCACHE, on by default) compiles
+    through it, so a rebuild after the cache folder was wiped costs seconds, not minutes."""
+    return "ccache" if shutil.which("ccache") else ""
+
+
 PERCENT = re.compile(rb"^\[\s*(\d+)%\]")
+COMPILING = re.compile(rb"(?:Building \w+ object|Linking \w+ \w+) (\S+)")
 
 
-def _run_logged(cmd: list[str], out: IO[bytes], progress: Callable[[str], None] | None) -> int:
-    """Run ``cmd`` into the log; tell ``progress`` of the step and each new percentage."""
+def _run_logged(cmd: list[str], out: IO[bytes], progress: Progress | None) -> int:
+    """Run ``cmd`` into the log; tell ``progress`` of the step, each new percentage with
+    the time so far, and, when nothing moved for HEARTBEAT_SECONDS, which file it is still
+    on (one big file can hold a percentage for minutes on a busy machine)."""
     if progress is None:
         return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+    started = said = time.monotonic()
     progress(f"{cmd[0]} {cmd[1]}...")
-    seen = ""
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    seen, current = "", ""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
+        stdout = proc.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            for raw in stdout:
+                lines.put(raw)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        while True:
+            try:
+                raw = lines.get(timeout=max(said + HEARTBEAT_SECONDS - time.monotonic(), 0.1))
+            except queue.Empty:
+                said = time.monotonic()
+                where = f" at {seen}%" if seen else ""
+                doing = f", on {current}" if current else ""
+                progress(f"  still working{where} ({said - started:.0f} s{doing})")
+                continue
+            if raw is None:
+                break
             out.write(raw)
+            if step := COMPILING.search(raw):
+                current = Path(step.group(1).decode(errors="replace")).name.removesuffix(".o")
             match = PERCENT.match(raw)
             if match and match.group(1).decode() != seen:
-                seen = match.group(1).decode()
-                progress(f"  {seen}%")
+                seen, said = match.group(1).decode(), time.monotonic()
+                progress(f"  {seen}% ({said - started:.0f} s)")
         return proc.wait()
 
 

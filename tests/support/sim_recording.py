@@ -47,6 +47,8 @@ JOBS: dict[str, str] = {"2": "llama-train", "5": "llama-train"}
 STRAGGLER = "2"
 # A second pod on gpu 1: a shared GPU has one goodput_gpu_pod_info series per pod.
 SHARED: dict[str, tuple[str, str]] = {"1": ("research", "notebook-1")}
+# A GPU two processes share (time-slicing): holders of a shared GPU, by pid.
+SHARED_PROCESSES_GPU = 5
 # What Prometheus adds on scrape; the mixin's default selector is job="gpu-goodput-exporter".
 TARGET = {"job": "gpu-goodput-exporter", "instance": "sim-node:9433"}
 # ... and on a scrape of the engine pods themselves (a PodMonitor of the engines).
@@ -95,7 +97,13 @@ def record(end: float, duration: float = 1800.0, step: float = 15.0,
     t0 = 1000.0
     now = [t0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
-    session = NvmlSession(simulated_node(clock=clock, gpus=8), "simulated")
+    nvml = simulated_node(clock=clock, gpus=8)
+    # GPU 5 (tiny kernels) time-sliced by two processes, 70/30: its holders' series come
+    # from the real path (NVML's per-process samples, the model), by pid (no cgroup source).
+    shared = nvml.gpus[SHARED_PROCESSES_GPU]
+    shared.processes = [*shared.processes, (4125, 2 << 30)]
+    shared.process_load = {shared.processes[0][0]: (0.7, 0.1), 4125: (0.3, 0.0)}
+    session = NvmlSession(nvml, "simulated")
     session.open()
     sources = [NvmlSource(session, clock=clock), GpmSource(session, clock=clock)]
     store = SnapshotStore(node, profiling_order=("gpm",))

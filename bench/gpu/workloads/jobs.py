@@ -3,7 +3,9 @@ measure themselves, so the exporter's straggler and waited share can be checked 
 
 Every rank times each step on its own GPU with CUDA events: ``compute`` (its own GEMMs),
 ``comm`` (its collective or point-to-point calls, waiting included) and, for a rank stalled on
-its host, ``stall`` (host time before its GEMMs). Ranks emit cumulative ``truth`` events every
+its host, ``stall`` (host time before its GEMMs); the collective workloads also measure each
+phase's launch gap (``resident.py``: the GPU reached the phase before the host launched into
+it), which the [split] truth counts as host time. Ranks emit cumulative ``truth`` events every
 ``--truth-every`` seconds; the orchestrator turns them into each rank's waited share::
 
     waited(rank) = (comm(rank) - min over ranks of comm) / wall
@@ -31,6 +33,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
+from bench.gpu.workloads.resident import LaunchGaps, queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -73,6 +76,8 @@ class Timer:
     def __init__(self, torch: Any, rank: int, every: float) -> None:
         self.torch, self.rank, self.every = torch, rank, every
         self.pure: float | None = None
+        self.info: dict[str, Any] = {}
+        """Carried on every truth line (the resident ratios, the transfer timed two ways)."""
         self.reset()
 
     def reset(self) -> None:
@@ -103,7 +108,7 @@ class Timer:
         emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
              **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
              **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
-             **extra)
+             **self.info, **extra)
 
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
@@ -113,25 +118,29 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     flag = torch.zeros(1, device=dev, dtype=torch.float32)
     timer = Timer(torch, rank, args.truth_every)
     step = STEPS[kind](torch, dist, rank, world, args, a, b, timer)
+    flag_gaps = LaunchGaps(timer)
     deadline = time.monotonic() + seconds + 120
 
     def want_stop() -> bool:
+        return finish(local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline)
+
+    def finish(want: bool) -> bool:
         """Every rank stops at the same step; the flag's all-reduce is a collective like
         any other (a rank that finished early waits in it), so its time counts as comm."""
-        want = local_stop.is_set() or stop_event.is_set() or time.monotonic() >= deadline
         flag.fill_(1.0 if want else 0.0)
-        e0 = timer.event()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        e0 = flag_gaps.start()
+        flag_gaps.launch("comm", e0, lambda: dist.all_reduce(flag, op=dist.ReduceOp.MAX))
         e1 = timer.event()
         stop = bool(flag.item() > 0)
         timer.add("comm", e0, e1)
+        flag_gaps.settle()
         return stop
 
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         step()
     want_stop()
     pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
-    timer.pure = pure
+    timer.pure = pure + flag_comm(torch, dist, flag)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:
@@ -160,9 +169,10 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
 def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
               args: argparse.Namespace, device: Any, reps: int = 5, batch: int = 20) -> float:
     """Seconds one step's communication takes when no rank is late: after a barrier, with no
-    compute, ``batch`` operations back to back (as a step issues them, so a small
-    collective's launch cost is paid as in the loop, not once per timing), the median of
-    ``reps``. What the truth subtracts from a rank's comm time to get its waiting."""
+    compute, ``batch`` operations back to back, queued behind a GPU-side sleep so the GPU's
+    own time is timed (issue 46: launched one by one from the host, a small collective timed
+    the host's launch path, ~48 us on H200, several times the GPU's), the median of ``reps``.
+    What the truth subtracts from a rank's comm time to get its waiting."""
     if kind in ("job_pipeline", "job_gpipe"):
         act = torch.ones(args.activation_mib * 2**20 // 2, device=device, dtype=torch.bfloat16)
         # one activation between ranks 0 and 1, timed on both (send on 0, recv on 1); every
@@ -179,6 +189,7 @@ def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        queue_ahead(torch)  # the GPU's own time, not the host's launch rate
         start.record()
         for _ in range(batch):
             op()
@@ -191,6 +202,25 @@ def pure_comm(torch: Any, dist: Any, rank: int, world: int, kind: str,
         dist.broadcast(shared, 1 if world > 1 else 0)
         one = float(shared.item())
     return float(one * per_step)
+
+
+def flag_comm(torch: Any, dist: Any, flag: Any, reps: int = 5, batch: int = 20) -> float:
+    """Seconds the per-step stop flag's all-reduce takes with no rank late (a step's
+    transfer includes it: every rank pays its latency even when nobody waits)."""
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        queue_ahead(torch)
+        start.record()
+        for _ in range(batch):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0 / batch)
+    return float(sorted(times)[len(times) // 2])
 
 
 def p2p_ops(kind: str, rank: int, world: int, microbatches: int) -> int:
@@ -228,6 +258,7 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
     light = args.units * args.gemms
     heavy = round(light * (1.0 + extra))
     steps = [0]
+    gaps = LaunchGaps(timer)
 
     def step() -> None:
         mine = heavy if (steps[0] % world == rank if rotate else last) else light
@@ -236,15 +267,17 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
             t = time.monotonic()
             time.sleep(stall)
             timer.totals["stall"] += time.monotonic() - t
-        e0 = timer.event()
-        _gemms(a, b, mine)
+        e0 = gaps.start()  # the stream is idle: the last step ended with flag.item()
+        gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
+        _gemms(a, b, mine - 1)
         e1 = timer.event()
-        dist.all_reduce(buf)
+        gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
         e2 = timer.event()
         buf.mul_(1.0 / world)
         e2.synchronize()
         timer.add("compute", e0, e1)
         timer.add("comm", e1, e2)
+        gaps.settle()
 
     return step
 
@@ -335,19 +368,23 @@ def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespa
             a: Any, b: Any, timer: Timer) -> Step:
     """--rounds x (GEMMs, then a small all-reduce): balanced, communication-heavy."""
     buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
+    gaps = LaunchGaps(timer)
 
     def step() -> None:
         marks = []
+        e0 = gaps.start()
         for _ in range(max(args.rounds, 1)):
-            e0 = timer.event()
-            _gemms(a, b, args.units * args.gemms)
+            gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
+            _gemms(a, b, args.units * args.gemms - 1)
             e1 = timer.event()
-            dist.all_reduce(buf)
+            gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
             marks.append((e0, e1, timer.event()))
+            e0 = marks[-1][2]
         marks[-1][2].synchronize()
         for e0, e1, e2 in marks:
             timer.add("compute", e0, e1)
             timer.add("comm", e1, e2)
+        gaps.settle()
 
     return step
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from bench.gpu.workloads import diag, jobs, panel, transfer
+from bench.gpu.workloads import diag, jobs, panel, split, transfer
 from bench.gpu.workloads.core import Family, Runner
 
-FAMILIES: tuple[Family, ...] = (panel.FAMILY, diag.FAMILY, transfer.FAMILY, jobs.FAMILY)
+FAMILIES: tuple[Family, ...] = (panel.FAMILY, diag.FAMILY, transfer.FAMILY, jobs.FAMILY,
+                                 split.FAMILY)
 
 
 @dataclass(frozen=True)

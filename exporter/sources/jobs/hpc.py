@@ -10,8 +10,10 @@ Bounded: at most :data:`MAX_FILES` files (the lowest GPU indices, in numeric ord
 :data:`MAX_FILE` bytes and :data:`MAX_JOBS` lines of each; each job id passes the same check
 as the process source's values. A symlink is never followed, a FIFO never opened for
 reading in blocking mode, and every listing and read runs on an abandonable thread bounded
-in time (:mod:`exporter.sources.jobs.reader`). Problems (an unreadable file, a bad id, a
-GPU listing several jobs) are counted once each time they appear, not on every poll.
+in time (:mod:`exporter.sources.jobs.reader`): a file (or listing) whose read is stuck is
+not read again until that read returns, and meanwhile its GPU keeps the job last read from
+it, the others theirs. Problems (an unreadable file, a bad id, a GPU listing several jobs)
+are counted once each time they appear, not on every poll.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ launcher's word, below a Slurm cgroup's."""
 MAX_FILES = 1024
 MAX_FILE = 64 * 1024
 MAX_JOBS = 64
+LIST_TIMEOUT = 10.0
+"""Seconds the listing may take: a directory of 100,000 entries lists in about 0.1 s on an
+idle node, many times that on a loaded one (1 s, the reads' bound, failed 13 of 15 polls)."""
 
 Inventory = Callable[[], tuple[Device, ...]]
 
@@ -83,13 +88,15 @@ class HpcJobMapSource(BlockingSource):
         self._inventory = inventory
         self._fresh = Fresh()
         self._reader = Reader(f"source-{SOURCE}-read")
+        self._known: dict[str, JobIdentity | None] = {}
+        """GPU index -> the job its file said at its last read, kept while a read is stuck."""
 
     async def close(self) -> None:
         self._reader.stop()  # a poll waiting on a stuck read returns now
         await super().close()
 
     def poll_blocking(self) -> SourceResult:
-        listed = self._reader.map(_list, [self._dir])[0]
+        listed = self._reader.map(_list, [self._dir], timeout=LIST_TIMEOUT)[0]
         if not isinstance(listed, tuple):
             return self._failed(listed)
         names, links = listed
@@ -101,42 +108,61 @@ class HpcJobMapSource(BlockingSource):
             names = names[:MAX_FILES]
         by_index: dict[str, JobIdentity] = {}
         paths = [os.path.join(self._dir, name) for name in names]
+        known: dict[str, JobIdentity | None] = {}
         for name, path, outcome in zip(
             names, paths, self._reader.map(read_jobs, paths), strict=True
         ):
-            job = self._job_of(path, outcome, problems)
+            if isinstance(outcome, (ReadTimeout, Unavailable)):  # stuck: its last word stands
+                problems.add(("read_timeout", path))
+                job = self._known.get(name)
+            else:
+                job = self._job_of(path, outcome, problems)
+            known[name] = job
             if job is not None:
                 by_index[name] = job
+        self._known = known
         errors: dict[str, int] = {}
         self._fresh(problems, errors)
-        gpus = {
+        return SourceResult(source=SOURCE, errors=errors,
+                            reading=JobAssignments(HPC.name, self._gpus(by_index)),
+                            stuck_reads=self._reader.stuck())
+
+    def _gpus(self, by_index: dict[str, JobIdentity]) -> dict[str, JobIdentity]:
+        return {
             d.gpu: by_index[index]
             for d in self._inventory()
             if (index := d.gpu.split("-", 1)[0]) in by_index
         }
-        return SourceResult(source=SOURCE, errors=errors, reading=JobAssignments(HPC.name, gpus))
 
     def _failed(self, exc: BaseException) -> SourceResult:
         if isinstance(exc, (ReadTimeout, Unavailable)):
-            reason, why = "read_timeout", "listing did not return in time"
-        elif isinstance(exc, OSError):
+            reason, why = "read_timeout", (
+                f"listing did not return in {LIST_TIMEOUT:.0f} s" if isinstance(exc, ReadTimeout)
+                else "an earlier listing has not returned yet")
+            # what each file said last is still the best word for its GPU
+            last = {name: job for name, job in self._known.items() if job is not None}
+            return SourceResult(
+                source=SOURCE, ok=False, reason=reason,
+                error=f"HPC job-mapping directory {self._dir}: {why}",
+                reading=JobAssignments(HPC.name, self._gpus(last)),
+                stuck_reads=self._reader.stuck(),
+            )
+        if isinstance(exc, OSError):
             reason = "permission_denied" if isinstance(exc, PermissionError) else "dir_missing"
             why = exc.strerror or str(exc)
         else:
             raise exc  # a bug: the scheduler turns it into a failed poll
+        self._known = {}
         return SourceResult(
             source=SOURCE, ok=False, reason=reason,
             error=f"HPC job-mapping directory {self._dir}: {why}",
-            reading=JobAssignments(HPC.name),
+            reading=JobAssignments(HPC.name), stuck_reads=self._reader.stuck(),
         )
 
     def _job_of(
         self, path: str, outcome: object, problems: set[tuple[str, str]]
     ) -> JobIdentity | None:
         if isinstance(outcome, FileNotFoundError):  # removed by an epilog since the listing
-            return None
-        if isinstance(outcome, (ReadTimeout, Unavailable)):
-            problems.add(("read_timeout", path))
             return None
         if isinstance(outcome, OSError):
             problems.add(("permission_denied" if isinstance(outcome, PermissionError)

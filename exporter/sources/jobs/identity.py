@@ -45,8 +45,18 @@ TORCHRUN_PLACEHOLDER = "none"
 """torchrun's default ``--rdzv-id``: every run started without one shares it, so it names
 no job (the process session does instead)."""
 
-_SLURM_DIR = re.compile(r"job_([0-9]{1,20})")
-
+_JOB_DIR = re.compile(r"job_([0-9]{1,20})")
+_STEPD_SCOPE = re.compile(r"(?:[A-Za-z0-9._-]{1,64}_)?slurmstepd\.scope")
+"""cgroup/v2: slurmd puts every step under ``system.slice/slurmstepd.scope`` (with several
+slurmd per host, ``<nodename>_slurmstepd.scope``)."""
+_V1_ROOT = re.compile(r"slurm(?:_[A-Za-z0-9._-]{1,64})?")
+"""cgroup/v1: ``/slurm`` (``/slurm_<nodename>`` with several slurmd) at a hierarchy's root."""
+_V1_UID = re.compile(r"uid_([0-9]{1,10})")
+_STEPD_TITLE = re.compile(r"slurmstepd: \[([0-9]{1,20})\.[A-Za-z0-9_]{1,32}\]")
+"""slurmstepd's process title (``/proc/<pid>/cmdline``): ``slurmstepd: [<job>.<step>]``,
+the step a number, ``batch``, ``extern`` or ``interactive``."""
+_USER_PARTS = re.compile(r"user\.slice|user-[0-9]+\.slice|user@[0-9]+\.service")
+"""What systemd names the cgroups it delegates to a user."""
 
 class BadValue(ValueError):
     """A variable or path component that cannot become a label value; ``reason`` says why."""
@@ -84,39 +94,109 @@ def checked(name: str, raw: bytes) -> str:
     return value
 
 
-def slurm_job_of_cgroup(text: str) -> str | None:
+def slurm_job_of_cgroup(text: str, prefix: str = "") -> str | None:
     """The Slurm job id in a ``/proc/<pid>/cgroup`` (v1: ``4:memory:/slurm/uid_1000/
-    job_42/step_0/task_0``, v2: ``0::/system.slice/slurmstepd.scope/job_42/step_0/...``):
-    a ``job_<digits>`` component below one naming slurm."""
-    return parse_cgroup(text).job
+    job_42/step_0/task_0``, v2: ``0::/system.slice/slurmstepd.scope/job_42/step_0/...``),
+    None unless the path is where slurmd itself puts a job (:func:`parse_cgroup`)."""
+    cgroup = parse_cgroup(text, prefix)
+    return cgroup.job if cgroup.refused is None else None
 
 
 @dataclass(frozen=True, slots=True)
 class Cgroup:
-    """What a process's cgroup says about Slurm: slurmstepd puts every task of a job under
-    ``job_<id>``, and only root (slurmd) can move a process into or out of it."""
+    """What a process's cgroup says about Slurm.
+
+    Only a path where slurmd's own cgroup plugin puts a job is the scheduler's word: on v2
+    ``<prefix>/system.slice/slurmstepd.scope/job_<id>``, on v1 ``<prefix>/slurm/uid_<uid>/
+    job_<id>``, both created by root, which alone can move a process there. Anything else
+    that names slurm (a user's ``slurm-x.scope``, a ``slurm/job_<id>`` made in a subtree
+    systemd delegated to a user) is refused: ``refused`` says why."""
 
     slurm: bool
-    """Some path component names slurm: the process runs under a Slurm daemon."""
+    """The process runs in slurmd's own tree (a job's, or the stepd's scope)."""
     job: str | None
-    """The ``job_<id>`` below it: the scheduler's own word for the process's job."""
+    """The ``job_<id>`` in that tree: the scheduler's own word for the process's job."""
+    uid: int | None = None
+    """cgroup/v1's ``uid_<uid>``: believed only when it is the process's uid."""
+    refused: str | None = None
+    """Why a path naming slurm is not believed; None when none does or it is anchored."""
+    dirs: tuple[tuple[str, str], ...] = ()
+    """(v1 controllers or "" for v2, the job directory's path): its owner must be root
+    where the cgroup file system shows it."""
+
+    def refuse(self, why: str) -> Cgroup:
+        """The same cgroup, believed for nothing."""
+        return Cgroup(False, None, refused=why)
 
 
-def parse_cgroup(text: str) -> Cgroup:
-    """The Slurm part of a ``/proc/<pid>/cgroup``."""
+_NO_SLURM = Cgroup(False, None)
+
+
+def _anchored(controllers: str, path: str, prefix: str) -> tuple[str | None, int | None, bool]:
+    """(job, v1 uid, in slurmd's tree) of one cgroup line's path, anchored at the root
+    (after the site's ``prefix``)."""
+    if prefix:
+        if not path.startswith(prefix + "/"):
+            return None, None, False
+        path = path[len(prefix):]
+    parts = path.split("/")[1:]
+    if controllers == "":  # cgroup v2's unified line
+        if len(parts) >= 2 and parts[0] == "system.slice" and _STEPD_SCOPE.fullmatch(parts[1]):
+            job = _JOB_DIR.fullmatch(parts[2]) if len(parts) > 2 else None
+            return (job.group(1) if job else None), None, True
+        return None, None, False
+    if len(parts) >= 3 and _V1_ROOT.fullmatch(parts[0]):
+        uid, job = _V1_UID.fullmatch(parts[1]), _JOB_DIR.fullmatch(parts[2])
+        if uid and job:
+            return job.group(1), int(uid.group(1)), True
+    return None, None, False
+
+
+def parse_cgroup(text: str, prefix: str = "") -> Cgroup:
+    """The Slurm part of a ``/proc/<pid>/cgroup``, its paths anchored where slurmd's cgroup
+    plugins create them (after the site's ``prefix``, e.g. the path a containerised slurmd
+    lives under); any other path naming slurm is refused, with the reason."""
+    if "slurm" not in text.lower():  # most processes: nothing to anchor or refuse
+        return _NO_SLURM
+    jobs: set[str] = set()
+    uids: set[int] = set()
+    dirs: list[tuple[str, str]] = []
     slurm = False
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        parts = path.split("/")
-        for i, part in enumerate(parts):
-            if "slurm" in part:
-                slurm = True
-                for below in parts[i + 1 :]:
-                    match = _SLURM_DIR.fullmatch(below)
-                    if match:
-                        return Cgroup(True, match.group(1))
-                break
-    return Cgroup(slurm, None)
+    refused: str | None = None
+    for line in text.splitlines()[:64]:
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        controllers, path = fields[1], fields[2]
+        job, uid, inside = _anchored(controllers, path, prefix)
+        if inside:
+            slurm = True
+            if job is not None:
+                jobs.add(job)
+                cut = path.split("/")
+                depth = 4 + (len(prefix.split("/")) - 1 if prefix else 0)
+                dirs.append((controllers, "/".join(cut[:depth])))
+            if uid is not None:
+                uids.add(uid)
+        elif "slurm" in path.lower() and refused is None:
+            parts = path.split("/")
+            refused = (
+                "a slurm-named cgroup in a subtree systemd delegates to a user"
+                if any(_USER_PARTS.fullmatch(p) for p in parts)
+                else "a slurm-named cgroup outside slurmd's own "
+                "(system.slice/slurmstepd.scope/job_<id>, /slurm/uid_<uid>/job_<id>)"
+            )
+    if refused is not None and not slurm:
+        return Cgroup(False, None, refused=refused)
+    if len(jobs) > 1 or len(uids) > 1:
+        return Cgroup(False, None, refused="its cgroups name different Slurm jobs or users")
+    return Cgroup(slurm, next(iter(jobs), None), next(iter(uids), None), dirs=tuple(dirs))
+
+
+def stepd_job(cmdline: bytes) -> str | None:
+    """The job a slurmstepd works for, from its process title; None if it names none."""
+    match = _STEPD_TITLE.match(cmdline.split(b"\0", 1)[0].decode("ascii", "replace"))
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,15 +251,16 @@ def slurm_claim(name: str, value: str) -> str | None:
 
 
 def from_process(
-    variables: Mapping[str, bytes], cgroup: Cgroup | None, stepd: bool = False
+    variables: Mapping[str, bytes], cgroup: Cgroup | None, stepd: str | None = None
 ) -> tuple[JobIdentity | None, list[BadValue], list[Claim]]:
     """The strongest identity the cgroup or the environment names, the values dropped on
     the way and the claims judged (each is counted, none published).
 
     The scheduler's word wins: a Slurm cgroup's job is authoritative, and a variable naming
-    a Slurm job is believed only from a process in a Slurm cgroup, below a slurmstepd
-    (``stepd``), or where no cgroup could be read (``cgroup`` None: believed, counted
-    unverified). A process that claims a Slurm job from outside Slurm is refused whole: no
+    a Slurm job is believed only where Slurm itself vouches for that same job: a process in
+    that job's cgroup, or below a root slurmstepd whose title names that job (``stepd``:
+    its job id), or where no cgroup could be read (``cgroup`` None: believed, counted
+    unverified). A process that claims a Slurm job nothing vouches for is refused whole: no
     variable of its environment is believed, and its process session names its job."""
     values, bad = _values(variables)
     claims: list[Claim] = []
@@ -192,11 +273,15 @@ def from_process(
             continue
         if cgroup is None:
             claims.append(Claim(UNVERIFIED, name, "no cgroup could be read"))
-        elif cgroup.job is not None and job != cgroup.job:
-            claims.append(Claim(REFUSED, name, f"its Slurm cgroup is job {cgroup.job}"))
-            del values[name]
-        elif not cgroup.slurm and not stepd:
-            claims.append(Claim(REFUSED, name, "outside any Slurm cgroup or slurmstepd"))
+        elif cgroup.job is not None:
+            if job != cgroup.job:
+                claims.append(Claim(REFUSED, name, f"its Slurm cgroup is job {cgroup.job}"))
+                del values[name]
+        elif stepd is not None and job != stepd:
+            claims.append(Claim(REFUSED, name, f"its slurmstepd works for job {stepd}"))
+            return None, bad, claims
+        elif stepd is None:
+            claims.append(Claim(REFUSED, name, "outside any Slurm job cgroup or slurmstepd"))
             return None, bad, claims
     for name, value in values.items():
         found.append(VARIABLES[name].identity(value))

@@ -7,11 +7,18 @@ expected blocks its opener until a writer comes. So every read here:
 
 - opens with ``O_NONBLOCK | O_NOFOLLOW`` (a FIFO opens at once, a symlink is refused with
   ``ELOOP``) and checks it got a regular file (``fstat``) before reading a byte;
-- runs on a daemon thread of :class:`Reader`, which waits for each item at most
-  :data:`READ_TIMEOUT` seconds. An item that takes longer is given up: its thread is
+- runs on a daemon thread of :class:`Reader`, which waits for each item at most its
+  timeout (:data:`READ_TIMEOUT`). An item that takes longer is given up: its thread is
   abandoned (it never holds the poll, the scheduler or the interpreter's exit) and the
-  items after it run on a fresh thread. At most :data:`MAX_STUCK` abandoned threads may
-  still be stuck; while that many are, nothing more is read (:class:`Unavailable`).
+  items after it run on a fresh thread.
+
+A stuck read costs only itself. The item's keys (a pid and its GPUs, a file) stay *held*
+while its abandoned thread is still inside the read: an item with a held key is not run
+(:class:`Busy`), so a stuck process or file is never read again before its earlier read
+ends, and one GPU's hung job costs one thread however many processes it has. At most
+:data:`MAX_STUCK` abandoned threads may be stuck at once (a bound on threads and file
+descriptors); at that many, new items wait (:class:`Unavailable`) and the source goes on
+publishing what it already knows.
 """
 
 from __future__ import annotations
@@ -21,15 +28,16 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 READ_TIMEOUT = 1.0
 """Seconds one item (one file, or one process's few small files) may take: a procfs or
 tmpfs read takes microseconds, so anything near this is stuck."""
-MAX_STUCK = 8
-"""Abandoned reader threads that may still be stuck at once (each holds one thread and one
-file descriptor); at this many the source stops reading until one returns."""
+MAX_STUCK = 64
+"""Abandoned reader threads that may still be stuck at once (each holds one thread, about
+64 KiB of stack touched, and one file descriptor). Keys make it one per stuck GPU or file
+in practice; at this many, new items wait until one returns."""
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 _TICK = 0.05
 """Seconds between checks of a running item's age."""
@@ -51,6 +59,10 @@ class ReadTimeout(Exception):
 
 class Unavailable(Exception):
     """The item was not read: the reader is stopping, or too many reads are stuck."""
+
+
+class Busy(Unavailable):
+    """The item was not read: one of its keys is held by an earlier read still stuck."""
 
 
 def read_file(path: str, cap: int) -> tuple[bytes, bool]:
@@ -132,6 +144,10 @@ class _Batch(Generic[T, R]):
         return True
 
 
+Keys = Callable[[T], Sequence[Hashable]]
+_NONE = object()
+
+
 class Reader:
     """Runs blocking reads on abandonable daemon threads, each item bounded in time."""
 
@@ -141,7 +157,8 @@ class Reader:
         self.name = name
         self.timeout = READ_TIMEOUT if timeout is None else timeout
         self.max_stuck = MAX_STUCK if max_stuck is None else max_stuck
-        self._stuck: list[threading.Thread] = []
+        self._stuck: list[tuple[threading.Thread, tuple[Hashable, ...]]] = []
+        self._held: set[Hashable] = set()
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -150,29 +167,71 @@ class Reader:
 
     def stuck(self) -> int:
         """Abandoned threads still inside a read."""
-        self._stuck = [t for t in self._stuck if t.is_alive()]
-        return len(self._stuck)
+        alive = [(t, keys) for t, keys in self._stuck if t.is_alive()]
+        if len(alive) != len(self._stuck):
+            self._stuck = alive
+            self._held = {key for _, keys in alive for key in keys}
+        return len(alive)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R | BaseException]:
+    def held(self, key: Hashable) -> bool:
+        """Whether an earlier read of ``key`` is still stuck (it is not read again until
+        that read ends)."""
+        self.stuck()
+        return key in self._held
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], keys: Keys[T] | None = None,
+        timeout: float | None = None,
+    ) -> list[R | BaseException]:
         """``fn`` of each item, in order: its value, the exception it raised,
-        :class:`ReadTimeout` (given up) or :class:`Unavailable` (not run)."""
+        :class:`ReadTimeout` (given up: its ``keys``, the item itself by default, are held
+        until its thread returns), :class:`Busy` (a key is held) or :class:`Unavailable`
+        (not run: the reader is stopping or too many reads are stuck)."""
+        key_of: Keys[T] = keys if keys is not None else (lambda item: (item,))
+        limit = self.timeout if timeout is None else timeout
         out: list[R | BaseException] = []
         pending = list(items)
         while pending:
-            if self._stop.is_set() or self.stuck() >= self.max_stuck:
+            self.stuck()
+            if self._stop.is_set() or len(self._stuck) >= self.max_stuck:
                 out.extend(Unavailable(self.name) for _ in pending)
                 break
-            batch = _Batch(fn, pending)
+            run: list[T] = []
+            ahead: list[R | BaseException | None] = []
+            for item in pending:  # held items are answered Busy without a thread
+                if self._held and any(k in self._held for k in key_of(item)):
+                    ahead.append(Busy(self.name))
+                else:
+                    ahead.append(None)
+                    run.append(item)
+            if not run:
+                out.extend(a for a in ahead if a is not None)
+                break
+            batch = _Batch(fn, run)
             thread = threading.Thread(target=batch.run, name=self.name, daemon=True)
             thread.start()
-            finished = batch.wait(self.timeout, self._stop)
+            finished = batch.wait(limit, self._stop)
             with batch.lock:
-                out.extend(batch.results)
-                ran = len(batch.results)
+                results = list(batch.results)
+            if not finished:
+                stuck_item = run[len(results)]
+                held = tuple(key_of(stuck_item))
+                self._stuck.append((thread, held))
+                self._held.update(held)
+                results.append(ReadTimeout(self.name) if not self._stop.is_set()
+                               else Unavailable(self.name))
+            done = iter(results)
+            consumed = 0
+            for answer in ahead:
+                if answer is None:
+                    got = next(done, _NONE)
+                    if got is _NONE:
+                        break
+                    out.append(got)  # type: ignore[arg-type]
+                else:
+                    out.append(answer)
+                consumed += 1
             if finished:
                 break
-            self._stuck.append(thread)
-            out.append(ReadTimeout(self.name) if not self._stop.is_set()
-                       else Unavailable(self.name))
-            pending = pending[ran + 1:]
+            pending = pending[consumed:]
         return out

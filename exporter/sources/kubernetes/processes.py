@@ -75,16 +75,22 @@ def resolve(
 
 def usage(found: Sequence[tuple[ProcessInfo, Holder]]) -> tuple[PodUsage, ...]:
     """Processes and memory summed per (gpu, holder); memory None when NVML gave none."""
-    counts: dict[tuple[str, Holder], int] = {}
+    pids: dict[tuple[str, Holder], list[int]] = {}
     memory: dict[tuple[str, Holder], int] = {}
     for process, holder in found:
         key = (process.gpu, holder)
-        counts[key] = counts.get(key, 0) + 1
+        pids.setdefault(key, []).append(process.pid)
         if process.used_memory_bytes is not None:
             memory[key] = memory.get(key, 0) + process.used_memory_bytes
     return tuple(
-        PodUsage(gpu, *holder, processes=n, memory_used_bytes=_float(memory.get((gpu, holder))))
-        for (gpu, holder), n in sorted(counts.items())
+        PodUsage(
+            gpu,
+            *holder,
+            processes=len(held),
+            memory_used_bytes=_float(memory.get((gpu, holder))),
+            pids=tuple(sorted(held)),
+        )
+        for (gpu, holder), held in sorted(pids.items())
     )
 
 

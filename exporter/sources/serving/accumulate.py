@@ -12,20 +12,22 @@ The per-target :class:`Ledger` also bounds what a target may add: at most
 :data:`SERIES_PER_MODEL` tracked engine series per admitted model, and models no reading
 mentioned for ``stale_after`` seconds are forgotten (freeing their place).
 
-A target's first reading (or a restart) counts an engine counter whole. A series that
-appears later on an engine that did not restart (engines create series lazily: per model,
-per LoRA adapter, per finish reason) counts from 0 too, but only up to what the engine's
-own total of that signal (the sum of its series) grew past its highest value so far: the
-*mark*. Tokens a client received are counted once, and an engine that churns model names
-(each new name at the engine's whole count) adds nothing, because its total never passes
-the mark; the part of a first value refused so is counted as ``new_series``. A counter
-going down resets the mark of its signal, as a restart resets every mark.
+A target's first reading, or a new engine process (a start token whose counters do not
+continue the current ones: a restart, another replica behind the URL), counts an engine
+counter whole; each process keeps its own last values, so replicas that alternate behind
+one URL are each counted once. A series that vanishes (a model unloaded, a name that
+changed) is remembered; a series that appears later counts from 0, unless it continues
+a vanished one of the same signal and GPU (at or above its last value): then it is that
+counter under a new name, and only its growth counts. So a renamed or flipping counter
+and a model name churned at the engine's whole count add nothing, while a model loaded
+lazily after another was unloaded counts its new tokens. :class:`Ledger` states the
+invariant; tests/serving/test_ledger_exact.py checks it over random event sequences.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +100,9 @@ class DeltaTracker:
     def last(self, key: Hashable) -> float | None:
         return self._last.get(key)
 
+    def series(self) -> list[Any]:
+        return list(self._last)
+
     def delta(self, key: Hashable, value: float, jitter: float = 0.0) -> float:
         """Growth since the last call; the whole value on first sight or after a reset.
 
@@ -144,25 +149,81 @@ class Step:
     """The start token changed but nothing showed a restart: it added nothing."""
 
 
+MAX_PROCESSES = 8
+"""Engine processes (start tokens) remembered per target: replicas behind one URL, a
+process that restarted, each keeps its own counters' last values."""
+MAX_TOKENS = 4 * MAX_PROCESSES
+"""Start tokens remembered per target (a flapping start time maps many to one process);
+the least recently seen goes first."""
+
+
+class _Process:
+    """What one engine process (one start token, or none) showed: the last value of each
+    counter series, and the series that vanished, for a later one to continue."""
+
+    __slots__ = ("fresh", "tracker", "vanished")
+
+    def __init__(self) -> None:
+        self.tracker = DeltaTracker()
+        self.vanished: dict[SignalKey, float] = {}
+        """Series no longer shown -> their last value (oldest first, bounded)."""
+        self.fresh = True
+        """No reading of it yet: its first counts every counter whole."""
+
+    def vanish(self, key: Any, limit: int) -> None:
+        last = self.tracker.last(key)
+        self.tracker.forget_where(lambda k: k == key)
+        if last is not None:
+            self.vanished.pop(key, None)
+            self.vanished[key] = last
+            while len(self.vanished) > limit:
+                del self.vanished[next(iter(self.vanished))]
+
+
 class Ledger:
-    """One target's counter history and bounds; every method is O(series of the target)."""
+    """One target's counter history and bounds; every method is O(series of the target).
+
+    The invariant (docs/security.md "Every token a client received is counted once"): the
+    total a target adds equals, over every counter series of every engine process behind
+    it, the highest value a scrape saw, counted once. A process is its start token; a new
+    token whose counters continue the current ones is the same process (a flapping start
+    time), one whose counters do not is a new process (a restart, another replica) and
+    counts whole. A series that vanishes is remembered with its last value; a series that
+    appears later counts from 0, unless it continues a vanished one (at or above its last
+    value, same signal and GPU): then it is that counter under a new name and only its
+    growth counts. So a rename, a name that flips back and forth and a model churned at
+    the engine's whole count count once, and a model unloaded then loaded lazily counts
+    its new tokens. What can be missed is bounded by the last unseen interval: tokens
+    served after a counter's last scrape and before it vanished, and a new series whose
+    first value happens to be at or above a vanished one's (what it served before its
+    first scrape, at most that value).
+    """
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self._tracker = DeltaTracker()
+        self._procs: OrderedDict[str, _Process] = OrderedDict()
+        """Start token -> its process (tokens of one flapping process share one)."""
+        self._proc = _Process()
+        self._token: str | None = None
         self._models: dict[str, float] = {}
         """Admitted model label -> when a reading last mentioned it (monotonic)."""
-        self._marks: dict[str, float] = {}
-        """Signal -> the highest total of its series since the first reading or restart."""
         self._last_reading: float | None = None
         self._gap = False
-        self._started = ""
         self.dropped: Counter[str] = Counter(dict.fromkeys(DROP_REASONS, 0))
         """Engine values refused or altered since the target appeared, by reason."""
 
     @property
     def models(self) -> tuple[str, ...]:
         return tuple(self._models)
+
+    @property
+    def _tracker(self) -> DeltaTracker:
+        """The current process's last values."""
+        return self._proc.tracker
+
+    @property
+    def _bound(self) -> int:
+        return SERIES_PER_MODEL * self.limits.max_models
 
     def failed(self) -> None:
         """A scrape failed: the engine may restart unseen before the next reading."""
@@ -210,14 +271,18 @@ class Ledger:
         return out
 
     def expire(self, now: float) -> list[str]:
-        """Forget models no reading mentioned for ``stale_after`` seconds; returns them."""
+        """Forget models no reading mentioned for ``stale_after`` seconds; returns them.
+        Their series are remembered as vanished, so a name churned back in later
+        continues them instead of counting the engine's total again."""
         cutoff = now - self.limits.stale_after
         gone = [m for m, seen in self._models.items() if seen < cutoff]
         for model in gone:
             del self._models[model]
         if gone:
             names = set(gone)
-            self._tracker.forget_where(lambda key: key[1] in names)
+            for proc in {id(p): p for p in (*self._procs.values(), self._proc)}.values():
+                for key in [k for k in proc.tracker.series() if k[1] in names]:
+                    proc.vanish(key, self._bound)
         return gone
 
     def step(
@@ -235,24 +300,27 @@ class Ledger:
         wanted = frozenset(counters)
         jitter = jitter or {}
         keys = [k for k in values if k[0] in wanted]
-        restarted, flapped = self._restart(keys, values, jitter, started)
+        restarted, flapped = self._process(keys, values, jitter, started)
+        proc = self._proc
         elapsed = (
             FIRST_READING_SECONDS
             if self._last_reading is None
             else max(now - self._last_reading, 0.0)
         )
-        whole = self._last_reading is None or restarted
+        whole = proc.fresh
         resets = {k[0] for k in keys if self._fell(k, values[k], jitter.get(k[0], 0.0))}
+        for signal in resets:  # a counter went down: the process restarted unseen
+            for key in [k for k in proc.vanished if k[0] == signal]:
+                del proc.vanished[key]
+        present = set(keys)
+        for key in [k for k in proc.tracker.series() if k not in present]:
+            if key[0] in wanted and key[0] not in rises:
+                proc.vanish(key, self._bound)
         growth: dict[SignalKey, float] = {}
-        lazy: list[SignalKey] = []
-        for key in keys:
-            new = key not in self._tracker
-            raw = self._growth(key, values[key], rises, jitter)
+        for key in sorted(keys, key=lambda k: -values[k]):
+            raw = self._growth(key, values[key], rises, jitter, whole)
             if raw is not None:
                 growth[key] = raw
-                if new and not whole:
-                    lazy.append(key)
-        self._credit(growth, lazy, values, whole, resets)
         deltas: dict[SignalKey, float] = {}
         for key, raw in growth.items():
             allowed = self.limits.ceiling(key[0]) * max(gpus(key), 1) * (elapsed + SLACK_SECONDS)
@@ -260,75 +328,98 @@ class Ledger:
                 self.dropped["implausible"] += 1
                 continue
             deltas[key] = raw
+        proc.fresh = False
         self._last_reading = now
         self._gap = False
         return Step(deltas, restarted, flapped)
 
-    def _restart(
+    def _process(
         self, keys: list[SignalKey], values: Mapping[SignalKey, float],
         jitter: Mapping[str, float], started: str,
     ) -> tuple[bool, bool]:
-        """(restarted, flapped) for a reading with start token ``started``; a restart
-        clears the history so every counter is counted whole."""
+        """Select the process a reading with start token ``started`` comes from:
+        (restarted, flapped). A token seen before is its process (a replica behind the
+        URL comes back); a new one is the current process when its counters continue
+        (a flapping start time) and no scrape failed in between, else a new process."""
         restarted = flapped = False
-        if started and self._started and started != self._started:
-            if self._went_down(keys, values, jitter) or self._gap:
-                restarted = True
-                self._tracker.clear()
-                self._marks.clear()
-            else:
-                flapped = True
-        if started:
-            self._started = started
+        if self._token is None or not started or started == self._token:
+            if self._token is None or (started and not self._procs):
+                self._procs[started] = self._proc
+            self._token = started or self._token
+            return restarted, flapped
+        known = self._procs.get(started)
+        if known is not None:
+            self._proc = known
+            self._procs.move_to_end(started)
+        elif self._token and not self._gap and self._continues(keys, values, jitter):
+            flapped = True
+            self._procs[started] = self._proc
+        else:
+            restarted = True
+            self._proc = self._procs[started] = _Process()
+        self._token = started
+        while len(self._procs) > MAX_TOKENS or (
+            len(set(map(id, self._procs.values()))) > MAX_PROCESSES
+        ):
+            self._procs.popitem(last=False)
         return restarted, flapped
 
+    def _continues(
+        self, keys: list[SignalKey], values: Mapping[SignalKey, float],
+        jitter: Mapping[str, float],
+    ) -> bool:
+        """Whether the current process's counters go on in this reading: one it knows is
+        shown, and none went down."""
+        known = [k for k in keys if k in self._tracker]
+        return bool(known) and not any(
+            self._fell(k, values[k], jitter.get(k[0], 0.0)) for k in known
+        )
+
     def _growth(
-        self, key: SignalKey, value: float, rises: frozenset[str], jitter: Mapping[str, float],
+        self, key: SignalKey, value: float, rises: frozenset[str],
+        jitter: Mapping[str, float], whole: bool,
     ) -> float | None:
-        """Raw growth of one series since its last reading (its value on first sight);
-        None when it is past the series cap and not tracked."""
-        if key not in self._tracker and (
-            len(self._tracker) >= SERIES_PER_MODEL * self.limits.max_models
-        ):
+        """Raw growth of one series since its last reading; for a series first seen, its
+        value, or its growth past the vanished series it continues; None when it is past
+        the series cap and not tracked."""
+        tracker = self._tracker
+        if key not in tracker and len(tracker) >= self._bound:
             self.dropped["max_series"] += 1
             return None
         signal = key[0]
         if signal in rises:
-            return self._tracker.rise(key, value)
-        return self._tracker.delta(key, value, jitter.get(signal, 0.0))
+            return tracker.rise(key, value)
+        if key in tracker or whole:
+            return tracker.delta(key, value, jitter.get(signal, 0.0))
+        base = self._continued(key, value)
+        raw = tracker.delta(key, value, jitter.get(signal, 0.0))
+        if base is None:
+            return raw
+        if base[0] != key:
+            self.dropped["new_series"] += 1
+        return max(value - base[1], 0.0)
 
-    def _credit(
-        self, growth: dict[SignalKey, float], lazy: list[SignalKey],
-        values: Mapping[SignalKey, float], whole: bool, resets: set[str],
-    ) -> None:
-        """Cut the first values of ``lazy`` series (in place) to what their signal's total
-        grew past its mark beyond the growth of the series already known; move the marks."""
-        totals: dict[str, float] = {}
-        known: dict[str, float] = {}
-        for key, raw in growth.items():
-            totals[key[0]] = totals.get(key[0], 0.0) + max(values[key], 0.0)
-            known[key[0]] = known.get(key[0], 0.0) + (0.0 if key in lazy else raw)
-        room = {s: total - self._marks.get(s, 0.0) - known[s] for s, total in totals.items()}
-        for key in sorted(lazy):
-            take = min(growth[key], max(room[key[0]], 0.0))
-            if take < growth[key]:
-                self.dropped["new_series"] += 1
-            growth[key] = take
-            room[key[0]] -= take
-        for signal, total in totals.items():
-            reset = whole or signal in resets
-            self._marks[signal] = total if reset else max(self._marks.get(signal, 0.0), total)
+    def _continued(self, key: SignalKey, value: float) -> tuple[SignalKey, float] | None:
+        """The vanished series of the same signal and GPU that ``key`` continues (the
+        highest last value at or below ``value``), taken out of memory; its own old
+        entry goes in any case (the name is shown again)."""
+        vanished = self._proc.vanished
+        own = vanished.pop(key, None)
+        best: tuple[SignalKey, float] | None = None
+        if own is not None and own <= value:
+            best = (key, own)
+        for other, last in vanished.items():
+            same = other[0] == key[0] and other[2] == key[2]
+            if same and last <= value and (best is None or last > best[1]):
+                best = (other, last)
+        if best is not None and best[0] != key:
+            del vanished[best[0]]
+        return best
 
     def _fell(self, key: SignalKey, value: float, jitter: float) -> bool:
         """Whether a known series went down by more than its rounding jitter."""
         last = self._tracker.last(key)
         return last is not None and value < last - jitter * abs(last)
-
-    def _went_down(
-        self, keys: Iterable[SignalKey], values: Mapping[SignalKey, float],
-        jitter: Mapping[str, float],
-    ) -> bool:
-        return any(self._fell(key, values[key], jitter.get(key[0], 0.0)) for key in keys)
 
 
 ModelKey = tuple[str, str, str]

@@ -43,6 +43,8 @@ class Attribution:
     only these); None for a config target."""
     refused: tuple[str, ...] = ()
     """GPUs the pod claimed (annotation or engine label) that the kubelet did not assign."""
+    pids: tuple[int, ...] = ()
+    """By process: the NVML compute processes that are the engine or its descendants."""
 
 
 NONE = Attribution((), "none")
@@ -87,7 +89,9 @@ def resolve(
     if allowed:
         return Attribution(tuple(sorted(allowed)), "pod", allowed, tuple(refused))
     if pid is not None:
-        matched = sorted({p.gpu for p in processes if descends_from(p.pid, pid)})
+        mine = [p for p in processes if descends_from(p.pid, pid)]
+        matched = sorted({p.gpu for p in mine})
         if matched:
-            return Attribution(tuple(matched), "process", allowed, tuple(refused))
+            pids = tuple(sorted({p.pid for p in mine}))
+            return Attribution(tuple(matched), "process", allowed, tuple(refused), pids)
     return Attribution((), "none", allowed, tuple(refused)) if refused else NONE

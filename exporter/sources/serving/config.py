@@ -122,6 +122,9 @@ class ServingConfig(Section):
     timeout: float = Field(2.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_concurrency: int = Field(8, gt=0)
+    """Scrapes in flight at most. Slots go to the tenant (a pod's namespace; a configured
+    target is its own) that used least of them, and scrapes past half a round hold at
+    most half: a tenant's slow or hung pods cost that tenant's share, not the others'."""
     discover_pods: bool = False
     """Scrape annotated pods on this node (a Kubernetes API watch for the serving
     annotations)."""
@@ -132,8 +135,9 @@ class ServingConfig(Section):
     series, a scrape slot and a parse per interval."""
     max_targets_per_namespace: int = Field(16, gt=0, le=10_000)
     """Discovered pods of one namespace scraped at most; more are dropped and counted
-    (max_targets_per_namespace). Places under max_targets go to namespaces in turn, so one
-    tenant's pods cannot take every place."""
+    (max_targets_per_namespace). Places under max_targets go to namespaces in turn, and the
+    turn rotates every round, so no tenant's pods take every place and no name order keeps
+    a tenant out."""
     max_models_per_target: int = Field(8, gt=0, le=1000)
     """Model label values one target may publish; more are dropped and counted
     (max_models), so an engine that renames its model every scrape cannot grow series."""

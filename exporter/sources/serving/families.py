@@ -122,6 +122,10 @@ def _duration(state: ServingState) -> Iterable[Row]:
     return (((t.target,), t.scrape_seconds) for t in state.targets)
 
 
+def _waits(state: ServingState) -> Iterable[Row]:
+    return (((t.target,), t.wait_seconds) for t in state.targets)
+
+
 def _errors(state: ServingState) -> Iterable[Row]:
     return (((t.target, t.reason), 1.0) for t in state.targets if not t.up)
 
@@ -165,13 +169,26 @@ NODE = NodeFamilies[ServingState](
             unit="seconds",
         ),
         Family(
+            "goodput_serving_scrape_wait_seconds",
+            "gauge",
+            "Time the last scrape of a serving target waited for a scrape slot before it "
+            "started (not part of goodput_serving_scrape_duration_seconds): slots go to "
+            "the tenant (namespace) that used least of them, so a tenant whose pods are "
+            "slow or hung waits, not the others.",
+            _waits,
+            labels=("target",),
+            unit="seconds",
+        ),
+        Family(
             "goodput_serving_target_error_info",
             "gauge",
             "1 while the last scrape of a target failed; reason is timeout, "
             "connection_refused, unauthorized, tls_error, credentials_unreadable, "
             "tls_config_unreadable, http_<status>, body_too_large, bad_encoding, parse_error, "
             "unknown_engine, bad_url, bad_annotation, http_error, slow_share_full (cut at "
-            "half a round: the slots slow scrapes may hold were held) or internal_error.",
+            "half a round: the slots long scrapes may hold were held by tenants that used "
+            "less), preempted (cut so that a tenant that used less of the slots could run) "
+            "or internal_error.",
             _errors,
             labels=("target", "reason"),
         ),
@@ -212,10 +229,13 @@ NODE = NodeFamilies[ServingState](
         Family(
             "goodput_serving_scrapes_limited_total",
             "counter",
-            "Scrapes the scrape pool held back so that no set of targets holds all of it, by "
-            "reason: slow_share_full (cut at half a round: the slots slow scrapes may hold, "
-            "half of serving.max_concurrency, were held by other slow targets) or "
-            "namespace_share_full (waited: the pods of its namespace held half the slots).",
+            "Serving scrapes delayed or dropped by a limit, by reason: slow_share_full (cut "
+            "at half a round: the slots long scrapes may hold, half of "
+            "serving.max_concurrency, were held by tenants that used less), preempted (a "
+            "long scrape cut so that a tenant that used less of the slots could run), "
+            "queued (still waiting for a slot when its next round came: the target missed "
+            "a round) or max_targets (a discovered target not scraped this round: its "
+            "place under serving.max_targets went to another namespace in turn).",
             lambda state: (((reason,), float(n)) for reason, n in state.scrapes_limited),
             labels=("reason",),
         ),

@@ -24,6 +24,8 @@ class Outcome:
     error: str = ""
     request: Request = PLAIN
     """The credentials this scrape used, for follow-up requests to the same engine."""
+    waited: float = 0.0
+    """Seconds it waited for a scrape slot before it started (exporter/sources/serving/pool.py)."""
 
     @property
     def ok(self) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from asyncio import FIRST_COMPLETED
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,13 @@ from exporter.sources.serving.attribution import NONE, Attribution, PodGpus, res
 from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import PodWatcher
 from exporter.sources.serving.fetch import MODELS_MAX_BYTES, models_id
-from exporter.sources.serving.pool import CUT_REASON, LIMITED_REASONS, ScrapePool
+from exporter.sources.serving.pool import (
+    CUT_REASON,
+    LIMITED_REASONS,
+    PREEMPTED_REASON,
+    RESTING_REASON,
+    ScrapePool,
+)
 from exporter.sources.serving.scrape import Outcome, scrape
 from exporter.sources.serving.state import TargetState
 from exporter.sources.serving.targets import Target, TargetProvider, TargetSet, static_targets
@@ -56,6 +63,8 @@ log = structlog.get_logger("serving")
 PID_REFRESH_SECONDS = 60.0
 WAIT_FLOOR = 1.0
 """A round waits at least this long (capped by the timeout) for targets not known slow."""
+ROUND_RECHECK = 0.05
+"""How often a round waiting for scrapes looks again at which tenants are queued."""
 TIMEOUT_MARGIN = 0.1
 """A scrape's own timeout fires this much before a round stops waiting for it."""
 
@@ -103,12 +112,14 @@ class ServingSource(Source):
         self._limits = Limits.of(config)
         for state in self._states.values():
             state.ledger.limits = self._limits
+        if self._pool is not None:
+            self._pool.grace = self._wait_budget()
 
     async def start(self) -> None:
         if self._discovery is not None and not self._discovery.started:
             self._discovery.start()
         if self._pool is None:
-            self._pool = ScrapePool(self._config.max_concurrency)
+            self._pool = ScrapePool(self._config.max_concurrency, grace=self._wait_budget())
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._config.max_concurrency),
@@ -129,28 +140,45 @@ class ServingSource(Source):
 
     async def poll(self) -> SourceResult:
         await self.start()
-        targets = self._sync(self._targets())
+        assert self._pool is not None
+        self._pool.overdue()  # scrapes still waiting for a slot missed this round
+        targets = self._sync(self._targets(), self._resting())
         states = [self._states[t.key] for t in targets]
+        # A scrape that ended since the last round is taken now and the next one starts
+        # at once: a target whose scrape outlasts a round is scraped every round, not
+        # every other one.
+        ended: dict[str, Outcome] = {}
         for state in states:
+            if state.task is not None and state.task.done():
+                outcome = self._finished(state)
+                if outcome is not None:
+                    ended[state.target.key] = outcome
             if state.task is None:
                 state.task = asyncio.create_task(self._scrape(state))
         # Wait for this round's scrapes, never for a target already known to be slow: a
         # hung engine holds its own slot, not the others' publish (docs/serving.md "Trust").
-        waited = {s.task for s in states if s.task is not None and not s.slow}
-        if waited:
-            await asyncio.wait(waited, timeout=self._wait_budget())
+        await self._wait_round([s for s in states if s.task is not None and not s.slow])
         now = self._clock()
         gauges: Gauges = {}
         statuses: list[TargetStatus] = []
         errors: Counter[str] = Counter()
         inventory = tuple(self._inventory())
+        scraped = {t.key for t in targets}
         for state in states:
+            outcomes = [ended[k]] if (k := state.target.key) in ended else []
             outcome = self._finished(state)
             if outcome is not None:
-                state.status = await self._take(state, outcome, inventory, gauges, now)
+                outcomes.append(outcome)
+            for i, outcome in enumerate(outcomes):
+                # gauges from the latest reading only; counters from every one
+                into = gauges if i == len(outcomes) - 1 else {}
+                state.status = await self._take(state, outcome, inventory, into, now)
                 if not outcome.ok:
                     errors[outcome.reason] += 1
             if state.status is not None:
+                statuses.append(state.status)
+        for key, state in self._states.items():  # resting under max_targets: last status
+            if key not in scraped and state.status is not None:
                 statuses.append(state.status)
         for state in self._states.values():
             state.ledger.expire(now)
@@ -158,6 +186,33 @@ class ServingSource(Source):
         return SourceResult(
             source=self.name, errors=dict(errors), reading=self._reading(gauges, statuses)
         )
+
+    async def _wait_round(self, states: list[TargetState]) -> None:
+        """Wait for these targets' scrapes, at most the wait budget, and never for the
+        scrapes of a tenant that has scrapes queued for a slot: that tenant is served at
+        its fair share, and waiting for it would hold the others' publish."""
+        assert self._pool is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_budget()
+        pending = {s.task: _tenant(s.target) for s in states if s.task is not None}
+        while pending:
+            wanted = {t for t, tenant in pending.items() if not self._pool.backlogged(tenant)}
+            remaining = deadline - loop.time()
+            if not wanted or remaining <= 0:
+                return
+            done, _ = await asyncio.wait(
+                wanted, timeout=min(remaining, ROUND_RECHECK), return_when=FIRST_COMPLETED
+            )
+            for task in done:
+                del pending[task]
+
+    def _resting(self) -> tuple[Target, ...]:
+        """Discovered targets left out of this round for lack of a place under
+        max_targets (they get one in turn): kept, not forgotten, and counted."""
+        resting = tuple(getattr(self._targets, "resting", ()))
+        if resting and self._pool is not None:
+            self._pool.limited[RESTING_REASON] += len(resting)
+        return resting
 
     @property
     def scrapes_limited(self) -> tuple[tuple[str, int], ...]:
@@ -210,7 +265,7 @@ class ServingSource(Source):
 
     async def _scrape(self, state: TargetState) -> Outcome:
         """One target's scrape (and its /v1/models look-up), in a task of its own, in a
-        slot of the pool: a slow one in the slow share only (exporter/sources/serving/pool.py)."""
+        slot the pool grants by fair queueing (exporter/sources/serving/pool.py)."""
         session, pool, target = self._session, self._pool, state.target
         assert session is not None and pool is not None
         overrun = self._wait_budget() / 2
@@ -224,10 +279,12 @@ class ServingSource(Source):
 
         return await pool.run(
             run,
-            slow=state.slow_scrape,
+            key=target.key,
+            tenant=_tenant(target),
+            long=state.slow_scrape,
             overrun=overrun,
-            owner=target.namespace if target.pod else "",
-            cut=lambda error: Outcome(target, overrun, None, CUT_REASON, error),
+            cut=lambda reason, error: Outcome(target, overrun, None, reason, error),
+            down=state.status is None or not state.status.up,
         )
 
     def _finished(self, state: TargetState) -> Outcome | None:
@@ -247,18 +304,25 @@ class ServingSource(Source):
             outcome = Outcome(state.target, 0.0, None, "internal_error", f"{type(exc).__name__}")
         else:
             outcome = task.result()
-        state.slow = outcome.duration > self._wait_budget() / 2
-        state.slow_scrape = state.slow or outcome.reason == CUT_REASON
+        # The round waits for what it took in all (a wait for a slot included); the next
+        # scrape asks for a long place by how long it held its slot.
+        half = self._wait_budget() / 2
+        held_long = outcome.duration > half or outcome.reason in (CUT_REASON, PREEMPTED_REASON)
+        state.slow = held_long or outcome.duration + outcome.waited > half
+        state.slow_scrape = held_long
         return outcome
 
-    def _sync(self, targets: Sequence[Target]) -> list[Target]:
+    def _sync(self, targets: Sequence[Target], resting: Sequence[Target] = ()) -> list[Target]:
         """Bring the per-target states in line with ``targets``: one new state per new
         key, the same state for a target re-listed (reload), and a removed target's state
-        and series dropped at once. Two spellings of one key are scraped once."""
+        and series dropped at once. Two spellings of one key are scraped once. A target
+        ``resting`` (waiting its turn under max_targets) keeps its state, so its counts
+        carry on when its turn comes."""
         current: dict[str, Target] = {}
         for target in targets:
             current.setdefault(target.key, target)
-        for key in [k for k in self._states if k not in current]:
+        kept = {t.key for t in resting}
+        for key in [k for k in self._states if k not in current and k not in kept]:
             self._forget(key)
         for key, target in current.items():
             state = self._states.get(key)
@@ -273,6 +337,8 @@ class ServingSource(Source):
         state = self._states.pop(key, None)
         if state is not None and state.task is not None:
             state.task.cancel()
+        if state is not None and self._pool is not None:
+            self._pool.forget(key, _tenant(state.target))
         self._accounts.published.release(key)
 
     # model names ----------------------------------------------------------------------------
@@ -399,9 +465,13 @@ class ServingSource(Source):
             model=model,
             reason=outcome.reason,
             scrape_seconds=outcome.duration,
+            wait_seconds=outcome.waited,
             gpus=att.gpus,
             via=att.via,
             dropped=tuple((r, float(n)) for r, n in sorted(state.ledger.dropped.items())),
+            namespace=target.namespace,
+            pod=target.pod,
+            pids=att.pids,
         )
 
     @staticmethod
@@ -428,6 +498,12 @@ class ServingSource(Source):
                 reason=outcome.reason,
                 error=urls.scrub(outcome.error, target.url),
             )
+
+
+def _tenant(target: Target) -> str:
+    """Whose share of the scrape slots a target draws on: a discovered pod its
+    namespace's, a configured target its own."""
+    return f"namespace:{target.namespace}" if target.pod else f"target:{target.key}"
 
 
 def _why_none(target: Target, pid: int | None, processes: Sequence[ProcessInfo]) -> str:

@@ -22,8 +22,6 @@ log = structlog.get_logger("serving")
 DROPPED_REASONS = ("bad_pod", "duplicate", "max_targets", "max_targets_per_namespace")
 """Why discovered targets are not scraped (``goodput_serving_targets_dropped``)."""
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
-
 
 @dataclass(frozen=True)
 class Target:
@@ -82,7 +80,7 @@ class Target:
     @property
     def is_local(self) -> bool:
         """Whether the engine listens on this host, so /proc can find its process."""
-        return (urlsplit(self.url).hostname or "") in LOOPBACK_HOSTS
+        return aliases.canonical(urlsplit(self.url).hostname or "") == aliases.LOOPBACK
 
 
 def static_targets(config: ServingConfig) -> list[Target]:
@@ -144,7 +142,10 @@ class TargetSet:
     (after normalisation), pass ``per_namespace`` in their namespace or ``max_targets`` in
     all are left out and counted in :attr:`dropped`; the places left under ``max_targets``
     go to the namespaces in turn (one pod each, round after round), so no tenant's pods
-    take them all. Static targets are never over the cap (config validation).
+    take them all, and the turn rotates from read to read: the first namespace left out
+    is the first served next time, so no name order keeps a tenant out (the targets
+    waiting their turn are :attr:`resting`). Static targets are never over the cap
+    (config validation).
     """
 
     def __init__(
@@ -159,6 +160,11 @@ class TargetSet:
         self._rejected = 0
         self.dropped: Counter[str] = Counter(dict.fromkeys(DROPPED_REASONS, 0))
         """Targets left out of the last read, by reason (a gauge, not a total)."""
+        self._turn = ""
+        """The namespace whose turn is first at the next read (the places rotate)."""
+        self.resting: tuple[Target, ...] = ()
+        """Discovered targets left out of the last read under max_targets only: their
+        turn comes, so the source keeps what it knows of them (at most max_targets)."""
 
     def set_discovered(self, targets: Iterable[Target]) -> None:
         with self._lock:
@@ -196,8 +202,11 @@ class TargetSet:
                 dropped["max_targets_per_namespace"] += 1
             else:
                 queue.append(target)
-        taken = _in_turn(queues, cap - len(out))
-        dropped["max_targets"] += sum(map(len, queues.values())) - len(taken)
+        taken, self._turn = _in_turn(queues, cap - len(out), self._turn)
+        chosen = {t.key for t in taken}
+        resting = [t for q in queues.values() for t in q if t.key not in chosen]
+        dropped["max_targets"] += len(resting)
+        self.resting = tuple(resting[: max(cap, 0)])
         out += taken
         self._log(
             "over_cap",
@@ -213,16 +222,27 @@ class TargetSet:
         return out
 
 
-def _in_turn(queues: dict[str, list[Target]], room: int) -> list[Target]:
-    """Up to ``room`` targets, one of each namespace in turn (namespaces in name order)."""
+def _in_turn(
+    queues: dict[str, list[Target]], room: int, first: str = ""
+) -> tuple[list[Target], str]:
+    """Up to ``room`` targets, one of each namespace in turn, starting at namespace
+    ``first`` (in name order, wrapping round); returns them and the namespace to start at
+    next time: the first one this read had no place for. So the places rotate, and no
+    name order keeps a tenant out for more than a few reads."""
+    names = sorted(queues)
+    start = next((i for i, name in enumerate(names) if name >= first), 0)
+    order = names[start:] + names[:start]
     taken: list[Target] = []
     depth = 0
-    while len(taken) < room and any(len(q) > depth for q in queues.values()):
-        for name in sorted(queues):
-            if len(taken) < room and len(queues[name]) > depth:
-                taken.append(queues[name][depth])
+    while any(len(q) > depth for q in queues.values()):
+        for name in order:
+            if len(queues[name]) <= depth:
+                continue
+            if len(taken) >= room:
+                return taken, name
+            taken.append(queues[name][depth])
         depth += 1
-    return taken
+    return taken, ""
 
 
 TargetProvider = Callable[[], list[Target]]
