@@ -3,6 +3,7 @@
     python -m mixin                       # rewrite alerts/*.rules.yml and dashboards/*.json
     python -m mixin --check               # fail when a committed file differs
     python -m mixin --config my.yaml --out build/   # your overrides, written elsewhere
+    python -m mixin --shards 2 --out build/          # vmalert/shard-<i>.rules.yml, global
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from mixin.config import load
 from mixin.render import ROOT, render
+from mixin.shards import shard_files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +25,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="YAML deep-merged over mixin/config.yaml (repeatable)")
     parser.add_argument("--out", type=Path, default=ROOT,
                         help="root to write alerts/ and dashboards/ under (default: the repo)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="write vmalert/shard-<i>.rules.yml for N scraping shards and "
+                             "vmalert/global.rules.yml instead (docs/scaling.md)")
+    parser.add_argument("--shard-label", default="shard",
+                        help="the label each vmagent member adds (-remoteWrite.label)")
     args = parser.parse_args(argv)
-    files = render(load(*args.config))
+    cfg = load(*args.config)
+    files = shard_files(cfg, args.shards, args.shard_label) if args.shards else render(cfg)
     stale = []
     for rel, text in files.items():
         path = args.out / rel

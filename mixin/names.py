@@ -21,6 +21,7 @@ GPU_TOKENS_PER_SM = "goodput:gpu_tokens_per_sm_second:ratio_rate5m"
 GPU_THROTTLED = "goodput:gpu_throttled:ratio_rate5m"
 GPU_POWER_BRAKE = "goodput:gpu_power_brake:ratio_rate5m"
 GPU_XID = "goodput:gpu_xid_errors:increase10m"
+GPU_ECC = "goodput:gpu_ecc_uncorrected_errors:increase10m"
 # Holders of shared GPUs (pods or processes), one series per holder (for the fleet board).
 GPU_HOLDER_KERNEL = "goodput:gpu_holder_kernel_time:ratio_rate5m"
 GPU_HOLDER_UNPRODUCTIVE = "goodput:gpu_holder_busy_unproductive:max"
@@ -33,7 +34,19 @@ NODE_JOB_GPU_SECONDS = "goodput:node_job_gpu_seconds:rate5m"
 NODE_JOB_TOKENS = "goodput:node_job_tokens:rate5m"
 MODEL_TTFT_BUCKET = "goodput:model_ttft_seconds_bucket:rate5m"
 
-# Fleet-wide (goodput.global.fleet).
+# Per node and namespace / model, pre-aggregated on every shard (goodput.shard.namespace): the
+# global level sums these, a few series per node, rather than joining every GPU to its pods.
+NODE_NS_UTILIZATION = "goodput:node_namespace_profiled_utilization:sum_rate5m"
+NODE_NS_PROFILED_GPUS = "goodput:node_namespace_profiled_gpus:count"
+NODE_NS_SM_ACTIVE = "goodput:node_namespace_sm_active_seconds:sum_rate5m"
+NODE_NS_PROFILED = "goodput:node_namespace_profiled:sum_rate5m"
+NODE_NS_POWER = "goodput:node_namespace_power:watts_rate5m"
+NODE_NS_GPUS = "goodput:node_namespace_gpus:count"
+NODE_MODEL_POWER = "goodput:node_model_power:watts_rate5m"
+NODE_MODEL_GPUS = "goodput:node_model_gpus:count"
+
+# Fleet-wide (goodput.global.fleet; the per-node sums of tokens and allocated-idle GPUs are
+# recorded on the shards).
 PRICE = "goodput:gpu_hour_price_dollars"
 NAMESPACE_HOLLOW = "goodput:namespace_hollow_utilization:ratio_avg_rate5m"
 NAMESPACE_TOKENS = "goodput:namespace_tokens:rate5m"

@@ -66,6 +66,16 @@ class PromQL:
         return (f"(\n  increase({sel}[{window}])\n    and {sel} offset {window}\n"
                 f"  or {sel} - min_over_time({sel}[{window}])\n)")
 
+    def live(self, expr: str) -> str:
+        """``expr`` only for nodes an exporter answers for now (its build info scraped at
+        the last scrape): a dead exporter's figures go at the next evaluation, on every
+        engine. Without it a rate() keeps its last 5 minutes' samples (Prometheus fades it
+        over the window; VictoriaMetrics holds it at full value longer, and each chained
+        rule adds an evaluation). An old and a new exporter pod of a node keep it alive
+        alike."""
+        build = self.s("goodput_exporter_build_info")
+        return f"{expr.rstrip()}\n  and on ({self.node_key}) {build}\n"
+
     def per_gpu(self, op: str, expr: str, *extra: str) -> str:
         """``op by (<gpu_by>, extra...) (expr)``: one series per GPU (and extra labels),
         whichever exporter pod (instance) reported it."""

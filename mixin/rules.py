@@ -64,10 +64,14 @@ class RuleCtx:
     """What the rule builders share: the configuration, its PromQL helpers and the label sets
     the aggregations keep."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, shard_label: str = "", shard: int = 0) -> None:
         self.cfg = cfg
         self.q = PromQL(cfg)
         self.namespace = cfg.labels.namespace
+        # Sharded rule files (mixin/shards.py): the engines' series, which the selector does
+        # not match, are read from the shard's own scrapes only.
+        self.engine_by = f", {shard_label}" if shard_label else ""
+        self.engine_matchers = f', {shard_label}="{shard}"' if shard_label else ""
         # Per cluster and namespace / per node and namespace / per cluster and model.
         self.by_cluster_ns = f"{self.q.target}, {self.namespace}"
         self.by_node_ns = f"{self.q.node_by}, {self.namespace}"
@@ -157,6 +161,21 @@ def _xid(c: RuleCtx) -> str:
     return "label_replace(" * len(XID_CLASSES) + "\n" + counted + classes + "\n"
 
 
+def _ecc(c: RuleCtx) -> str:
+    """Uncorrectable ECC errors per GPU in the window, only GPUs that had any: the guarded
+    increase (PromQL.increase) computed once a minute here, not twice inside the alert's
+    pod join at every alert evaluation (46 % of every sample the rules touched,
+    docs/scaling.md). Not gated on a live exporter: an error the node reported before it
+    died still pages."""
+    rose = c.q.increase("goodput_gpu_ecc_errors_total", c.cfg.windows.ecc, 'type="uncorrected"')
+    return c.q.per_gpu("sum", rose, "type") + " > 0\n"
+
+
+def live(build: Builder) -> Builder:
+    """``build``'s rule, only for nodes whose exporter answers now (PromQL.live)."""
+    return lambda c: c.q.live(build(c))
+
+
 def _holder(c: RuleCtx) -> tuple[str, ...]:
     """The labels naming a holder of a shared GPU: its pod's, or its process id."""
     lb = c.cfg.labels
@@ -164,23 +183,24 @@ def _holder(c: RuleCtx) -> tuple[str, ...]:
 
 
 GPU_RULES: list[tuple[str, Builder]] = [
-    (N.GPU_UTILIZATION, lambda c: c.counter("goodput_gpu_utilization_seconds_total")),
-    (N.GPU_PROFILED, lambda c: c.counter("goodput_gpu_profiled_seconds_total")),
-    (N.GPU_SM_ACTIVE, lambda c: c.counter("goodput_gpu_sm_active_seconds_total")),
-    (N.GPU_HOLLOW, _hollow),
-    (N.GPU_POWER, lambda c: c.counter("goodput_gpu_energy_joules_total")),
-    (N.GPU_TOKENS, lambda c: c.counter("goodput_gpu_tokens_total", "model", "engine")),
+    (N.GPU_UTILIZATION, live(lambda c: c.counter("goodput_gpu_utilization_seconds_total"))),
+    (N.GPU_PROFILED, live(lambda c: c.counter("goodput_gpu_profiled_seconds_total"))),
+    (N.GPU_SM_ACTIVE, live(lambda c: c.counter("goodput_gpu_sm_active_seconds_total"))),
+    (N.GPU_HOLLOW, live(_hollow)),
+    (N.GPU_POWER, live(lambda c: c.counter("goodput_gpu_energy_joules_total"))),
+    (N.GPU_TOKENS, live(lambda c: c.counter("goodput_gpu_tokens_total", "model", "engine"))),
     (N.GPU_MODEL_INFO, _model_info),
-    (N.GPU_REGIME, _regime),
+    (N.GPU_REGIME, live(_regime)),
     (N.GPU_TOKENS_PER_SM, _tokens_per_sm),
-    (N.GPU_THROTTLED, lambda c: c.counter(
+    (N.GPU_THROTTLED, live(lambda c: c.counter(
         "goodput_gpu_clock_event_seconds_total",
-        matchers='reason=~"sw_thermal_slowdown|hw_thermal_slowdown"')),
-    (N.GPU_POWER_BRAKE, lambda c: c.counter(
-        "goodput_gpu_clock_event_seconds_total", matchers='reason="hw_power_brake_slowdown"')),
+        matchers='reason=~"sw_thermal_slowdown|hw_thermal_slowdown"'))),
+    (N.GPU_POWER_BRAKE, live(lambda c: c.counter(
+        "goodput_gpu_clock_event_seconds_total", matchers='reason="hw_power_brake_slowdown"'))),
     (N.GPU_XID, _xid),
-    (N.GPU_HOLDER_KERNEL, lambda c: c.counter("goodput_gpu_holder_kernel_seconds_total",
-                                              *_holder(c))),
+    (N.GPU_ECC, _ecc),
+    (N.GPU_HOLDER_KERNEL, live(lambda c: c.counter("goodput_gpu_holder_kernel_seconds_total",
+                                                   *_holder(c)))),
     (N.GPU_HOLDER_UNPRODUCTIVE, lambda c: c.q.per_gpu(
         "max", c.q.s("goodput_gpu_holder_busy_unproductive"), *_holder(c), "reason")),
 ]
@@ -211,8 +231,9 @@ def _ttft(c: RuleCtx) -> str:
     instead of every pod's buckets (7 s at 8,000 GPUs, docs/benchmarks.md). Engine pods sit on
     the shard that scrapes them, so a shard records its part; a sum by the same labels on the
     global level adds the shards up (buckets of one `le` add, so the quantile stays exact)."""
-    return (f"sum by ({c.cfg.labels.cluster}, {c.namespace}, model_name, le) (\n"
-            f'  rate({{__name__=~"{TTFT_BUCKETS}"}}[{c.cfg.windows.rate}])\n)\n')
+    return (f"sum by ({c.cfg.labels.cluster}{c.engine_by}, {c.namespace}, model_name, le) (\n"
+            f'  rate({{__name__=~"{TTFT_BUCKETS}"{c.engine_matchers}}}[{c.cfg.windows.rate}])'
+            "\n)\n")
 
 
 JOB_SECONDS = "goodput_gpu_job_seconds_total"
@@ -254,44 +275,36 @@ def _node_job_tokens(c: RuleCtx) -> str:
 
 NODE_RULES: list[tuple[str, Builder]] = [
     (N.EXPORTER_NODE, _exporter_node),
-    (N.REGIME_GPUS, _regime_gpus),
-    (N.JOB_GPU_WAITING, _job_gpu_waiting),
-    (N.NODE_JOB_GPU_SECONDS, _node_job_seconds),
-    (N.NODE_JOB_TOKENS, _node_job_tokens),
+    (N.REGIME_GPUS, live(_regime_gpus)),
+    (N.JOB_GPU_WAITING, live(_job_gpu_waiting)),
+    (N.NODE_JOB_GPU_SECONDS, live(_node_job_seconds)),
+    (N.NODE_JOB_TOKENS, live(_node_job_tokens)),
 ]
 SERVING_RULES: list[tuple[str, Builder]] = [(N.MODEL_TTFT_BUCKET, _ttft)]
 
 
-# --- goodput.global.fleet: namespaces (a GPU shared by two namespaces counts for both) ---
+# --- goodput.shard.namespace: per node and namespace / model, summed on the global level --
+# A GPU shared by two namespaces counts for both. Every shard sums its own nodes' GPUs once
+# per namespace and model, so the global level adds a few series per node rather than
+# joining every GPU of the fleet to its pods (docs/scaling.md).
 
-def _ns_hollow(c: RuleCtx) -> str:
-    """Kernel time minus SM-active time over the namespace's profiled GPUs."""
-    by, gpu_key = c.by_cluster_ns, c.q.gpu_key
-    util, prof, sm = c.rec(N.GPU_UTILIZATION), c.rec(N.GPU_PROFILED), c.rec(N.GPU_SM_ACTIVE)
-    return ("clamp_min(\n"
-            f"  sum by ({by}) (\n{c.in_ns(f'{util} and on ({gpu_key}) ({prof} > 0)')}\n)\n"
-            f"  / count by ({by}) (\n{c.in_ns(f'{prof} > 0')}\n)\n"
-            f"  - sum by ({by}) (\n{c.in_ns(sm)}\n)\n"
-            f"  / (sum by ({by}) (\n{c.in_ns(prof)}\n) > 0),\n"
-            "  0\n)\n")
+def _node_ns_utilization(c: RuleCtx) -> str:
+    """Kernel time of the namespace's profiled GPUs (the hollow ratio's first term)."""
+    util, prof = c.rec(N.GPU_UTILIZATION), c.rec(N.GPU_PROFILED)
+    return (f"sum by ({c.by_node_ns}) (\n"
+            f"{c.in_ns(f'{util} and on ({c.q.gpu_key}) ({prof} > 0)')}\n)\n")
+
+
+def _node_ns_sum(record: str, only_profiled: bool = False, op: str = "sum") -> Builder:
+    def build(c: RuleCtx) -> str:
+        expr = f"{c.rec(record)} > 0" if only_profiled else c.rec(record)
+        return f"{op} by ({c.by_node_ns}) (\n{c.in_ns(expr)}\n)\n"
+    return build
 
 
 def _ns_tokens(c: RuleCtx) -> str:
     per_gpu = f"sum by ({c.q.gpu_by}) ({c.rec(N.GPU_TOKENS)})"
     return f"sum by ({c.by_node_ns}) (\n{c.in_ns(per_gpu)}\n)\n"
-
-
-def _ns_tokens_per_joule(c: RuleCtx) -> str:
-    by = c.by_cluster_ns
-    return (f"sum by ({by}) ({c.rec(N.NAMESPACE_TOKENS)})\n"
-            f"  / (sum by ({by}) (\n{c.in_ns(c.rec(N.GPU_POWER))}\n) > 0)\n")
-
-
-def _ns_cost(c: RuleCtx) -> str:
-    by = c.by_cluster_ns
-    return (f"count by ({by}) (\n{c.in_ns(c.rec(N.GPU_UTILIZATION))}\n)\n"
-            f"  * {c.price()} / 3600 * 1e6\n"
-            f"  / (sum by ({by}) ({c.rec(N.NAMESPACE_TOKENS)}) > 0)\n")
 
 
 def _ns_allocated_idle(c: RuleCtx) -> str:
@@ -301,36 +314,87 @@ def _ns_allocated_idle(c: RuleCtx) -> str:
     return f"sum by ({c.by_node_ns}) (\n{c.in_ns(idle)}\n)\n"
 
 
+def _node_model_power(c: RuleCtx) -> str:
+    return f"sum by ({c.q.node_by}, model) (\n  {c.per_model(c.rec(N.GPU_POWER))}\n)\n"
+
+
+def _node_model_gpus(c: RuleCtx) -> str:
+    return (f"count by ({c.q.node_by}, model) "
+            f"(group by ({c.q.gpu_by}, model) ({c.rec(N.GPU_MODEL_INFO)}))")
+
+
+NODE_NS_RULES: list[tuple[str, Builder]] = [
+    (N.NODE_NS_UTILIZATION, _node_ns_utilization),
+    (N.NODE_NS_PROFILED_GPUS, _node_ns_sum(N.GPU_PROFILED, only_profiled=True, op="count")),
+    (N.NODE_NS_SM_ACTIVE, _node_ns_sum(N.GPU_SM_ACTIVE)),
+    (N.NODE_NS_PROFILED, _node_ns_sum(N.GPU_PROFILED)),
+    (N.NODE_NS_POWER, _node_ns_sum(N.GPU_POWER)),
+    (N.NODE_NS_GPUS, _node_ns_sum(N.GPU_UTILIZATION, op="count")),
+    (N.NAMESPACE_TOKENS, _ns_tokens),
+    (N.NAMESPACE_ALLOCATED_IDLE, _ns_allocated_idle),
+    # GPUs that produced tokens for the model in the window.
+    (N.MODEL_TOKENS, lambda c: f"sum by ({c.q.node_by}, model) ({c.rec(N.GPU_TOKENS)})"),
+    (N.NODE_MODEL_POWER, _node_model_power),
+    (N.NODE_MODEL_GPUS, _node_model_gpus),
+]
+
+
+# --- goodput.global.fleet: namespaces and models, from the shards' per-node sums -----------
+
+def _sum(c: RuleCtx, by: str, record: str) -> str:
+    return f"sum by ({by}) ({c.rec(record)})"
+
+
+def _ns_hollow(c: RuleCtx) -> str:
+    """Kernel time minus SM-active time over the namespace's profiled GPUs."""
+    by = c.by_cluster_ns
+    return ("clamp_min(\n"
+            f"  {_sum(c, by, N.NODE_NS_UTILIZATION)}\n"
+            f"  / {_sum(c, by, N.NODE_NS_PROFILED_GPUS)}\n"
+            f"  - {_sum(c, by, N.NODE_NS_SM_ACTIVE)}\n"
+            f"  / ({_sum(c, by, N.NODE_NS_PROFILED)} > 0),\n"
+            "  0\n)\n")
+
+
+def _ns_tokens_per_joule(c: RuleCtx) -> str:
+    by = c.by_cluster_ns
+    return (f"{_sum(c, by, N.NAMESPACE_TOKENS)}\n"
+            f"  / ({_sum(c, by, N.NODE_NS_POWER)} > 0)\n")
+
+
+def _ns_cost(c: RuleCtx) -> str:
+    by = c.by_cluster_ns
+    return (f"{_sum(c, by, N.NODE_NS_GPUS)}\n"
+            f"  * {c.price()} / 3600 * 1e6\n"
+            f"  / ({_sum(c, by, N.NAMESPACE_TOKENS)} > 0)\n")
+
+
 def _cluster_regimes(c: RuleCtx) -> str:
     """GPUs in each regime per cluster: what the fleet dashboard plots over 24 h. Per node
     that is a series per node and regime, per GPU a join per step; per cluster it is a handful
     of series (docs/scaling.md)."""
-    return f"sum by ({c.q.target}, regime) ({c.rec(N.REGIME_GPUS)})"
+    return f"sum by ({c.q.target}, regime) (\n  {c.q.live(c.rec(N.REGIME_GPUS))}\n)\n"
 
 
 NAMESPACE_RULES: list[tuple[str, Builder]] = [
     (N.NAMESPACE_HOLLOW, _ns_hollow),
-    (N.NAMESPACE_TOKENS, _ns_tokens),
     (N.NAMESPACE_TOKENS_PER_JOULE, _ns_tokens_per_joule),
     (N.NAMESPACE_COST, _ns_cost),
-    (N.NAMESPACE_ALLOCATED_IDLE, _ns_allocated_idle),
     (N.CLUSTER_REGIME_GPUS, _cluster_regimes),
 ]
 
 
-# --- goodput.global.fleet: models ---------------------------------------------------------
-
 def _model_tokens_per_joule(c: RuleCtx) -> str:
     by = c.by_cluster_model
-    return (f"sum by ({by}) ({c.rec(N.MODEL_TOKENS)})\n"
-            f"  / (sum by ({by}) (\n  {c.per_model(c.rec(N.GPU_POWER))}\n) > 0)\n")
+    return (f"{_sum(c, by, N.MODEL_TOKENS)}\n"
+            f"  / ({_sum(c, by, N.NODE_MODEL_POWER)} > 0)\n")
 
 
 def _model_cost(c: RuleCtx) -> str:
     by = c.by_cluster_model
-    return (f"count by ({by}) (group by ({c.q.gpu_by}, model) ({c.rec(N.GPU_MODEL_INFO)}))\n"
+    return (f"{_sum(c, by, N.NODE_MODEL_GPUS)}\n"
             f"  * {c.price()} / 3600 * 1e6\n"
-            f"  / (sum by ({by}) ({c.rec(N.MODEL_TOKENS)}) > 0)\n")
+            f"  / ({_sum(c, by, N.MODEL_TOKENS)} > 0)\n")
 
 
 def _model_median(c: RuleCtx) -> str:
@@ -346,8 +410,6 @@ def _model_gpus(c: RuleCtx) -> str:
 
 
 MODEL_RULES: list[tuple[str, Builder]] = [
-    # GPUs that produced tokens for the model in the window.
-    (N.MODEL_TOKENS, lambda c: f"sum by ({c.q.node_by}, model) ({c.rec(N.GPU_TOKENS)})"),
     (N.MODEL_TOKENS_PER_JOULE, _model_tokens_per_joule),
     (N.MODEL_COST, _model_cost),
     (N.MODEL_TOKENS_PER_SM_MEDIAN, _model_median),
@@ -357,22 +419,37 @@ MODEL_RULES: list[tuple[str, Builder]] = [
 
 # --- goodput.global.job ---------------------------------------------------------------------
 
-def _job_straggler(c: RuleCtx) -> str:
+def straggler_gap(q: PromQL, waiting: str) -> str:
     """The straggler of every job of two GPUs or more, on any node: the GPU everyone waits
-    for waits least. Recorded for the job's least-waiting GPU when its own waiting share is at
-    most half of the most-waiting peer's (a rotating imbalance, where every rank waits alike,
-    records nothing), and for every GPU its node's model names (goodput_job_straggler): how
-    much less of its time it waited than that peer. GPUJobStraggler applies the threshold."""
-    job, key = c.q.job_by, c.q.job_gpu_by
-    waiting = c.rec(N.JOB_GPU_WAITING)
+    for waits least. Given for the job's least-waiting GPU when its own waiting share
+    (``waiting``: names.JOB_GPU_WAITING) is at most half of the most-waiting
+    peer's (a rotating imbalance, where every rank waits alike, gives nothing), and for every
+    GPU its node's model names (goodput_job_straggler): how much less of its time it waited
+    than that peer. Shared by the recording rule and GPUJobStraggler, which computes it
+    itself so that it is one hop from the counters on every engine."""
+    job, key = q.job_by, q.job_gpu_by
     jobs = f"{waiting}\n  and on ({job}) (count by ({job}) ({waiting}) > 1)"
     peak = f"max by ({job}) ({waiting})"
-    named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
+    named = f"max by ({key}) ({q.s('goodput_job_straggler')}) == 1"
     return (f"(\n  {peak}\n  - on ({job}) group_right ()\n  {jobs}\n)\n"
             f"and on ({key})\n(\n"
             f"  {waiting} == on ({job}) group_left () min by ({job}) ({waiting})\n"
             f"    <= on ({job}) group_left () (0.5 * {peak} > 0)\n"
             f"  or on ({key})\n  {named}\n)\n")
+
+
+def _job_straggler(c: RuleCtx) -> str:
+    """GPUJobStraggler applies the threshold."""
+    return straggler_gap(c.q, c.rec(N.JOB_GPU_WAITING))
+
+
+def job_waiting_share(q: PromQL, node_job_seconds: str) -> str:
+    """The share of each job's GPU time lost waiting on its peers, from the per-node split
+    (names.NODE_JOB_GPU_SECONDS): one hop from the counters."""
+    by = q.job_by
+    waiting = node_job_seconds.replace("}", ', part="waiting"}', 1)
+    return (f"sum by ({by}) ({waiting})\n  / on ({by})\n"
+            f"(sum by ({by}) ({node_job_seconds}) > 0)\n")
 
 
 def _job_seconds(c: RuleCtx) -> str:
@@ -420,14 +497,16 @@ def _group(c: RuleCtx, name: str, rules: list[tuple[str, Builder]]) -> dict[str,
     return group
 
 
-def recording_rules(cfg: Config) -> dict[str, Any]:
-    c = RuleCtx(cfg)
+def recording_rules(cfg: Config, shard_label: str = "", shard: int = 0) -> dict[str, Any]:
+    """Every recording group; with ``shard_label``, shard ``shard``'s engine series only."""
+    c = RuleCtx(cfg, shard_label, shard)
     price: list[tuple[str, Builder]] = [
         (N.PRICE, lambda c: f"vector({c.cfg.gpu_hour_price_dollars:g})")]
     return {"groups": [
         _group(c, f"{SHARD}.gpu", GPU_RULES),
         _group(c, f"{SHARD}.node", NODE_RULES),
         _group(c, f"{SHARD}.serving", SERVING_RULES),
+        _group(c, f"{SHARD}.namespace", NODE_NS_RULES),
         _group(c, f"{GLOBAL}.fleet", price + NAMESPACE_RULES + MODEL_RULES),
         _group(c, f"{GLOBAL}.job", JOB_RULES),
     ]}

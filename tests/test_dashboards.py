@@ -465,6 +465,8 @@ def test_allocated_idle_hours_count_idle_time_not_the_range(tmp_path: Path) -> N
                    'container="main"}', "values": "1x180"},
         {"series": f'{info}{{{SEL}, node="a", gpu="1", namespace="inference", pod="llm-0", '
                    'container="main"}', "values": "1x180"},
+        # The node's exporter answers throughout (the rules read only live nodes).
+        {"series": f'goodput_exporter_build_info{{{SEL}, node="a"}}', "values": "1x180"},
     ]
     expr = _fill(_target("goodput-fleet", "Allocated-idle GPU-hours by namespace"),
                  __range="3h")

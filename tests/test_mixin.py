@@ -152,3 +152,28 @@ def test_config_is_validated(override: dict[str, Any]) -> None:
         return
     with pytest.raises(ValidationError):
         load(override)
+
+
+def test_shard_files_split_the_groups_and_add_the_shard_matcher(tmp_path: Path) -> None:
+    """`python -m mixin --shards 2`: each shard file holds every goodput.shard.* group reading
+    only its shard (every selector, the engines' TTFT buckets too) and keeping the shard label;
+    the global file holds the goodput.global.* groups with the plain selector."""
+    subprocess.run([sys.executable, "-m", "mixin", "--shards", "2", "--out", str(tmp_path)],
+                   check=True, cwd=Path(__file__).resolve().parents[1])
+    single = {g["name"] for f in ("goodput.rules.yml", "goodput_alerts.rules.yml")
+              for g in yaml.safe_load((Path(__file__).resolve().parents[1] / "alerts" / f)
+                                      .read_text())["groups"]}
+    for i in range(2):
+        text = (tmp_path / "vmalert" / f"shard-{i}.rules.yml").read_text()
+        groups = yaml.safe_load(text)["groups"]
+        assert {g["name"] for g in groups} == {n for n in single if n.startswith("goodput.shard.")}
+        exprs = [r["expr"] for g in groups for r in g["rules"]]
+        # Every series selector of the exporter's job reads the shard's own series only.
+        assert all(f'shard="{i}"' in sel for e in exprs
+                   for sel in re.findall(r'\{[^{}]*job="gpu-goodput-exporter"[^{}]*\}', e))
+        ttft = next(e for e in exprs if "time_to_first_token" in e)
+        assert f'shard="{i}"' in ttft and "by (cluster, shard," in ttft
+        assert f'shard="{1 - i}"' not in text
+    glob = yaml.safe_load((tmp_path / "vmalert" / "global.rules.yml").read_text())["groups"]
+    assert {g["name"] for g in glob} == {n for n in single if n.startswith("goodput.global.")}
+    assert not re.search(r'shard="\d', (tmp_path / "vmalert" / "global.rules.yml").read_text())

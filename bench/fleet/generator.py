@@ -337,12 +337,17 @@ def record_archetypes(extended: bool = False) -> Traces:
                     labels["uuid"] = "{uuid}"
                 row[(gpu, fam.name, fam.type, s.name, tuple(sorted(labels.items())))] = s.value
         steps.append(row)
-    # Only series present at every step are replayed (a lost GPU's vanish for good).
-    keys = [k for k in steps[0] if all(k in r for r in steps)]
+    # Only series present at every step are replayed (a lost GPU's vanish for good), and
+    # counters born during the trace (a regime's seconds appear with its first window): at 0
+    # before, as a long-running exporter that has been through the loop once publishes them.
+    born = [k for k in dict.fromkeys(k for r in steps for k in r)
+            if k not in steps[0] and k[3] == "goodput_gpu_regime_seconds_total"
+            and all(k in r for r in steps[next(i for i, r in enumerate(steps) if k in r):])]
+    keys = [k for k in steps[0] if all(k in r for r in steps)] + born
     traces = Traces(defaultdict(list), [])
     for key in keys:
         gpu, family, kind, sample, label_set = key
-        series = Series(family, kind, sample, label_set, [r[key] for r in steps],
+        series = Series(family, kind, sample, label_set, [r.get(key, 0.0) for r in steps],
                         _cumulative(sample, kind))
         if gpu:
             traces.gpu[names[int(gpu)]].append(series)
@@ -627,8 +632,11 @@ def backfill_raw(replay: Replay, nodes: list[str], data: Path, scratch: Path, en
 # --- serving live -------------------------------------------------------------------------------
 
 def serve(replay: Replay, nodes: list[str], host: str = "127.0.0.1",
-          ports: list[int] | None = None) -> list[ThreadingHTTPServer]:
-    """One HTTP server per node, each serving that node's /metrics at the current step."""
+          ports: list[int] | None = None, smooth: bool = False) -> list[ThreadingHTTPServer]:
+    """One HTTP server per node, each serving that node's /metrics at the current step.
+    ``smooth`` moves counters between two steps' values with the clock, so a scrape more
+    often than every 15 s sees them rise at every scrape (rates from a window's first
+    samples then read as they will later)."""
     t0 = time.time()
     servers = []
     for k, node in enumerate(nodes):
@@ -639,8 +647,16 @@ def serve(replay: Replay, nodes: list[str], host: str = "127.0.0.1",
             series = items
 
             def do_GET(self) -> None:
-                step = ORIGIN + int((time.time() - t0) / STEP)
-                body = "".join(f"{head} {_num(replay.value(s, phase + step, scale))}\n"
+                at = (time.time() - t0) / STEP
+                step, frac = ORIGIN + int(at), (at - int(at) if smooth else 0.0)
+
+                def value(s: Series, index: int, scale: float) -> float:
+                    v = replay.value(s, index, scale)
+                    if frac and s.counter:
+                        v += frac * (replay.value(s, index + 1, scale) - v)
+                    return v
+
+                body = "".join(f"{head} {_num(value(s, phase + step, scale))}\n"
                                for s, head, phase, scale in self.series)
                 data = body.encode()
                 self.send_response(200)

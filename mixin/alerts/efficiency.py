@@ -7,6 +7,7 @@ from typing import Any
 
 from mixin import names as N
 from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_args, query_value
+from mixin.rules import job_waiting_share, straggler_gap
 from mixin.templates import fill
 
 
@@ -123,7 +124,11 @@ def _waited_share(c: AlertCtx) -> str:
 def job_straggler(c: AlertCtx) -> dict[str, Any]:
     """The waiting comparison across nodes (the recorded gap), or the node's own model naming
     the GPU (goodput_job_straggler) for the whole `for`."""
-    name, key, gap = "GPUJobStraggler", c.q.job_gpu_by, c.rec(N.JOB_STRAGGLER)
+    name, key = "GPUJobStraggler", c.q.job_gpu_by
+    # Computed here from each job GPU's waiting share (rules.straggler_gap), not read from
+    # goodput:job_straggler:gap_rate5m: vmalert reads a recorded series as of the previous
+    # evaluation, so every hop of a chain made the alert a minute later there.
+    gap = "(\n" + straggler_gap(c.q, c.rec(N.JOB_GPU_WAITING)) + ")"
     named = f"max by ({key}) ({c.q.s('goodput_job_straggler')}) == 1"
     expr = (f"{gap} >= {c.th(name, 'min_waiting_gap')}\n"
             f"or on ({key})\n  ({gap}\n    and on ({key})\n    {named})")
@@ -142,7 +147,11 @@ def job_losing_to_waiting(c: AlertCtx) -> dict[str, Any]:
     so nobody is named, and the job still loses its GPUs' time. Annotations read only the
     value and the job's own labels (no lookup query: namespace and cluster may be absent)."""
     name = "GPUJobLosingToWaiting"
-    expr = f"{c.rec(N.JOB_WAITING)} >= {c.th(name, 'min_waiting_share')}"
+    # From the per-node split, one hop from the counters, rather than the fourth rule of a
+    # chain (goodput:job_waiting:ratio_rate5m): on vmalert each hop costs an evaluation, and
+    # the alert fired 3.5 minutes after Prometheus.
+    share = job_waiting_share(c.q, c.rec(N.NODE_JOB_GPU_SECONDS))
+    expr = f"(\n{share}) >= {c.th(name, 'min_waiting_share')}"
     return c.alert(
         name, expr,
         fill("${job} loses {{ $value | humanizePercentage }} of its GPU time waiting on its "
@@ -157,10 +166,16 @@ def job_losing_to_waiting(c: AlertCtx) -> dict[str, Any]:
 
 def low_goodput_vs_fleet(c: AlertCtx) -> dict[str, Any]:
     name, by_model = "GPULowGoodputVsFleet", f"{c.q.target}, model"
-    expr = (f"{c.rec(N.GPU_TOKENS_PER_SM)}\n  < on ({by_model}) group_left ()\n"
-            f"  ({c.th(name, 'max_share_of_median')} * {c.rec(N.MODEL_TOKENS_PER_SM_MEDIAN)})\n"
+    # Tokens per SM-second, its median and the GPUs behind it computed here from two per-GPU
+    # rules (one hop from the counters) rather than read from a chain of three recorded
+    # ones, which vmalert would make three evaluations late.
+    per_sm = (f"({c.rec(N.GPU_TOKENS)}\n    / on ({c.q.gpu_key}) group_left ()\n"
+              f"    ({c.rec(N.GPU_SM_ACTIVE)} > 0))")
+    expr = (f"{per_sm}\n  < on ({by_model}) group_left ()\n"
+            f"  ({c.th(name, 'max_share_of_median')} * quantile by ({by_model}) (0.5, {per_sm}))\n"
             f"and on ({by_model})\n"
-            f"  ({c.rec(N.MODEL_GPUS)} >= {c.th(name, 'min_fleet_gpus')})")
+            f"  (count by ({by_model}) (group by ({c.q.gpu_by}, model) ({per_sm}))"
+            f" >= {c.th(name, 'min_fleet_gpus')})")
     median = ('{{ with printf "${median}{CLUSTER=%q,model=%q}" ' + query_args("cluster", "model")
               + ' | query }}{{ . | first | value | printf "%.1f" }}{{ end }}')
     return c.alert(

@@ -50,11 +50,12 @@ def power_brake(c: AlertCtx) -> dict[str, Any]:
 
 
 def ecc_uncorrectable(c: AlertCtx) -> dict[str, Any]:
+    """Reads the recorded count (one hop from the counters, computed once a minute) rather
+    than computing the guarded increase twice, inside and outside the pod join, at every
+    evaluation."""
     window = c.cfg.windows.ecc
-    rose = c.q.increase("goodput_gpu_ecc_errors_total", window, 'type="uncorrected"')
-    expr = c.q.per_gpu("sum", rose, "type") + " > 0"
     return c.alert(
-        "GPUEccUncorrectable", c.q.with_pods(expr, ["type"]),
+        "GPUEccUncorrectable", c.q.with_pods(c.rec(N.GPU_ECC), ["type"]),
         "Uncorrectable ECC errors on GPU {{ $labels.gpu }} on {{ $labels.node }}",
         c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} counted "
                '{{ $value | printf "%.0f" }} uncorrectable ECC error(s) in ${window}: results '

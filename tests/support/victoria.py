@@ -1,9 +1,11 @@
 """Real VictoriaMetrics servers on loopback for tests: single-node victoria-metrics and vmalert,
 the Debian package's binaries (`.ci/run` and `scripts/bootstrap.sh --tools` install it).
 
-vmalert runs two ways: `replay` evaluates recording rules over history and writes the results
-back (VictoriaMetrics' backfill, as `promtool tsdb create-blocks-from rules` is Prometheus's);
-`VmAlert` is the live ruler, which alone runs annotation templates with `query`.
+vmagent scrapes live targets into VictoriaMetrics, alone or as one member of a scraping
+cluster. vmalert runs two ways: `replay` evaluates recording rules over history and writes
+the results back (VictoriaMetrics' backfill, as `promtool tsdb create-blocks-from rules` is
+Prometheus's); `VmAlert` is the live ruler, which alone runs annotation templates with
+`query`.
 """
 
 from __future__ import annotations
@@ -123,19 +125,29 @@ def replay(vm: VictoriaMetrics, rule_file: Path, start: float, end: float, log: 
 
 class VmAlert(LoggedServer):
     """vmalert evaluating ``rule_files`` live against ``vm``. Notifications go to a port
-    nothing listens on: the test reads the alerts from vmalert's own API."""
+    nothing listens on: the test reads the alerts from vmalert's own API. With ``record``,
+    recording rules' results are written back to ``vm`` (remote write), as a live
+    deployment records them."""
 
     def __init__(self, workdir: Path, vm: VictoriaMetrics, rule_files: list[Path],
-                 interval: str = "5s") -> None:
+                 interval: str = "5s", record: bool = False,
+                 extra_args: tuple[str, ...] = ()) -> None:
         binary = require("vmalert")
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        write = [f"-remoteWrite.url={vm.url}"] if record else []
         self._launch([binary, *(f"-rule={f}" for f in rule_files), f"-datasource.url={vm.url}",
                       f"-notifier.url=http://127.0.0.1:{free_port()}",
-                      f"-evaluationInterval={interval}",
+                      f"-evaluationInterval={interval}", *write, *extra_args,
                       f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=ERROR"],
                      workdir / "vmalert.log", f"{self.url}/health", 60)
+
+    def metric(self, prefix: str) -> list[str]:
+        """Lines of vmalert's own /metrics starting with ``prefix``."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as resp:
+            return [line for line in resp.read().decode().splitlines()
+                    if line.startswith(prefix)]
 
     def _get(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as resp:
@@ -164,9 +176,56 @@ class VmAlert(LoggedServer):
 
 @contextmanager
 def vmalert(workdir: Path, vm: VictoriaMetrics, rule_files: list[Path],
-            interval: str = "5s") -> Iterator[VmAlert]:
-    ruler = VmAlert(workdir, vm, rule_files, interval)
+            interval: str = "5s", record: bool = False,
+            extra_args: tuple[str, ...] = ()) -> Iterator[VmAlert]:
+    ruler = VmAlert(workdir, vm, rule_files, interval, record, extra_args)
     try:
         yield ruler
     finally:
         ruler.stop()
+
+
+class VmAgent(LoggedServer):
+    """vmagent scraping ``targets`` (host:port, job ``job``) every ``interval`` into ``vm``.
+    With ``members`` > 1 it is member ``member`` of a scraping cluster
+    (-promscrape.cluster.membersCount/memberNum): it scrapes only the targets that hash to it,
+    and labels everything it writes ``<shard_label>="<member>"`` so that each shard's vmalert
+    selects its own series."""
+
+    def __init__(self, workdir: Path, vm: VictoriaMetrics, targets: list[str], job: str,
+                 interval: str = "5s", members: int = 1, member: int = 0,
+                 shard_label: str = "shard") -> None:
+        binary = require("vmagent")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "scrape.yml"
+        config.write_text(json.dumps({
+            "global": {"scrape_interval": interval, "scrape_timeout": interval},
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}]}))
+        cluster = ([f"-promscrape.cluster.membersCount={members}",
+                    f"-promscrape.cluster.memberNum={member}",
+                    f"-remoteWrite.label={shard_label}={member}"] if members > 1 else [])
+        self._launch([binary, f"-promscrape.config={config}",
+                      f"-remoteWrite.url={vm.url}/api/v1/write",
+                      f"-remoteWrite.tmpDataPath={workdir / 'queue'}", *cluster,
+                      f"-httpListenAddr=127.0.0.1:{self.port}", "-loggerLevel=ERROR"],
+                     workdir / "vmagent.log", f"{self.url}/health", 60)
+
+    def scraped(self) -> set[str]:
+        """The targets this member scrapes (vmagent's own target list: in cluster mode only
+        the ones that hash to it are active)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=30) as resp:
+            body = json.load(resp)
+        return {t["labels"]["instance"] for t in body["data"]["activeTargets"]}
+
+
+@contextmanager
+def vmagent(workdir: Path, vm: VictoriaMetrics, targets: list[str], job: str,
+            interval: str = "5s", members: int = 1, member: int = 0,
+            shard_label: str = "shard") -> Iterator[VmAgent]:
+    agent = VmAgent(workdir, vm, targets, job, interval, members, member, shard_label)
+    try:
+        yield agent
+    finally:
+        agent.stop()
