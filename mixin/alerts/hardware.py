@@ -52,10 +52,11 @@ def power_brake(c: AlertCtx) -> dict[str, Any]:
 def ecc_uncorrectable(c: AlertCtx) -> dict[str, Any]:
     """Reads the recorded count (one hop from the counters, computed once a minute) rather
     than computing the guarded increase twice, inside and outside the pod join, at every
-    evaluation."""
+    evaluation. The rule keeps only GPUs with errors; the alert still says ``> 0`` itself, so
+    the rule file alone says when it fires."""
     window = c.cfg.windows.ecc
     return c.alert(
-        "GPUEccUncorrectable", c.q.with_pods(c.rec(N.GPU_ECC), ["type"]),
+        "GPUEccUncorrectable", c.q.with_pods(f"{c.rec(N.GPU_ECC)} > 0", ["type"]),
         "Uncorrectable ECC errors on GPU {{ $labels.gpu }} on {{ $labels.node }}",
         c.text("GPU {{ $labels.gpu }} on {{ $labels.node }}${pod} counted "
                '{{ $value | printf "%.0f" }} uncorrectable ECC error(s) in ${window}: results '

@@ -315,6 +315,31 @@ def job_wait_hours(ctx: Ctx) -> bargauge.Panel:
         .height(8).span(12))
 
 
+def job_waiting_share(ctx: Ctx) -> bargauge.Panel:
+    """The figure GPUJobLosingToWaiting watches, per job, from its recording rule: the share
+    a runbook reader compares with the alert's threshold."""
+    share = f"{N.JOB_WAITING}{{{_job_filter(ctx)}}}"
+    keys = ", ".join(ctx.q.job_labels)
+    lb = ctx.cfg.labels
+    return (
+        bargauge.Panel().title("Share of GPU time lost waiting, by job")
+        .description(
+            "Of each multi-GPU job's GPU-seconds, the share its GPUs spent waiting on the "
+            "job's other GPUs (a straggler, a rotating imbalance, a pipeline bubble, a peer's "
+            "host stall), averaged over the time range from the recording rule "
+            f"{N.JOB_WAITING}; GPUJobLosingToWaiting fires on a job at "
+            f"{ctx.cfg.alerts['GPUJobLosingToWaiting'].thresholds['min_waiting_share']:g} for its "
+            "whole delay. Per job: the node and GPU filters do not apply.")
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, f"avg by ({keys}) (avg_over_time({share}[$__range]))",
+            "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id + "}}",
+            instant=True))
+        .unit("percentunit").min(0).max(1).orientation(cm.VizOrientation.HORIZONTAL)
+        .no_value(NO_JOBS)
+        .height(8).span(12))
+
+
 def job_tokens_per_working(ctx: Ctx) -> bargauge.Panel:
     """A serving engine spanning GPUs is a job like a training one: its tokens per GPU-second
     of its GPUs' working part, from the per-job rule."""
@@ -429,7 +454,7 @@ ROWS: list[tuple[str, list[PanelBuilder]]] = [
     ("Shared GPUs", [shared_holders, unproductive_holders]),
     ("Regimes and idle allocations", [regime_mix, regime_share, allocated_idle_hours,
                                       hollow_by_namespace, allocated_idle_by_namespace]),
-    ("Multi-GPU jobs", [job_stragglers, job_wait_hours, job_time_split,
+    ("Multi-GPU jobs", [job_stragglers, job_wait_hours, job_waiting_share, job_time_split,
                         job_tokens_per_working]),
     ("Tokens per joule and cost", [
         lambda ctx: tokens_per_joule(ctx, "model", N.MODEL_TOKENS_PER_JOULE),
