@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -329,3 +330,10 @@ class LoggedServer:
         stop_process(self.process, timeout=30)
         self.log.close()
 
+
+def require(binary: str) -> str:
+    """The path of an installed server binary, or a one-line reason to install it."""
+    path = shutil.which(binary)
+    if path is None:
+        raise RuntimeError(f"{binary} is not installed (run .ci/run or apt-get install it)")
+    return path

@@ -39,8 +39,8 @@ import yaml
 from bench.fleet import generator as fleet
 from bench.fleet.stack import Prometheus, backfill_rules, prometheus
 from testkit.rules import levels
+from testkit.victoria import VictoriaMetrics, VmAlert, replay, victoria_metrics, vmalert
 from tests.support.prometheus import require
-from tests.support.victoria import VictoriaMetrics, VmAlert, replay, victoria_metrics, vmalert
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "alerts" / "goodput.rules.yml"

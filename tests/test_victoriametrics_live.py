@@ -35,10 +35,7 @@ from typing import Any
 
 import pytest
 
-from mixin import names as N
-from mixin.config import load
-from tests.side_by_side import side_by_side_plan
-from tests.support.live_fleet import (
+from bench.fleet.live import (
     JOB,
     Labels,
     activated,
@@ -49,7 +46,10 @@ from tests.support.live_fleet import (
     wait_for,
     write_rules,
 )
-from tests.support.victoria import VictoriaMetrics, vmagent, vmalert
+from mixin import names as N
+from mixin.config import load
+from testkit.victoria import VictoriaMetrics, vmagent, vmalert
+from tests.side_by_side import side_by_side_plan
 
 pytestmark = pytest.mark.integration
 

@@ -25,10 +25,7 @@ from typing import Any
 import pytest
 
 from bench.fleet import generator as fleet
-from bench.fleet.stack import Prometheus
-from mixin.config import load
-from mixin.rules import GLOBAL, recording_rules
-from tests.support.live_fleet import (
+from bench.fleet.live import (
     JOB,
     Labels,
     Served,
@@ -40,7 +37,10 @@ from tests.support.live_fleet import (
     write_rules,
     write_shard_rules,
 )
-from tests.support.victoria import VictoriaMetrics, VmAgent, VmAlert, vmagent, vmalert
+from bench.fleet.stack import Prometheus
+from mixin.config import load
+from mixin.rules import GLOBAL, recording_rules
+from testkit.victoria import VictoriaMetrics, VmAgent, VmAlert, vmagent, vmalert
 
 pytestmark = pytest.mark.integration
 

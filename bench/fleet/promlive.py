@@ -27,10 +27,10 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet
+from bench.fleet.live import scrape_config, served
 from bench.fleet.rulecost import BEFORE_REV, legacy_exporter, rule_sets
 from bench.fleet.stack import Prometheus, log, prometheus, rendered, report_options, watch_groups
 from testkit.harness import proc_rss_bytes
-from tests.support.live_fleet import scrape_config, served
 
 
 def _own(prom: Prometheus, name: str) -> float:

@@ -33,10 +33,10 @@ from typing import Any
 import yaml
 
 from bench.fleet import generator as fleet
+from bench.fleet.live import JOB, served, write_shard_rules
 from bench.fleet.stack import ALERTS, log, rendered, report_options
 from testkit.harness import proc_rss_bytes
-from tests.support.live_fleet import JOB, served, write_shard_rules
-from tests.support.victoria import VictoriaMetrics, VmAgent, VmAlert, vmagent, vmalert
+from testkit.victoria import VictoriaMetrics, VmAgent, VmAlert, vmagent, vmalert
 
 ITERATION = re.compile(r'vmalert_iteration_duration_seconds(_sum|_count|)'
                        r'\{group="([^"]+)",[^}]*?(?:quantile="1")?\} (\S+)')

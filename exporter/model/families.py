@@ -227,118 +227,133 @@ def holder_families(
     """Per holder of a GPU two or more pods (or processes) share: exporter/model/holders.py.
     The pod label names follow ``kubernetes.*_label``; ``pid`` names a holder outside any pod."""
     labels = (namespace, pod, container, "pid")
-
-    def rows(value: Callable[[HolderVerdict], float | bool | None]) -> Callable[
-        [tuple[HolderVerdict, ...]], Iterable[Row]
-    ]:
-        def out(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
-            for h in holders:
-                v = value(h)
-                if v is not None:
-                    yield h.key, float(v)
-
-        return out
-
-    def regime(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
-        return (((*h.key, h.regime), 1.0) for h in holders)
-
-    def flags(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
-        for h in holders:
-            on = {"hollow_busy": h.hollow_busy, "busy_no_output": h.busy_no_output}
-            yield from (((*h.key, r), 1.0) for r in UNPRODUCTIVE_REASONS if on[r])
-
     return GpuFamilies[tuple[HolderVerdict, ...]](
         COLLECTOR,
         lambda snap: snap.verdicts.holders,
-        (
-            Family(
-                "goodput_gpu_holder_kernel_time_ratio",
-                "gauge",
-                "Share of the window's kernel time this holder of a shared GPU (time-slicing "
-                "or MPS) ran, from NVML's per-process samples: the holders of one GPU sum to "
-                "its kernel time. Only GPUs two or more pods or processes hold have holders.",
-                rows(lambda h: h.kernel_ratio),
-                labels=labels,
-                unit="ratio",
-            ),
-            Family(
-                "goodput_gpu_holder_kernel_seconds_total",
-                "counter",
-                "goodput_gpu_holder_kernel_time_ratio integrated over windows: rate() is its "
-                "share of the GPU's time over any range.",
-                rows(lambda h: h.kernel_seconds),
-                labels=labels,
-                unit="seconds",
-            ),
-            Family(
-                "goodput_gpu_holder_sm_active_ratio",
-                "gauge",
-                "The GPU's SM activity apportioned to this holder (an estimate: unmixed from "
-                "windows whose mix of holders differed, else in proportion to kernel time; "
-                "docs/kubernetes.md). The holders of one GPU sum to its SM active ratio.",
-                rows(lambda h: h.sm_active_ratio),
-                labels=labels,
-                unit="ratio",
-            ),
-            Family(
-                "goodput_gpu_holder_sm_active_seconds_total",
-                "counter",
-                "goodput_gpu_holder_sm_active_ratio integrated over windows.",
-                rows(lambda h: h.sm_active_seconds),
-                labels=labels,
-                unit="seconds",
-            ),
-            Family(
-                "goodput_gpu_holder_regime",
-                "gauge",
-                "1, labelled with the regime of this holder judged in its own frame (the time "
-                "it had: its kernel time plus the time nobody ran), debounced like "
-                "goodput_gpu_regime.",
-                regime,
-                labels=(*labels, "regime"),
-            ),
-            Family(
-                "goodput_gpu_holder_busy_unproductive",
-                "gauge",
-                "1 while this holder of a shared GPU looks busy but does little useful work, "
-                "by reason (hollow_busy, busy_no_output), as goodput_gpu_busy_unproductive "
-                "for a whole GPU: names the pod that is hollow on a GPU others share.",
-                flags,
-                labels=(*labels, "reason"),
-            ),
-            Family(
-                "goodput_gpu_holder_tokens_per_second",
-                "gauge",
-                "Generated tokens per second of the serving engine this holder runs (its pod, "
-                "or its process tree); absent for holders that serve nothing.",
-                rows(lambda h: h.tokens_per_second),
-                labels=labels,
-            ),
-            Family(
-                "goodput_gpu_holder_tokens_per_kernel_second",
-                "gauge",
-                "Generated tokens per second of this holder's own kernel time: tokens per "
-                "working GPU-second, comparable across holders of different shares.",
-                rows(lambda h: h.tokens_per_kernel_second),
-                labels=labels,
-            ),
-            Family(
-                "goodput_gpu_holder_energy_joules_total",
-                "counter",
-                "The GPU's energy apportioned to this holder by kernel time (board power x "
-                "its kernel time share x seconds; an estimate). Energy while no holder ran "
-                "stays with the GPU.",
-                rows(lambda h: h.energy_joules),
-                labels=labels,
-                unit="joules",
-            ),
-            Family(
-                "goodput_gpu_holder_memory_used_bytes",
-                "gauge",
-                "Device memory this holder's processes hold (NVML's compute-process list).",
-                rows(lambda h: h.memory_used_bytes),
-                labels=labels,
-                unit="bytes",
-            ),
+        (*_holder_activity(labels), *_holder_outcome(labels)),
+    )
+
+
+def _holder_rows(value: Callable[[HolderVerdict], float | bool | None]) -> Callable[
+    [tuple[HolderVerdict, ...]], Iterable[Row]
+]:
+    """One sample per holder for which ``value`` is known."""
+    def out(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
+        for h in holders:
+            v = value(h)
+            if v is not None:
+                yield h.key, float(v)
+
+    return out
+
+
+def _holder_regime(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
+    return (((*h.key, h.regime), 1.0) for h in holders)
+
+
+def _holder_flags(holders: tuple[HolderVerdict, ...]) -> Iterable[Row]:
+    for h in holders:
+        on = {"hollow_busy": h.hollow_busy, "busy_no_output": h.busy_no_output}
+        yield from (((*h.key, r), 1.0) for r in UNPRODUCTIVE_REASONS if on[r])
+
+
+def _holder_activity(labels: tuple[str, ...]) -> tuple[Family[tuple[HolderVerdict, ...]], ...]:
+    """What a holder ran: its kernel time and SM activity (measured and apportioned)."""
+    return (
+
+        Family(
+            "goodput_gpu_holder_kernel_time_ratio",
+            "gauge",
+            "Share of the window's kernel time this holder of a shared GPU (time-slicing "
+            "or MPS) ran, from NVML's per-process samples: the holders of one GPU sum to "
+            "its kernel time. Only GPUs two or more pods or processes hold have holders.",
+            _holder_rows(lambda h: h.kernel_ratio),
+            labels=labels,
+            unit="ratio",
+        ),
+        Family(
+            "goodput_gpu_holder_kernel_seconds_total",
+            "counter",
+            "goodput_gpu_holder_kernel_time_ratio integrated over windows: rate() is its "
+            "share of the GPU's time over any range.",
+            _holder_rows(lambda h: h.kernel_seconds),
+            labels=labels,
+            unit="seconds",
+        ),
+        Family(
+            "goodput_gpu_holder_sm_active_ratio",
+            "gauge",
+            "The GPU's SM activity apportioned to this holder (an estimate: unmixed from "
+            "windows whose mix of holders differed, else in proportion to kernel time; "
+            "docs/kubernetes.md). The holders of one GPU sum to its SM active ratio.",
+            _holder_rows(lambda h: h.sm_active_ratio),
+            labels=labels,
+            unit="ratio",
+        ),
+        Family(
+            "goodput_gpu_holder_sm_active_seconds_total",
+            "counter",
+            "goodput_gpu_holder_sm_active_ratio integrated over windows.",
+            _holder_rows(lambda h: h.sm_active_seconds),
+            labels=labels,
+            unit="seconds",
+        ),
+        Family(
+            "goodput_gpu_holder_regime",
+            "gauge",
+            "1, labelled with the regime of this holder judged in its own frame (the time "
+            "it had: its kernel time plus the time nobody ran), debounced like "
+            "goodput_gpu_regime.",
+            _holder_regime,
+            labels=(*labels, "regime"),
+        ),
+    )
+
+
+def _holder_outcome(labels: tuple[str, ...]) -> tuple[Family[tuple[HolderVerdict, ...]], ...]:
+    """What came of it: its regime and flags, tokens, energy and memory."""
+    return (
+        Family(
+            "goodput_gpu_holder_busy_unproductive",
+            "gauge",
+            "1 while this holder of a shared GPU looks busy but does little useful work, "
+            "by reason (hollow_busy, busy_no_output), as goodput_gpu_busy_unproductive "
+            "for a whole GPU: names the pod that is hollow on a GPU others share.",
+            _holder_flags,
+            labels=(*labels, "reason"),
+        ),
+        Family(
+            "goodput_gpu_holder_tokens_per_second",
+            "gauge",
+            "Generated tokens per second of the serving engine this holder runs (its pod, "
+            "or its process tree); absent for holders that serve nothing.",
+            _holder_rows(lambda h: h.tokens_per_second),
+            labels=labels,
+        ),
+        Family(
+            "goodput_gpu_holder_tokens_per_kernel_second",
+            "gauge",
+            "Generated tokens per second of this holder's own kernel time: tokens per "
+            "working GPU-second, comparable across holders of different shares.",
+            _holder_rows(lambda h: h.tokens_per_kernel_second),
+            labels=labels,
+        ),
+        Family(
+            "goodput_gpu_holder_energy_joules_total",
+            "counter",
+            "The GPU's energy apportioned to this holder by kernel time (board power x "
+            "its kernel time share x seconds; an estimate). Energy while no holder ran "
+            "stays with the GPU.",
+            _holder_rows(lambda h: h.energy_joules),
+            labels=labels,
+            unit="joules",
+        ),
+        Family(
+            "goodput_gpu_holder_memory_used_bytes",
+            "gauge",
+            "Device memory this holder's processes hold (NVML's compute-process list).",
+            _holder_rows(lambda h: h.memory_used_bytes),
+            labels=labels,
+            unit="bytes",
         ),
     )

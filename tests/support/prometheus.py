@@ -7,7 +7,6 @@ instead of sleeping: Prometheus's first scrape lands ~5 s after start.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from testkit.harness import require as require  # the one check that a server binary is there
 from testkit.harness import wait_http as wait_http  # one poll loop; tests import it here
 
 
@@ -27,13 +27,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def require(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        raise RuntimeError(f"{binary} is not installed (run .ci/run or apt-get install it)")
-    return path
 
 
 class PrometheusServer:

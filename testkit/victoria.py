@@ -22,8 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testkit.harness import LoggedServer, free_port
-from tests.support.prometheus import require
+from testkit.harness import LoggedServer, free_port, require
 
 # Lines per import request: a few MB each.
 IMPORT_BATCH = 20_000
