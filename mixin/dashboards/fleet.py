@@ -289,30 +289,37 @@ def job_time_split(ctx: Ctx) -> barchart.Panel:
         .height(8).span(12))
 
 
+def _per_job_bars(ctx: Ctx, title: str, description: str, expr: str) -> bargauge.Panel:
+    """A horizontal bar per multi-GPU job, from an instant ``expr`` over the time range that
+    keeps the job labels: the per-job panels differ only in what they sum and its unit."""
+    lb = ctx.cfg.labels
+    return (
+        bargauge.Panel().title(title).description(description)
+        .datasource(ctx.ds)
+        .with_target(query(
+            ctx, expr, "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id
+            + "}}", instant=True))
+        .orientation(cm.VizOrientation.HORIZONTAL)
+        .no_value(NO_JOBS)
+        .height(8).span(12))
+
+
 def job_wait_hours(ctx: Ctx) -> bargauge.Panel:
     """From the per-job rule, one sample per rule evaluation, like the allocated-idle hours:
     reading every GPU's wait counter over the range would cost a series per GPU."""
     step = ctx.cfg.rule_interval or "1m"
     waiting = f"{N.JOB_WAITING_GPUS}{{{_job_filter(ctx)}}}"
     keys = ", ".join(ctx.q.job_labels)
-    lb = ctx.cfg.labels
-    return (
-        bargauge.Panel().title("GPU-hours lost waiting, by job")
-        .description(
-            "GPU-hours in the time range the GPUs of each multi-GPU job spent waiting on the "
-            "job's other GPUs (in collectives or for a peer's data) instead of working: the "
-            "exporters' estimate (goodput_gpu_job_wait_seconds_total), summed over the job's "
-            f"GPUs on every node through the recording rule {N.JOB_WAITING_GPUS}, which is per "
-            "job: the node and GPU filters do not apply. Jobs outside Kubernetes have no "
-            "namespace: they show while every namespace is selected.")
-        .datasource(ctx.ds)
-        .with_target(query(
-            ctx, f"sum by ({keys}) (sum_over_time({waiting}[$__range])) * {seconds(step):g}"
-            " / 3600", "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id
-            + "}}", instant=True))
-        .unit("h").orientation(cm.VizOrientation.HORIZONTAL)
-        .no_value(NO_JOBS)
-        .height(8).span(12))
+    return _per_job_bars(
+        ctx, "GPU-hours lost waiting, by job",
+        "GPU-hours in the time range the GPUs of each multi-GPU job spent waiting on the "
+        "job's other GPUs (in collectives or for a peer's data) instead of working: the "
+        "exporters' estimate (goodput_gpu_job_wait_seconds_total), summed over the job's "
+        f"GPUs on every node through the recording rule {N.JOB_WAITING_GPUS}, which is per "
+        "job: the node and GPU filters do not apply. Jobs outside Kubernetes have no "
+        "namespace: they show while every namespace is selected.",
+        f"sum by ({keys}) (sum_over_time({waiting}[$__range])) * {seconds(step):g} / 3600",
+    ).unit("h")
 
 
 def job_waiting_share(ctx: Ctx) -> bargauge.Panel:
@@ -320,24 +327,16 @@ def job_waiting_share(ctx: Ctx) -> bargauge.Panel:
     a runbook reader compares with the alert's threshold."""
     share = f"{N.JOB_WAITING}{{{_job_filter(ctx)}}}"
     keys = ", ".join(ctx.q.job_labels)
-    lb = ctx.cfg.labels
-    return (
-        bargauge.Panel().title("Share of GPU time lost waiting, by job")
-        .description(
-            "Of each multi-GPU job's GPU-seconds, the share its GPUs spent waiting on the "
-            "job's other GPUs (a straggler, a rotating imbalance, a pipeline bubble, a peer's "
-            "host stall), averaged over the time range from the recording rule "
-            f"{N.JOB_WAITING}; GPUJobLosingToWaiting fires on a job at "
-            f"{ctx.cfg.alerts['GPUJobLosingToWaiting'].thresholds['min_waiting_share']:g} for its "
-            "whole delay. Per job: the node and GPU filters do not apply.")
-        .datasource(ctx.ds)
-        .with_target(query(
-            ctx, f"avg by ({keys}) (avg_over_time({share}[$__range]))",
-            "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id + "}}",
-            instant=True))
-        .unit("percentunit").min(0).max(1).orientation(cm.VizOrientation.HORIZONTAL)
-        .no_value(NO_JOBS)
-        .height(8).span(12))
+    threshold = ctx.cfg.alerts["GPUJobLosingToWaiting"].thresholds["min_waiting_share"]
+    return _per_job_bars(
+        ctx, "Share of GPU time lost waiting, by job",
+        "Of each multi-GPU job's GPU-seconds, the share its GPUs spent waiting on the "
+        "job's other GPUs (a straggler, a rotating imbalance, a pipeline bubble, a peer's "
+        "host stall), averaged over the time range from the recording rule "
+        f"{N.JOB_WAITING}; GPUJobLosingToWaiting fires on a job at {threshold:g} for its "
+        "whole delay. Per job: the node and GPU filters do not apply.",
+        f"avg by ({keys}) (avg_over_time({share}[$__range]))",
+    ).unit("percentunit").min(0).max(1)
 
 
 def job_tokens_per_working(ctx: Ctx) -> bargauge.Panel:
@@ -345,27 +344,19 @@ def job_tokens_per_working(ctx: Ctx) -> bargauge.Panel:
     of its GPUs' working part, from the per-job rule."""
     per = f"{N.JOB_TOKENS_PER_WORKING}{{{_job_filter(ctx)}}}"
     keys = ", ".join(ctx.q.job_labels)
-    lb = ctx.cfg.labels
-    return (
-        bargauge.Panel().title("Tokens per GPU-second working, by serving job")
-        .description(
-            "Generated tokens per second of the engines on each multi-GPU job's GPUs (an "
-            "engine split over GPUs by tensor or layer, in one process or several), divided "
-            "by the GPU-seconds per second those GPUs spent working: what the engine makes of "
-            "the GPU time it does not lose waiting on its other GPUs, on the links or on its "
-            "host (the time split beside). Averaged over the time range from the recording "
-            f"rule {N.JOB_TOKENS_PER_WORKING}, which is per job: the node and GPU filters do "
-            "not apply. Jobs outside Kubernetes have no namespace: they show while every "
-            "namespace is selected.")
-        .datasource(ctx.ds)
-        .with_target(query(
-            ctx, f"avg by ({keys}) (avg_over_time({per}[$__range]))",
-            "{{" + lb.job_source + "}} {{" + lb.namespace + "}} {{" + lb.job_id + "}}",
-            instant=True))
-        .unit("none").orientation(cm.VizOrientation.HORIZONTAL)
-        .no_value("No multi-GPU job served tokens in the range: a serving engine on two or "
-                  "more GPUs (or a pod holding several) shows here.")
-        .height(8).span(12))
+    return _per_job_bars(
+        ctx, "Tokens per GPU-second working, by serving job",
+        "Generated tokens per second of the engines on each multi-GPU job's GPUs (an "
+        "engine split over GPUs by tensor or layer, in one process or several), divided "
+        "by the GPU-seconds per second those GPUs spent working: what the engine makes of "
+        "the GPU time it does not lose waiting on its other GPUs, on the links or on its "
+        "host (the time split beside). Averaged over the time range from the recording "
+        f"rule {N.JOB_TOKENS_PER_WORKING}, which is per job: the node and GPU filters do "
+        "not apply. Jobs outside Kubernetes have no namespace: they show while every "
+        "namespace is selected.",
+        f"avg by ({keys}) (avg_over_time({per}[$__range]))",
+    ).unit("none").no_value("No multi-GPU job served tokens in the range: a serving engine "
+                            "on two or more GPUs (or a pod holding several) shows here.")
 
 
 def allocated_idle_hours(ctx: Ctx) -> bargauge.Panel:
