@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,11 +29,72 @@ ROOT = Path(__file__).resolve().parents[1]
 USER = "65534:65534"
 MAX_MB = 150.0
 BUILDAH = ["buildah", "--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER", "vfs")]
+HEARTBEAT_S = 20.0
+"""A step that printed nothing for this long says what it is on and for how long (CI's bar:
+a line at least every 30 s; mmdebstrap and a buildah RUN step are silent for minutes)."""
+STEP = re.compile(r"^(STEP \d+/\d+: .*|image\.sh: .*|I: .*)$")
+"""The lines that say where the build is: buildah's steps, image.sh's own, mmdebstrap's
+phases."""
 
 
 def sh(*cmd: str, **kw: object) -> str:
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     return str(out.stdout).strip()
+
+
+def say(text: str) -> None:
+    print(f"image_smoke: {text}", file=sys.stderr, flush=True)
+
+
+def build(cmd: list[str]) -> str:
+    """Run scripts/image.sh, its log passed through line by line; while it is silent, every
+    HEARTBEAT_S the step it is on (the last STEP line) and the time so far. Returns the
+    image name (the last line of its stdout)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace")
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout: list[str] = []
+    reader = threading.Thread(target=lambda: stdout.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    lines: list[str | None] = []
+    ready = threading.Condition()
+
+    def pump() -> None:
+        for line in proc.stderr or ():
+            with ready:
+                lines.append(line.rstrip("\n"))
+                ready.notify()
+        with ready:
+            lines.append(None)
+            ready.notify()
+
+    threading.Thread(target=pump, daemon=True).start()
+    step, since, said = "starting scripts/image.sh", started, started
+    while True:
+        with ready:
+            ready.wait_for(lambda: bool(lines),
+                           timeout=max(said + HEARTBEAT_S - time.monotonic(), 0.1))
+            batch, lines[:] = list(lines), []
+        now = time.monotonic()
+        if not batch:
+            said = now
+            say(f"still on {step[:100]} ({now - since:.0f} s on it, {now - started:.0f} s "
+                "building)")
+            continue
+        for line in batch:
+            if line is None:
+                break
+            print(line, file=sys.stderr, flush=True)
+            said = now
+            if STEP.match(line):
+                step, since = line, now
+        if batch[-1] is None:
+            break
+    reader.join()
+    if proc.wait() != 0:
+        sys.exit(f"image_smoke: {' '.join(cmd)} failed with {proc.returncode}")
+    return "".join(stdout).splitlines()[-1]
 
 
 def pick_tool() -> str:
@@ -132,8 +194,11 @@ def main() -> int:
     image = args.image
     if image is None:
         cmd = [str(ROOT / "scripts" / "image.sh")] + (["--debian-base"] if args.debian_base else [])
-        image = sh(*cmd, cwd=ROOT, stderr=None).splitlines()[-1]
+        say(f"building the image with {tool} ({' '.join(cmd[1:]) or 'standard'}; minutes "
+            "on a fresh machine, a line at least every 20 s)")
+        image = build(cmd)
     built_s = time.monotonic() - started
+    say(f"built {image} in {built_s:.0f} s; running it")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     listen = f"127.0.0.1:{port}"

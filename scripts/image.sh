@@ -66,12 +66,15 @@ debian_base_image() {
   if image_exists "$name"; then return; fi
   command -v mmdebstrap >/dev/null || { echo "image.sh: --debian-base needs mmdebstrap" >&2; exit 1; }
   local dir; dir="$(mktemp -d)"
+  echo "image.sh: making the base $name with mmdebstrap (Debian's packages; a minute or two)" >&2
   # merged-usr hook: no usrmerge package (and so no perl); no docs, man pages or locales.
-  mmdebstrap --quiet --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+  # Not --quiet: its "I: ..." lines name each phase (download, extract, install, tarball).
+  mmdebstrap --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --aptopt='APT::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     "$@" bookworm "$dir/rootfs.tar" >&2
+  echo "image.sh: importing $name into $tool" >&2
   case "$tool" in
     buildah)
       local ctr; ctr="$("${buildah_cmd[@]}" from scratch)"

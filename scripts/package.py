@@ -16,6 +16,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -26,10 +30,33 @@ sys.path.insert(0, str(ROOT))
 
 from exporter import __version__  # noqa: E402
 
+HEARTBEAT_S = 20.0
+"""A step still running after this long says so, and how long it has run (CI's bar: a line at
+least every 30 s; the isolated build env and the venv install are silent for a minute)."""
+
+
+@contextmanager
+def ticking(what: str) -> Iterator[None]:
+    """Say ``package: still <what> (N s)`` every HEARTBEAT_S until the block ends."""
+    started, stop = time.monotonic(), threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            print(f"package: still {what} ({time.monotonic() - started:.0f} s)", flush=True)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
 
 def run(*cmd: str, quiet: bool = False) -> None:
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL if quiet else None)
+    with ticking(f"running {Path(cmd[0]).name} {' '.join(cmd[1:3])}"):
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL if quiet else None)
 
 
 def du_bytes(path: Path) -> int:
@@ -75,6 +102,7 @@ def helm_chart(out: Path) -> Path:
     import helm_python
 
     helm_python.disable_logging()
+    print("package: the Helm chart (helm package, then lint --strict)", flush=True)
     archive = Path(helm_python.package(str(CHART), destination=str(out)))
     if archive.name != f"gpu-goodput-exporter-{__version__}.tgz":
         sys.exit(f"package: unexpected chart archive {archive.name}")

@@ -222,15 +222,19 @@ class Engines:
 
 @contextmanager
 def engines(workdir: Path, rules: Path = RULES, alerts: Path = ALERTS,
-            lead_s: float = 45) -> Iterator[Engines]:
+            lead_s: float = -15) -> Iterator[Engines]:
     """Both engines loaded and their live rulers running, at or after t0 + 35 s (past
     VictoriaMetrics' -search.latencyOffset, so a query at t0 sees every sample).
 
     t0 sits 15 s past a minute: the rules evaluate on the minute, halfway between two
     samples, so every run compares the engines at the same point of the sample grid (where a
-    rate window's edge falls decides how far apart the engines' rates are)."""
+    rate window's edge falls decides how far apart the engines' rates are). It is the last
+    such point at or before now + ``lead_s`` (default: 15 to 75 s ago), so building both
+    stores (half a minute or more) is the 35 s wait: t0 ahead of the start (lead 45 s)
+    made the fixture sleep ~33 s after an idle build of 52 s. The scenarios hold until
+    t0 + 5 min, so the build may take up to 3:45."""
     began = time.monotonic()
-    t0 = float(int(time.time() + lead_s) // 60 * 60 + 15)
+    t0 = float(int(time.time() + lead_s - 15) // 60 * 60 + 15)
     plan = side_by_side_plan()
     feed = write_feed(workdir, t0, plan)
     build_prometheus(workdir / "prometheus", feed, rules)
