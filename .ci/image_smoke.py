@@ -32,9 +32,9 @@ BUILDAH = ["buildah", "--storage-driver", os.environ.get("BUILDAH_STORAGE_DRIVER
 HEARTBEAT_S = 20.0
 """A step that printed nothing for this long says what it is on and for how long (CI's bar:
 a line at least every 30 s; mmdebstrap and a buildah RUN step are silent for minutes)."""
-STEP = re.compile(r"^(STEP \d+/\d+: .*|image\.sh: .*|I: .*)$")
-"""The lines that say where the build is: buildah's steps, image.sh's own, mmdebstrap's
-phases."""
+STEP = re.compile(r"^((\[\d+/\d+\] )?STEP \d+/\d+: .*|image\.sh: .*|I: .*)$")
+"""The lines that say where the build is: buildah's steps (``[stage/stages] STEP n/m: ...`` in a
+multi-stage build), image.sh's own, mmdebstrap's phases."""
 
 
 def sh(*cmd: str, **kw: object) -> str:
