@@ -277,7 +277,10 @@ def test_kernel_and_copy_time_add_up_to_nvmls_utilization() -> None:
 # host-launched one).
 TRUTH_FIXTURE = FIXTURE.parent / "h200-split-truth-windows.json"
 TRUTH_ROWS: Mapping[str, Any] = json.loads(TRUTH_FIXTURE.read_text())["rows"]
-TRUTH_PASSING = ("checkpoint", "jitter", "h2d_loader", "bursty", "solo_small")
+TRUTH_PASSING = ("checkpoint", "jitter", "h2d_loader", "bursty", "solo_small", "tiny_sync",
+                 "tp_decode")
+"""tiny_sync and tp_decode since the GEMMs' tensor rate goes with their hollowness and the
+default is 0.06 (worst part -0.055 and -0.081 before: working)."""
 
 
 def truth_split(name: str) -> dict[str, dict[str, float]]:
