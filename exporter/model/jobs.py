@@ -13,8 +13,9 @@ it once the other two are taken out (:func:`waiting`):
   exactly from windows without any collective, capped by the rank that waits least, raised
   by the rank everyone waits for), else ``own_hollow_ratio`` of kernel time, plus
   ``EDGE_HOLLOW`` of each second without a kernel. A GEMM's tensor activity per SM-active
-  second is the same whatever its size (``tensor_per_sm_active_second``), so at own
-  hollowness ``r`` the tensor counter says its kernels ran ``tensor / (0.955 (1 - r))``;
+  second is about the same from 4096- to 8192-square (``tensor_per_sm_active_second``),
+  so at own hollowness ``r`` the tensor counter says its kernels ran
+  ``tensor / (0.955 (1 - r))``;
 - the transfer a collective really needs: link bytes at what one direction of the link
   carries while a collective runs (``collective_link_bytes_per_second``);
 - the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
@@ -135,8 +136,9 @@ class Own:
     @classmethod
     def of(cls, ratio: float, cfg: ModelConfig, learned: bool = False) -> Own:
         """GEMMs ``ratio`` hollow: their tensor activity per second of kernel time is what
-        each SM-active second shows (``tensor_per_sm_active_second``, the same for GEMMs of
-        every size on H200) times the share of it the SMs are active."""
+        each SM-active second shows (``tensor_per_sm_active_second``: 0.948-0.971 for
+        4096- to 8192-square GEMMs on H200, lower only for small ones) times the share of
+        it the SMs are active."""
         return cls(ratio, cfg.tensor_per_sm_active_second * (1.0 - ratio), learned)
 
     @classmethod
@@ -285,10 +287,11 @@ def ceiling_observation(job: Mapping[str, tuple[Window, Assessment]],
     seconds, so at own hollowness ``r`` at least that over ``1 - r`` seconds of kernel time,
     and that cannot exceed its kernel time less its collectives' transfer (its waiting is
     never negative). A rank that waits nearly nothing (a balanced job's, a straggler, the
-    GPU a late joiner holds back) puts the ceiling close to the truth: 0.02-0.04 for
+    GPU a late joiner holds back) puts the ceiling close to the truth: 0.01-0.04 for
     8192-square bf16 GEMMs on H200; a job whose ranks all wait a good part (a decode step's
-    small all-reduces, rotating imbalance) gets a loose one (0.25-0.4) and keeps what it
-    learned otherwise. None where no rank computes on the tensor pipes most of the window."""
+    small all-reduces, rotating imbalance, a pipeline) gets a loose one (0.23-0.48) and
+    keeps what it learned otherwise. None where no rank computes on the tensor pipes most
+    of the window."""
     ceilings = []
     for w, a in job.values():
         busy = kernel_time(w, usable=True)
