@@ -29,7 +29,7 @@ import pytest
 
 from exporter.model.config import ModelConfig
 from exporter.model.core import assess
-from exporter.model.jobs import PARTS, JobTracker, judge
+from exporter.model.jobs import PARTS, WAITING, JobTracker, judge
 from tests.test_model_split_h200 import split, window
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jobs"
@@ -208,3 +208,43 @@ def test_the_four_gpu_rows_every_part_within_tolerance(name: str) -> None:
         for part in PARTS:
             assert abs(got[gpu][part] - truth[part]) <= TOLERANCE, (
                 f"{name} GPU {gpu} {part}: {got[gpu][part]:.3f} vs {truth[part]:.3f}")
+
+
+# split2-bench's second run (20:05 UTC): the truth's working capped at its GEMMs' own time
+# (timed alone with the launches queued ahead), so its resident time agrees with GPM's
+# graphics activity on every row. Seen after this model was settled: a check, not a fit.
+DATA2: Mapping[str, Any] = json.loads(
+    (FIXTURES / "h200-split2-data2-windows.json").read_text())["rows"]
+
+
+@pytest.mark.parametrize("name", ["broadcast_skew", "tiny_sync", "lost_comm_heavy"])
+def test_the_refined_truth_every_part_within_tolerance(name: str) -> None:
+    """The static imbalance over 3072-square GEMMs with a broadcast (its waiting rank failed
+    working -0.058 to -0.076 on the earlier truths), the tiny per-step sync and the
+    communication-heavy row on four GPUs: every part of every GPU within 0.05."""
+    row = DATA2[name]
+    got = split(row["windows"], skip=row["skip"])
+    for gpu, truth in row["truth"].items():
+        for part in PARTS:
+            assert abs(got[gpu][part] - truth[part]) <= TOLERANCE, (
+                f"{name} GPU {gpu} {part}: {got[gpu][part]:.3f} vs {truth[part]:.3f}")
+
+
+@pytest.mark.parametrize(("name", "alone"), [("tp_decode", "shape_solo_bf16_4096"),
+                                             ("shape_tp_bf16_3072", "shape_solo_bf16_3072")])
+def test_gemms_between_collectives_are_hollower_than_alone(name: str, alone: str) -> None:
+    """Where this model still falls short: the decode step's GEMMs, 8 a step each followed
+    by a 256 KB all-reduce, ran as long as the same GEMMs alone (the truth's working) but
+    with less tensor activity: 0.10 hollow for 4096-square ones (0.067 alone), 0.17 for
+    3072-square ones (0.082). Nothing in the ranks' counters tells that from waiting, so
+    with the 0.06 default they read waiting 0.07-0.08 too high and as much too little
+    working."""
+    row = DATA2[name]
+    solo = steady(DATA2, alone, DATA2[alone]["gpus"][0])
+    alone_hollow = 1 - mean(solo, "sm_active") / mean(solo, "graphics")
+    got = split(row["windows"], skip=row["skip"])
+    for gpu, truth in row["truth"].items():
+        xs = steady(DATA2, name, gpu)
+        inside = 1 - mean(xs, "tensor") / (KAPPA * truth["working"])
+        assert inside >= alone_hollow + 0.025, (gpu, inside, alone_hollow)
+        assert 0.05 < got[gpu][WAITING] - truth[WAITING] < 0.1
