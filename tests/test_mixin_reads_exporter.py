@@ -69,7 +69,7 @@ def test_the_ttft_rule_reads_the_declared_histograms() -> None:
     assert read is not None
     assert read.group(1).split("|") == [f"{name}_bucket" for name in ttft_histograms()]
     dashboards_doc = (REPO / "docs" / "dashboards.md").read_text()
-    assert all(f"`{name}_bucket`" in dashboards_doc for name in ttft_histograms())
+    assert "declares its `ttft`" in dashboards_doc  # where to look, not a second list
 
 
 def test_no_mixin_module_spells_an_engine_family() -> None:
