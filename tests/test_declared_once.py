@@ -10,6 +10,7 @@ a second list, and a new source, regime or engine would be missing from it."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -65,21 +66,32 @@ def _constants() -> dict[str, str]:
 
 
 def _items(node: ast.AST) -> list[ast.AST]:
+    """The elements a literal collection lists: a dict's keys and values, a sequence's
+    items (a tuple item's first element: rows of a table)."""
     if isinstance(node, ast.Dict):
-        return [k for k in node.keys if k is not None]
+        return [*(k for k in node.keys if k is not None), *node.values]
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [e.elts[0] if isinstance(e, ast.Tuple) and e.elts else e for e in node.elts]
     return []
 
 
-def _named(item: ast.AST, constants: Mapping[str, str]) -> str | None:
+def _named(item: ast.AST, constants: Mapping[str, str]) -> set[str]:
     if isinstance(item, ast.Constant) and isinstance(item.value, str):
-        return item.value
+        return {item.value}
     if isinstance(item, ast.Name):
-        return constants.get(item.id)
+        return {constants[item.id]} if item.id in constants else set()
     if isinstance(item, ast.Attribute):
-        return constants.get(item.attr)
-    return None
+        return {constants[item.attr]} if item.attr in constants else set()
+    return set()
+
+
+def _alternatives(node: ast.AST) -> set[str]:
+    """The names a PromQL or regex alternation spells in one string: ``"a|b"``, ``a|b`` in
+    ``regime=~"a|b"``."""
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and "|" in node.value):
+        return set()
+    return {part for piece in node.value.split("|") for part in re.split(r'["(){}\s=~]', piece)}
 
 
 def second_lists(root: Path, tops: Iterable[str] = CODE) -> list[str]:
@@ -94,7 +106,8 @@ def second_lists(root: Path, tops: Iterable[str] = CODE) -> list[str]:
                 continue
             tree = ast.parse(path.read_text(), filename=rel)
             for node in ast.walk(tree):
-                spelled = {n for item in _items(node) if (n := _named(item, constants))}
+                spelled = _alternatives(node) or {
+                    n for item in _items(node) for n in _named(item, constants)}
                 for kind, names in vocab.items():
                     if len(spelled & names) >= 2:
                         found.append(f"{rel}:{node.lineno} {kind}: {sorted(spelled & names)}")
@@ -112,9 +125,12 @@ def test_the_scan_finds_a_second_list(tmp_path: Path) -> None:
         'A = frozenset({"slurm", "mpi"})\n'
         "B = (LAUNCH_BOUND, regimes.HOST_BOUND)\n"
         'C = {"vllm": 1, "sglang": 2}\n'
-        'D = ("slurm", "other")\n')
+        'D = ("slurm", "other")\n'
+        "E = {'SLURM_JOB_ID': SLURM, 'PMIX_NAMESPACE': MPI}\n"
+        "F = f'{util} unless on (gpu) x{{regime=~\"comm_wait|transfer_bound\"}}'\n")
     assert [f.split(" ")[0] for f in second_lists(tmp_path, ("exporter",))] == [
-        "exporter/a.py:1", "exporter/a.py:2", "exporter/a.py:3"]
+        "exporter/a.py:1", "exporter/a.py:2", "exporter/a.py:3", "exporter/a.py:5",
+        "exporter/a.py:6"]
 
 
 def test_every_job_source_read_from_the_environment_is_declared_where_it_is_read() -> None:
