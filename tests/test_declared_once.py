@@ -106,6 +106,8 @@ def second_lists(root: Path, tops: Iterable[str] = CODE) -> list[str]:
                 continue
             tree = ast.parse(path.read_text(), filename=rel)
             for node in ast.walk(tree):
+                if not isinstance(node, ast.expr):
+                    continue
                 spelled = _alternatives(node) or {
                     n for item in _items(node) for n in _named(item, constants)}
                 for kind, names in vocab.items():
