@@ -56,7 +56,7 @@ def _add_flux(root: Path) -> None:
     repo_copy.replace(root, "docs/jobs.md", hpc_row + "\n", hpc_row + "\n"
                       "| `flux` | `FLUX_JOB_ID` in the process's environment (Flux's job id) "
                       "| that value | `jobs_proc` | 35 | yes |\n")
-    repo_copy.regenerate(root, (("-m", "exporter.settings.docs"),))
+    repo_copy.regenerate(root, repo_copy.generators("settings"))
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_the_alert_regex_follows_the_declaration(power_root: Path,
     it. Declared as moving data instead, the regenerated alert leaves it out."""
     assert "power_bound" not in _alert_regex(power_root).split("|")
     moving = repo_copy.whole(tmp_path)
-    _add_power_bound(moving, moves_data=True, generators=(("-m", "mixin"),))
+    _add_power_bound(moving, moves_data=True, generators=repo_copy.generators("mixin"))
     assert "power_bound" in _alert_regex(moving).split("|")
 
 
@@ -291,7 +291,7 @@ def engine_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo_copy.replace(root, "docs/serving.md", lmdeploy + "\n", lmdeploy + "\n"
                       "| `toyserve` | a test-only engine | `toyserve:*` | `/metrics` "
                       "| live |\n")
-    repo_copy.regenerate(root, (("-m", "mixin"),))
+    repo_copy.regenerate(root, repo_copy.generators("mixin"))
     return root
 
 

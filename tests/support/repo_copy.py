@@ -12,6 +12,7 @@ recipes are tried this way (tests/test_recipes.py).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,20 +29,32 @@ SKIP = shutil.ignore_patterns(
 )
 """What a checkout has that a commit does not (.gitignore's list, and git's own)."""
 
+def _make_checks() -> tuple[tuple[str, ...], ...]:
+    """The generated-file checks ``make test`` runs (``$(PY) -m <module> --check``), read
+    from the Makefile, so a generator that moves is followed, not spelled again here."""
+    found = re.findall(r"^\t\$\(PY\) (-m \S+ --check)\s*$", (REPO / "Makefile").read_text(),
+                       re.M)
+    assert found, "Makefile: no `$(PY) -m <module> --check` line in the test target"
+    return tuple(tuple(line.split()) for line in found)
+
+
+CHECKS: tuple[tuple[str, ...], ...] = _make_checks()
+"""The generated-file checks of ``make test`` (the metrics and settings references, the
+mixin)."""
+
 GENERATORS: tuple[tuple[str, ...], ...] = (
-    ("-m", "exporter.metrics.docs"),
-    ("-m", "exporter.settings.docs"),
-    ("-m", "mixin"),
+    *(argv[:-1] for argv in CHECKS),
     ("-m", "tests.support.golden", "--update"),
 )
-"""Every generated file's generator, as ``make test`` and the recipes run them."""
+"""Every generated file's generator, as the recipes run them: the checks' generators, and
+the simulated node's golden exposition."""
 
-CHECKS: tuple[tuple[str, ...], ...] = (
-    ("-m", "exporter.metrics.docs", "--check"),
-    ("-m", "exporter.settings.docs", "--check"),
-    ("-m", "mixin", "--check"),
-)
-"""The generated-file checks of ``make test``."""
+
+def generators(*words: str) -> tuple[tuple[str, ...], ...]:
+    """The generators whose module names one of ``words`` (``"settings"``, ``"mixin"``)."""
+    chosen = tuple(g for g in GENERATORS if any(w in g[1] for w in words))
+    assert chosen, f"no generator named by {words}: {GENERATORS}"
+    return chosen
 
 
 def whole(dest: Path) -> Path:
