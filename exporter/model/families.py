@@ -158,8 +158,8 @@ JOB_INFO = GpuFamilies[JobIdentity](
             "gauge",
             "Constant 1 per GPU and the job it works for, whichever source said so: "
             "job_source is the job source that named it (docs/jobs.md lists them), "
-            "(job_source, namespace, job_id) the job key every job "
-            "series and rule uses; namespace is set for Kubernetes only. Join on node and gpu.",
+            "(job_source, namespace, job_id) the job key every job series and rule uses; "
+            "namespace is set for Kubernetes only. Join on node and gpu.",
             _identity,
             labels=JOB_LABELS,
         ),
@@ -179,8 +179,7 @@ NODE = NodeFamilies[NodeVerdicts](
             "GPUs of this node held by one distributed job, judged together: two or more "
             "GPUs here, or one of a job whose source launches across nodes (its peers may "
             "be on other nodes; docs/jobs.md says which). The job is (job_source, namespace, "
-            "job_id) as on "
-            "goodput_gpu_job_info.",
+            "job_id) as on goodput_gpu_job_info.",
             _jobs,
             labels=JOB_LABELS,
         ),

@@ -1,9 +1,11 @@
 """The regimes, declared once: every reader of the vocabulary takes it from :data:`ALL`.
 
-The model's rules (``core.classify``, the node step) name them through the constants below;
-the exposition (``goodput_gpu_regime``), the node dashboard's state timeline
-(mixin/dashboards/node.py) and the views' few words (``top``, the landing page) read
-:data:`ALL`. A new regime is one more constant and one more :class:`Regime` here, the rule
+The model's rules (``core.classify``, the node step) name them through the constants below
+and ask each one's properties (:data:`BY_NAME`: busy or quiet, a wall, what a waiting rank
+shows, whether its hollow time is read or is data moving); the exposition
+(``goodput_gpu_regime``), the node dashboard's state timeline (mixin/dashboards/node.py), the
+GPUBusyButUnproductive alert (mixin/alerts/efficiency.py) and the views' few words (``top``,
+the landing page) read :data:`ALL`. A new regime is one more constant and one more :class:`Regime` here, the rule
 that yields it, its test and the regenerated files (tests/test_regime_vocabulary.py lists
 them; docs/architecture.md says how).
 
