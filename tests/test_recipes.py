@@ -104,13 +104,15 @@ def test_a_job_source_that_spans_nodes_is_judged_with_one_gpu_here(
 
 def test_the_job_source_recipe_keeps_the_repository_whole(flux_root: Path) -> None:
     """The reference generated from its declaration names its variable; the documented
-    table, the scan for second lists and the job tests pass in the copy; nothing but the
-    recipe's files changed."""
+    table, the scan for second lists, the job tests and the chart's hold on the daemon's
+    schema pass in the copy; nothing but the recipe's files changed."""
     settings = (flux_root / "docs" / "settings.md").read_text()
     assert "FLUX_JOB_ID" in next(x for x in settings.splitlines() if "`jobs.environ`" in x)
     repo_copy.check(flux_root)
     repo_copy.pytest(flux_root, "tests/test_job_ranking.py", "tests/test_declared_once.py",
-                     "tests/jobs/test_procfs.py")
+                     "tests/jobs/test_procfs.py",
+                     "tests/test_helm_chart.py::test_chart_names_every_collector_of_the_registry",
+                     "tests/test_helm_chart.py::test_rendered_daemon_config_passes_the_daemon_schema")
     assert repo_copy.changed(flux_root) == [
         "docs/jobs.md", "docs/settings.md", "exporter/sources/jobs/identity.py"]
 
