@@ -5,9 +5,10 @@ and ask each one's properties (:data:`BY_NAME`: busy or quiet, a wall, what a wa
 shows, whether its hollow time is read or is data moving); the exposition
 (``goodput_gpu_regime``), the node dashboard's state timeline (mixin/dashboards/node.py), the
 GPUBusyButUnproductive alert (mixin/alerts/efficiency.py) and the views' few words (``top``,
-the landing page) read :data:`ALL`. A new regime is one more constant and one more :class:`Regime` here, the rule
-that yields it, its test and the regenerated files (tests/test_regime_vocabulary.py lists
-them; docs/architecture.md says how).
+the landing page) read :data:`ALL`. A new regime is one more constant and one more
+:class:`Regime` here, the rule that yields it, its test and the regenerated files
+(tests/test_regime_vocabulary.py lists them; docs/architecture.md says how, and
+tests/test_recipes.py tries it).
 
 Data only, importing nothing of the exporter, so the mixin can read it without loading the
 daemon.
