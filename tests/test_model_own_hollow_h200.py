@@ -29,7 +29,7 @@ import pytest
 
 from exporter.model.config import ModelConfig
 from exporter.model.core import assess
-from exporter.model.jobs import PARTS, WAITING, JobTracker, judge
+from exporter.model.jobs import PARTS, WAITING, JobTracker, ceiling_observation, judge
 from tests.test_model_split_h200 import split, window
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jobs"
@@ -248,3 +248,33 @@ def test_gemms_between_collectives_are_hollower_than_alone(name: str, alone: str
         inside = 1 - mean(xs, "tensor") / (KAPPA * truth["working"])
         assert inside >= alone_hollow + 0.025, (gpu, inside, alone_hollow)
         assert 0.05 < got[gpu][WAITING] - truth[WAITING] < 0.1
+
+
+def _rank(busy: float, sm: float, tensor: float, fp32: float = 0.0,
+          nvlink: float = 0.0) -> Any:
+    x = {"util": busy, "graphics": busy, "sm_active": sm, "sm_occupancy": 0.1,
+         "tensor": tensor, "dram": 0.2, "fp16": 0.0, "fp32": fp32, "fp64": 0.0,
+         "nvlink_rx": nvlink, "nvlink_tx": nvlink, "pcie_rx": 1e7, "pcie_tx": 5e6,
+         "processes": 1, "peak_pcie": 63.016e9}
+    w = window(x)
+    return w, assess(w, ModelConfig())
+
+
+def test_the_ceiling_is_the_least_waiting_ranks_room_for_its_gemms() -> None:
+    """Each window: 1 - tensor / (0.955 x (kernel time - transfer)) of the rank that leaves
+    the least room, clipped to 0..0.5; ranks stalled on their host (kernel time under 0.5)
+    or not on the tensor pipes (an FP32 job) set none."""
+    cfg = ModelConfig()
+    nvlink = 9.5e9  # each way: 0.05 of the window at 190 GB/s
+    straggler = _rank(0.95, 0.88, 0.84, nvlink=nvlink)
+    waiter = _rank(0.97, 0.70, 0.62, nvlink=nvlink)
+    got = ceiling_observation({"0": straggler, "1": waiter}, cfg)
+    assert got == pytest.approx(1 - 0.84 / (KAPPA * (0.95 - 0.05)), abs=1e-6)
+    assert ceiling_observation({"1": waiter}, cfg) == pytest.approx(
+        1 - 0.62 / (KAPPA * (0.97 - 0.05)), abs=1e-6)
+    stalled = _rank(0.3, 0.28, 0.27, nvlink=nvlink)
+    assert ceiling_observation({"0": stalled}, cfg) is None
+    fp32 = _rank(0.95, 0.9, 0.0, fp32=0.7, nvlink=nvlink)
+    assert ceiling_observation({"0": fp32}, cfg) is None
+    overfull = _rank(0.90, 0.90, 0.89, nvlink=nvlink)
+    assert ceiling_observation({"0": overfull}, cfg) == 0.0
