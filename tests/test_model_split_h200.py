@@ -356,10 +356,11 @@ FINAL_PASSING = ("checkpoint", "jitter", "fp32_allgather", "fp16_reduce_scatter"
                  "sendrecv_membound", "h2d_loader", "bursty", "solo_small", "lost_rotating",
                  "lost_pipeline_gpipe", "lost_straggler_10pct", "lost_host_stall",
                  "lost_balanced", "lost_back_to_back")
-"""Every part of every GPU within the tolerance. Outside it: tp_decode and tiny_sync (waiting
-+0.07 and +0.02-0.06, the small GEMMs' own hollowness), broadcast_skew's waiting rank
-(working -0.08), lost_late_joiner (its truth starts at the late rank's launch, before the
-first window), lost_comm_heavy (truth without launch gaps in that run)."""
+"""Every part of every GPU within the tolerance. Outside it: tp_decode (working -0.063) and
+tiny_sync (host_stalled +0.057: GPM sees no kernel for 0.04-0.05 of the time this truth
+counts as working), broadcast_skew's waiting rank (working -0.058: its GEMMs after each wait
+are hollower than its peer's), lost_late_joiner from t = 0 (its first window straddles the
+start), lost_comm_heavy (truth without launch gaps in that run)."""
 
 
 def _rows_split(rows: Mapping[str, Any], name: str) -> dict[str, dict[str, float]]:
