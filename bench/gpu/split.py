@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.jobs import BEFORE, SKIP, scrape
+from bench.gpu.jobs import BEFORE, LOST_ROWS, SKIP, scrape
 from bench.gpu.jobs import ROWS as JOB_ROWS
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.process import WorkloadProcess
@@ -44,6 +44,11 @@ TOLERANCE = 0.05
 SUM_TOLERANCE = 0.02
 UTIL_MEAN_TOLERANCE = 0.03
 UTIL_WINDOW_TOLERANCE = 0.1
+
+SHAPES = (("bf16", 1024, 64), ("bf16", 2048, 32), ("bf16", 3072, 16), ("bf16", 4096, 8),
+          ("bf16", 6144, 4), ("bf16", 8192, 4), ("fp16", 6144, 4), ("fp32", 1024, 16),
+          ("fp32", 2048, 8), ("fp32", 4096, 2), ("fp32", 8192, 1))
+"""Kernel shapes of the shape rows: (precision, square GEMM size, GEMMs a step when alone)."""
 
 # row -> (workload, options, GPUs it needs)
 ROWS: dict[str, tuple[str, list[str], int]] = {
@@ -73,8 +78,19 @@ ROWS: dict[str, tuple[str, list[str], int]] = {
     "solo_checkpoint": ("split_solo", ["--ckpt-every-s", "4", "--ckpt-mib", "1024",
                                        "--ckpt-host-s", "1.0"], 1),
     "bursty": ("split_bursty", [], 1),
-    # the [lost] report's rows (bench/gpu/jobs.py), two GPUs each here
-    **{f"lost_{name}": (workload, opts, 2) for name, (workload, opts) in JOB_ROWS.items()},
+    # the [lost] report's rows (bench/gpu/jobs.py), on as many GPUs as the plan gives them
+    **{f"lost_{name}": (workload, opts, 4) for name, (workload, opts) in JOB_ROWS.items()},
+    # kernel shapes: each GEMM size and precision alone on one GPU (no collective at all: the
+    # kernels' own hollowness) and as a tensor-parallel decode (8 x (one GEMM, a 256 KB
+    # all-reduce) a step, on two GPUs)
+    **{f"shape_solo_{d}_{n}": ("split_solo", ["--dtype", d, "--gemm-n", str(n),
+                                              "--gemms", str(k)], 1)
+       for d, n, k in SHAPES},
+    "shape_solo_membound": ("split_solo", ["--mem-mib", "2048", "--gemms", "6"], 1),
+    **{f"shape_tp_{d}_{n}": ("split_job", ["--dtype", d, "--gemm-n", str(n), "--gemms", "1",
+                                           "--rounds", "8", "--coll", "all_reduce",
+                                           "--coll-kib", "256"], 2)
+       for d, n, _k in SHAPES},
 }
 PLANS: dict[str, list[list[tuple[str, str]]]] = {
     # each slot: (row, GPUs) run at once
@@ -95,6 +111,19 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("lost_straggler_10pct", "0,1"), ("lost_host_stall", "2,3")],
         [("lost_late_joiner", "0,1"), ("lost_balanced", "2,3")],
         [("lost_comm_heavy", "0,1"), ("lost_back_to_back", "2,3")],
+    ],
+    # kernel shapes and the [lost] rows on four GPUs: data for the model's own hollowness
+    "data": [
+        [("shape_solo_bf16_1024", "0"), ("shape_solo_bf16_2048", "1"),
+         ("shape_solo_bf16_3072", "2"), ("shape_solo_bf16_4096", "3")],
+        [("shape_solo_bf16_6144", "0"), ("shape_solo_bf16_8192", "1"),
+         ("shape_solo_fp16_6144", "2"), ("shape_solo_membound", "3")],
+        [("shape_solo_fp32_1024", "0"), ("shape_solo_fp32_2048", "1"),
+         ("shape_solo_fp32_4096", "2"), ("shape_solo_fp32_8192", "3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("shape_tp_bf16_3072", "0,1"), ("shape_tp_bf16_8192", "2,3")],
+        [("shape_tp_fp32_2048", "0,1"), ("shape_tp_fp32_4096", "2,3")],
+        *([(f"lost_{name}", "0,1,2,3")] for name in LOST_ROWS),
     ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
     "side": [  # the first slot beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1)

@@ -38,6 +38,7 @@ from typing import Any
 
 from bench.gpu.workloads.core import (
     Family,
+    Runner,
     Stop,
     device_info,
     emit,
@@ -307,7 +308,33 @@ def split_job(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": "split_job", "world": world}
 
 
-def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+def _child_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
+                stop_event: Any, seconds: float) -> None:
+    """A one-GPU workload's body in a child of the workload's session leader."""
+    import signal
+
+    stop = Stop(seconds, stop_event)
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: stop_event.set())
+    (_solo_body if kind == "split_solo" else _bursty_body)(stop, args)
+
+
+def in_child(kind: str) -> Runner:
+    """A one-GPU workload run in a spawned child, as the ranks of ``split_job`` are: the
+    process holding the GPU is then a member of the workload's own process session, not a
+    session leader, so process-session identities (``--no-job-environ``) make each load a
+    job of its own. (A session leader under a parent that leads no session is taken as one
+    of torchrun's workers and joins its parent's session: one-GPU loads started side by side
+    by this bench were one job.)"""
+
+    def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+        spawn_ranks(stop, _child_main, 1, args, kind)
+        return {"kind": kind, "in_child": True}
+
+    return run
+
+
+def _solo_body(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """One GPU, no peer: the same steps without a collective (a kernel size's own hollowness,
     a checkpoint or a loader delay with nobody to wait for)."""
     torch = load_torch(device=0)
@@ -331,7 +358,7 @@ def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": "split_solo", "steps": job.steps}
 
 
-def split_bursty(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+def _bursty_body(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """One GPU: bursts of bf16 GEMMs (--burst-min..--burst-max seconds) between host stalls
     (--stall-min..--stall-max seconds, no kernel). Each burst's span on the GPU is emitted in
     wall-clock time (``burst`` events: the GPU is idle when a burst is queued, so its first
@@ -414,7 +441,8 @@ FAMILY = Family(
     name="split",
     summary="the [split] run (bench/gpu/split.py): jobs that time every part of their split",
     add_arguments=add_arguments,
-    runners={"split_job": split_job, "split_solo": split_solo, "split_bursty": split_bursty},
+    runners={"split_job": split_job, "split_solo": in_child("split_solo"),
+             "split_bursty": in_child("split_bursty")},
     dry_run=idle_dry_run,
     descriptions={
         "split_job": "ranks x (host delay, H2D batch, rounds x (work, collective), checkpoint)",
