@@ -41,6 +41,20 @@ def test_launch_gaps_move_from_their_phase_to_host_time() -> None:
     assert sum(got[p] for p in PARTS) == pytest.approx(1.0)
 
 
+def test_compute_is_capped_at_its_kernels_time_alone() -> None:
+    """Small GEMMs a host launches slower than they run: 6 s of compute events, but the
+    GEMMs take 2.5 s alone; the 3.5 s the GPU idled between them is host time, and an opening
+    gap inside that idle time is not counted twice."""
+    got = parts(ORIGIN, line(compute_s=6.0, comm_s=1.0, gap_compute_s=0.5, kernel_alone_s=2.5,
+                             pure_comm_per_step_s=0.0005))
+    assert got["working"] == pytest.approx(0.25)
+    assert got["gap_compute"] == pytest.approx(0.35)
+    assert got["host_stalled"] == pytest.approx(1 - 0.25 - 0.1)
+    assert sum(got[p] for p in PARTS) == pytest.approx(1.0)
+    kernels_slower = parts(ORIGIN, line(compute_s=6.0, gap_compute_s=0.5, kernel_alone_s=7.0))
+    assert kernels_slower["working"] == pytest.approx(0.55)
+
+
 def test_the_transfer_alone_never_exceeds_the_comm_time() -> None:
     got = parts(ORIGIN, line(compute_s=5.0, comm_s=0.5, pure_comm_per_step_s=0.01))
     assert got["transferring"] == pytest.approx(0.05)

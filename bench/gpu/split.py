@@ -125,6 +125,15 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("shape_tp_fp32_2048", "0,1"), ("shape_tp_fp32_4096", "2,3")],
         *([(f"lost_{name}", "0,1,2,3")] for name in LOST_ROWS),
     ],
+    # the launch-bound shapes again with the kernels-alone truth, and the rows it touches
+    "data2": [
+        [("shape_solo_bf16_1024", "0"), ("shape_solo_bf16_2048", "1"),
+         ("shape_solo_bf16_3072", "2"), ("shape_solo_bf16_4096", "3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("tp_decode", "0,1"), ("shape_tp_bf16_3072", "2,3")],
+        [("broadcast_skew", "0,1"), ("tiny_sync", "2,3")],
+        [("lost_comm_heavy", "0,1,2,3")],
+    ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
     "side": [  # the first slot beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1)
         [("bursty", "2"), ("solo_small", "3")],
@@ -229,7 +238,8 @@ class Sampler(threading.Thread):
 def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]:
     """A rank's split between two of its cumulative truth lines (see workloads/split.py):
     each phase's event time less its launch gaps (workloads/resident.py: the GPU had reached
-    the phase but the host had not launched into it), then working = compute, transferring
+    the phase but the host had not launched into it; compute also no more than its units'
+    kernel time alone, ``kernel_alone_s``), then working = compute, transferring
     = the collectives alone (timed with the GPU queued ahead) + copies, waiting = comm
     beyond the collectives alone, host_stalled = the rest of the wall time (the gaps
     included), idle = 0. ``ev_*``: the same from the event times alone."""
@@ -240,6 +250,9 @@ def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]
 
     d = {k: share(f"{k}_s") for k in ("compute", "comm", "copy", "stall")}
     gap = {k: min(share(f"gap_{k}_s"), d[k]) for k in ("compute", "comm", "copy")}
+    if "kernel_alone_s" in last:  # the GPU idled between kernels the host launched too slowly
+        alone = share("kernel_alone_s")
+        gap["compute"] = max(gap["compute"], d["compute"] - alone)
     steps = (last["steps"] - first["steps"]) / wall
     per_step = last.get("pure_comm_per_step_s") or 0.0
 

@@ -16,6 +16,10 @@ stream drained, so event intervals never overlap one another or host time):
 - **launch gaps**: inside those phases, the time the GPU had reached a phase's opening event
   before the host had launched its first operation (``resident.py``): no kernel of its own
   could run, so it is host time;
+- **kernels alone**: each unit of compute (a GEMM, a memory-bound pass) timed with its
+  launches queued ahead, at the start and every truth line; a phase's compute time is capped
+  at its units times that (the GPU idles between small kernels a host launches slower than
+  they run: host time too);
 - **host**: wall time not covered by any phase, plus the launch gaps (no kernel of its own
   resident: a checkpoint's write, a data loader's delay, Python between steps, a
   collective launched from an idle GPU).
@@ -154,6 +158,7 @@ class Job:
             e0 = prev
             gaps.launch("compute", e0, lambda: self.work(1))
             self.work(count - 1)
+            timer.units(count)
             e1 = timer.event()
             marks.append(("compute", e0, e1))
             prev = e1
@@ -271,6 +276,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     torch, dist, dev, local_stop = join_ranks(rank, world, port)
     job = Job(torch, dist, rank, world, args, dev)
     timer = SplitTimer(torch, rank, args.truth_every)
+    timer.work = job.work
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         job.step(timer)
     job.end_of_step(timer, False)
@@ -340,6 +346,7 @@ def _solo_body(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     torch = load_torch(device=0)
     job = Job(torch, None, 0, 1, args, torch.device("cuda", 0))
     timer = SplitTimer(torch, 0, args.truth_every)
+    timer.work = job.work
     for _ in range(3):
         job.step(timer)
     timer.pure = 0.0
