@@ -134,6 +134,24 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("broadcast_skew", "0,1"), ("tiny_sync", "2,3")],
         [("lost_comm_heavy", "0,1,2,3")],
     ],
+    # the final run in two device calls: (a) beside llama-server on GPUs 0,1 first
+    # (split_run.sh SERVING_BG=1), then the shapes, this bench's and the kernel shapes;
+    # (b) the [lost] rows on four GPUs
+    "final_a": [
+        [("bursty", "2"), ("solo_small", "3")],
+        [("checkpoint", "0,1"), ("jitter", "2,3")],
+        [("tp_decode", "0,1"), ("tiny_sync", "2,3")],
+        [("fp32_allgather", "0,1"), ("fp16_reduce_scatter", "2,3")],
+        [("broadcast_skew", "0,1"), ("sendrecv_membound", "2,3")],
+        [("h2d_loader", "0,1"), ("shape_tp_bf16_8192", "2,3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("shape_tp_bf16_3072", "0,1"), ("shape_tp_fp32_2048", "2,3")],
+    ],
+    "final_b": [
+        *([(f"lost_{name}", "0,1,2,3")] for name in LOST_ROWS),
+        [("shape_tp_fp32_4096", "0,1"), ("shape_solo_bf16_1024", "2"),
+         ("shape_solo_bf16_8192", "3")],
+    ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
     "side": [  # the first slot beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1)
         [("bursty", "2"), ("solo_small", "3")],
