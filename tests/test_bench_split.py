@@ -84,6 +84,16 @@ def test_a_row_passes_only_with_every_part_within_005_and_a_sum_of_one() -> None
     assert not check(_row(truth, {}))["pass"]
 
 
+def test_a_one_gpu_job_without_a_split_is_neither_pass_nor_fail() -> None:
+    truth = {"working": 0.9, "transferring": 0.0, "waiting": 0.0, "host_stalled": 0.1,
+             "idle": 0.0}
+    got = check({"workload": "split_solo", "gpus": ["3"], "truth": {"3": truth},
+                 "exporter": {"3": {}}})
+    assert got["pass"] is None and "one-GPU" in got["why"][0]
+    assert check({"workload": "split_solo", "gpus": ["3"], "truth": {"3": truth},
+                  "exporter": {"3": {**truth, "sum": 1.0}}})["pass"]
+
+
 def test_a_bursty_row_is_judged_on_utilization() -> None:
     util: dict[str, float] = {"windows": 60, "mean_published": 0.55, "mean_truth": 0.54,
                               "mean_error": 0.01, "max_window_error": 0.08,

@@ -523,6 +523,8 @@ def check(row: Mapping[str, Any]) -> dict[str, Any]:
                 why.append(f"{u['windows_over_0.1']}/{u['windows']} windows off by more than "
                            f"{UTIL_WINDOW_TOLERANCE} (worst {u['max_window_error']})")
         return {"pass": not why, "why": why}
+    if len(row.get("gpus", [])) == 1 and not any((row.get("exporter") or {}).values()):
+        return {"pass": None, "why": ["a one-GPU job: the exporter publishes no split for it"]}
     for gpu, t in row.get("truth", {}).items():
         e = row.get("exporter", {}).get(gpu) or {}
         if not e:
@@ -549,7 +551,8 @@ def render(result: Mapping[str, Any]) -> str:
             lines.append(f"| {name} | | error: {row['error']} | | | FAIL |")
             continue
         c = row.get("check", {})
-        verdict = "PASS" if c.get("pass") else "FAIL: " + "; ".join(c.get("why", []))
+        verdict = ("PASS" if c.get("pass") else "FAIL: " + "; ".join(c.get("why", []))
+                   if c.get("pass") is not None else "no split: " + "; ".join(c.get("why", [])))
         if row.get("workload") == "split_bursty":
             u = row.get("util_check", {})
             lines.append(
@@ -571,6 +574,30 @@ def render(result: Mapping[str, Any]) -> str:
             ws = f"{worst} {e.get(worst, 0) - t[worst]:+.3f}" if worst and t else "-"
             lines.append(f"| {name if i == 0 else ''} | {gpu} | {tt} | {ee} | {ws} | "
                          f"{verdict if i == 0 else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_resident(result: Mapping[str, Any]) -> str:
+    """The truth against a counter it never read: each GPU's kernel-resident time by the
+    truth (working + transferring + waiting, copies aside) beside GPM's graphics activity,
+    means over the steady windows."""
+    lines = ["| row | GPU | truth resident | GPM graphics | difference | SM active | hollow "
+             "(1 - SM active / graphics) |", "|---|---|---|---|---|---|---|"]
+    for name, row in result["rows"].items():
+        if "error" in row or row.get("workload") == "split_bursty":
+            continue
+        for gpu in row["gpus"]:
+            t = row.get("truth", {}).get(gpu)
+            steady = [w["gpus"].get(gpu, {}) for w in row.get("windows", [])
+                      if w["t"] >= row["skip"]]
+            gr = [x["graphics"] for x in steady if x.get("graphics") is not None]
+            sm = [x["sm_active"] for x in steady if x.get("sm_active") is not None]
+            if not t or not gr or not sm:
+                continue
+            resident = t["working"] + t["waiting"] + t.get("pure_comm", 0.0)
+            g, a = statistics.mean(gr), statistics.mean(sm)
+            lines.append(f"| {name} | {gpu} | {resident:.3f} | {g:.3f} | {g - resident:+.3f} | "
+                         f"{a:.3f} | {1 - a / g if g else 0:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -632,7 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixture", type=Path, help="only write --out from this split.json as "
                    "the replay tests' fixture (with --source)")
     p.add_argument("--source", default="", help="the fixture's provenance line")
+    p.add_argument("--report", type=Path, help="only print this split.json's tables (the "
+                   "split, then the truth's resident time against GPM's graphics)")
     args = p.parse_args(argv)
+    if args.report:
+        done = json.loads(args.report.read_text())
+        print(render(done) + "\n" + render_resident(done))
+        return 0
     if args.fixture:
         made = fixture(json.loads(args.fixture.read_text()), args.source)
         args.out.write_text(json.dumps(made, separators=(",", ":")) + "\n")
