@@ -45,7 +45,10 @@ timeout -k 10 "${LIMIT:-150}" python3 -m bench.serving.split_serving --llama-url
   --n-predict "${N_PREDICT:-512}" 2>&1 | tail -n 3 | tee -a "$LOG"
 say "serving rc ${PIPESTATUS[0]}"
 [ -n "$LLAMA" ] && kill "$LLAMA" 2>/dev/null
-for _ in $(seq 1 50); do kill -0 "${LLAMA:-0}" 2>/dev/null || break; sleep 0.2; done
+for _ in $(seq 1 50); do  # gone, or a zombie its new parent has yet to reap
+  kill -0 "${LLAMA:-0}" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$LLAMA/status" 2>/dev/null || break
+  sleep 0.2
+done
 { echo "# --- llama-server log (tail)"; tail -n 15 /tmp/llama-server.log; echo "# --- daemon (tail)";
   tail -n 15 "$OUT/serving-split-daemon.log"; } >>"$LOG" 2>&1
 rm -f "$OUT/serving-split-daemon.log"
