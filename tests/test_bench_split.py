@@ -3,6 +3,8 @@ when a row passes, and the launch-gap arithmetic the truth leans on."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +141,30 @@ def test_the_fixture_keeps_the_model_inputs_and_the_truth() -> None:
     assert set(made["rows"]) == {"r"}
     window = made["rows"]["r"]["windows"][0]
     assert window["gpus"]["0"] == {"util": 0.5, "util_samples": [[0.8, 0.5]], "graphics": 0.5}
+
+
+DATA2 = (Path(__file__).parent / "fixtures" / "jobs" / "h200-split2-data2-windows.json")
+
+
+def _resident_against_graphics(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for gpu, t in row["truth"].items():
+        gr = [w["gpus"][gpu]["graphics"] for w in row["windows"] if w["t"] >= row["skip"]]
+        out[gpu] = (t["working"] + t["waiting"] + t["pure_comm"], sum(gr) / len(gr))
+    return out
+
+
+def test_the_truths_kernel_time_agrees_with_gpm_where_the_host_launches_too_slowly() -> None:
+    """H200, split2-bench's second call: with each phase's compute capped at its GEMMs' time
+    alone, the ranks' kernel-resident time (working + waiting + the collectives alone) is
+    within 0.05 of GPM's graphics activity on every GPU of every row, launch-bound 1024- and
+    2048-square GEMMs too (before the cap, the first call's truth read 0.87 working where
+    graphics read 0.34 for 1024-square GEMMs alone)."""
+    rows = json.loads(DATA2.read_text())["rows"]
+    assert len(rows) == 11
+    for name, row in rows.items():
+        for gpu, (resident, graphics) in _resident_against_graphics(row).items():
+            assert resident == pytest.approx(graphics, abs=0.05), (name, gpu)
+    first = json.loads(DATA2.with_name("h200-split2-data-windows.json").read_text())["rows"]
+    resident, graphics = _resident_against_graphics(first["shape_solo_bf16_1024"])["0"]
+    assert resident - graphics > 0.5
