@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from exporter.model import straggler
 from exporter.settings.section import Section
 
 
@@ -62,12 +63,13 @@ class ModelConfig(Section):
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
     traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
     host_bound by copy-engine time, never launch_bound or hollow_busy."""
-    straggler_gap: float = Field(default=0.05, ge=0, le=1)
+    straggler_gap: float = Field(default=straggler.GAP, ge=0, le=1)
     """A GPU of a multi-GPU job holds the job back when a peer exchanging data over its links
     waits at least this much more of its time than it does (and at least twice as much),
     for ``straggler_confirm_seconds`` on end. Measured on four H200: 0.17-0.19 for peers of
     a rank doing 10 % more work, under 0.03 between the ranks of a balanced job
-    (docs/efficiency.md)."""
+    (docs/efficiency.md). Its default is declared once (exporter/model/straggler.py): the
+    GPUJobStraggler rule's ``min_waiting_gap`` is the same."""
     straggler_window_seconds: float = Field(default=3.0, ge=1, le=600)
     """Time constant of the smoothing behind the straggler comparison (a running mean over
     a job's first seconds, so no one window weighs more than the others)."""

@@ -57,25 +57,13 @@ from dataclasses import dataclass, field
 
 from exporter.model.config import ModelConfig
 from exporter.model.core import (
-    ALLOCATED_IDLE,
-    COMPUTE_BOUND,
-    HOST_BOUND,
-    IDLE,
-    LAUNCH_BOUND,
-    TRANSFER_BOUND,
-    UNKNOWN,
     Assessment,
     Window,
     bus_fed,
     host_copy_time,
     kernel_time,
 )
-
-CAN_WAIT = frozenset({LAUNCH_BOUND, HOST_BOUND, COMPUTE_BOUND, "memory_bound", "comm_wait"})
-"""Regimes a waiting rank can show on its own: spinning reads launch_bound (hollow), a
-mostly-waiting rank with some GEMMs compute_bound."""
-CAN_HOLD_BACK = CAN_WAIT | {ALLOCATED_IDLE}
-"""A rank stalled on its host can have no kernel resident at all: allocated_idle."""
+from exporter.model.regimes import BY_NAME
 
 WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PART = (
     "working", "transferring", "waiting", "host_stalled", "idle")
@@ -85,7 +73,7 @@ PARTS: tuple[str, ...] = (WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PAR
 
 def hollow(w: Window, a: Assessment) -> float | None:
     """Kernel time not backed by SM activity, 0..1; None when profiling cannot tell."""
-    if not w.profiling_available or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND):
+    if not w.profiling_available or not BY_NAME[a.regime].hollow_read:
         return None
     busy = kernel_time(w, usable=True)
     if busy is None or w.sm_active is None:
@@ -241,7 +229,7 @@ def own_observation(w: Window, a: Assessment, cfg: ModelConfig,
     hollow time is then its own kernels', whatever their size (0.067 measured for
     4096-square bf16 GEMMs on H200, against 0.04 for 8192-square ones). None otherwise,
     and where there is no tensor work to scale it by."""
-    if held_back or exchanging(w, cfg) or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND):
+    if held_back or exchanging(w, cfg) or not BY_NAME[a.regime].hollow_read:
         return None
     busy = kernel_time(w, usable=True)
     if busy is None or busy < 0.2 or w.sm_active is None:
@@ -415,8 +403,9 @@ def judge(
     """Each GPU's waiting and time split for this window, and the job's straggler."""
     if job and all(w.processes == 0 for w, _a in job.values()):
         tracker.reset()
-    hollows = {g: h for g, (w, a) in job.items()
-               if (h := hollow(w, a)) is not None and a.regime in CAN_HOLD_BACK}
+    # Regimes whose hollow time is read (Regime.hollow_read): a rank stalled on its host
+    # can have no kernel resident at all (allocated_idle) and still hold its peers back.
+    hollows = {g: h for g, (w, a) in job.items() if (h := hollow(w, a)) is not None}
     low = min(hollows.values(), default=0.0)
     busy = {g: kernel_time(w, usable=True) or 0.0 for g, (w, _a) in job.items()}
     tracker.learner.add([o for g, (w, a) in job.items() if (o := own_observation(
@@ -425,7 +414,7 @@ def judge(
     own = tracker.learner.own(cfg)
     shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():
-        can = gpu in hollows and a.regime in CAN_WAIT and (
+        can = gpu in hollows and BY_NAME[a.regime].can_wait and (
             exchanging(w, cfg) or _peer_holds_back(gpu, busy))
         shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg, own) if can else 0.0
     levels = {g: tracker.level(g, shares[g], seconds, cfg) for g in hollows}
