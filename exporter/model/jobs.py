@@ -284,7 +284,7 @@ def ceiling_observation(job: Mapping[str, tuple[Window, Assessment]],
     for w, a in job.values():
         busy = kernel_time(w, usable=True)
         tensor = w.tensor_active or 0.0
-        if (not w.profiling_available or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND)
+        if (not w.profiling_available or not BY_NAME[a.regime].hollow_read
                 or busy is None or busy < 0.5 or tensor < 0.1):
             continue
         compute_room = max(busy - transfer_time(w, cfg), 1e-3)
