@@ -11,8 +11,41 @@ from hypothesis import settings
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml, simulated_node
 from exporter.sim.patterns import NODE
 from exporter.sim.physics import GpuPhysics
+from tests.support.heartbeat import Heartbeat
 
 REPO = Path(__file__).resolve().parents[1]
+_heartbeat: Heartbeat | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A line every 20 s while one test runs long (tests/support/heartbeat.py); nothing
+    under ``--collect-only``."""
+    global _heartbeat
+    if config.option.collectonly:
+        return
+    _heartbeat = Heartbeat.on_terminal()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _heartbeat is not None:
+        _heartbeat.total = len(session.items)
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    if _heartbeat is not None:
+        _heartbeat.started(nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    if _heartbeat is not None:
+        _heartbeat.finished()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _heartbeat
+    if _heartbeat is not None:
+        _heartbeat.close()
+        _heartbeat = None
 
 # Property tests are reproducible in `make test` and CI: the same examples every run and no
 # example database to replay one checkout's old failure into every later run. `make fuzz`

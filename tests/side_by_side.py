@@ -231,8 +231,10 @@ def engines(workdir: Path, rules: Path = RULES, alerts: Path = ALERTS,
     rate window's edge falls decides how far apart the engines' rates are). It is the last
     such point at or before now + ``lead_s`` (default: 15 to 75 s ago), so building both
     stores (half a minute or more) is the 35 s wait: t0 ahead of the start (lead 45 s)
-    made the fixture sleep ~33 s after an idle build of 52 s. The scenarios hold until
-    t0 + 5 min, so the build may take up to 3:45."""
+    made the fixture sleep ~33 s after an idle build of 52 s. What is left is each live
+    ruler's first evaluation of the shipped one-minute groups (vmalert and Prometheus spread
+    them over the interval: 5-55 s after start measured). The scenarios hold until t0 + 5
+    min, so the build may take up to 3:45."""
     began = time.monotonic()
     t0 = float(int(time.time() + lead_s - 15) // 60 * 60 + 15)
     plan = side_by_side_plan()
