@@ -150,3 +150,7 @@ def always(_: CoreSettings) -> bool:
 
 def no_sources(_: Context) -> list[Source]:
     return []
+
+
+def no_families(_: CoreSettings) -> tuple[Group, ...]:
+    return ()

@@ -1,0 +1,130 @@
+"""A GPU source from another vendor, added by docs/architecture.md's recipe alone, gets the
+vendor-neutral GPU series (issue #52).
+
+On a copy of the whole repository, ``tests/support/amd_gpus.py`` (AMD GPUs from amdgpu's
+sysfs files) goes in as ``exporter/collectors/amd.py`` with its one registry line, the
+generated metrics reference is regenerated as the recipe says, and the real daemon runs it
+with every NVML collector off over a fake sysfs tree. Its GPUs must get what every alert and
+dashboard keys on: ``goodput_gpu_info`` with their identity, up, utilization (ratio and
+counter), memory, power, energy and temperature, and the model's regime. Before the
+neutral series were declared apart from NVML's collector, none of them appeared.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from testkit.harness import REPO, http_get, module_daemon
+from tests.support import amd_gpus, scratch
+
+NVML_OFF = ("--no-collector.nvml", "--no-collector.xid", "--no-collector.profiling")
+GIB = 2**30
+CARDS = [
+    {"unique_id": "a1b2c3d4e5f60718", "product_name": "AMD Instinct MI300X",
+     "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:0c:00.0", "gpu_busy_percent": "87",
+     "mem_busy_percent": "40", "mem_info_vram_used": str(150 * GIB),
+     "mem_info_vram_total": str(192 * GIB), "hwmon/hwmon0/power1_average": "612000000",
+     "hwmon/hwmon0/power1_cap": "750000000", "hwmon/hwmon0/energy1_input": "9000000000",
+     "hwmon/hwmon0/temp1_input": "61000"},
+    {"unique_id": "a1b2c3d4e5f60719", "product_name": "AMD Instinct MI300X",
+     "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:22:00.0", "gpu_busy_percent": "0",
+     "mem_info_vram_used": "0", "mem_info_vram_total": str(192 * GIB),
+     "hwmon/hwmon0/power1_average": "140000000", "hwmon/hwmon0/energy1_input": "100000000",
+     "hwmon/hwmon0/temp1_input": "35000"},
+]
+
+
+def copy_repository(dest: Path) -> Path:
+    """The whole repository as a contributor's checkout has it (tracked and untracked files,
+    nothing ignored), without the git directory."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = REPO / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def amd_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recipe: the module as exporter/collectors/amd.py, its name in COLLECTOR_NAMES,
+    and the metrics reference regenerated."""
+    root = copy_repository(tmp_path_factory.mktemp("repo"))
+    shutil.copy(amd_gpus.__file__, root / "exporter" / "collectors" / "amd.py")
+    scratch.add_registry_line(root, amd_gpus.NAME)
+    done = scratch.run(root, "-m", "exporter.metrics.docs")
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture
+def amd_daemon(amd_repo: Path, tmp_path: Path) -> Iterator[str]:
+    sysfs = amd_gpus.write_tree(tmp_path / "sys", CARDS)
+    with module_daemon("exporter", *NVML_OFF, "--interval", "0.2", "--amd-interval", "0.2",
+                       "--amd-sysfs-root", str(sysfs), root=amd_repo) as url:
+        yield url
+
+
+def _amd_samples(url: str) -> dict[tuple[str, str], tuple[float, dict[str, str]]]:
+    """(name, gpu) -> (value, labels) of every sample of the AMD GPUs (the first of a name
+    and gpu: the families these checks read have one series per GPU)."""
+    status, body = http_get(url + "/metrics", timeout=5)
+    assert status == 200
+    found: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.labels.get("gpu", "").startswith("amd"):
+                found.setdefault((s.name, s.labels["gpu"]), (s.value, s.labels))
+    return found
+
+
+def test_another_vendors_gpus_get_the_neutral_series(amd_daemon: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:  # the counters and the regime need a second poll
+        samples = _amd_samples(amd_daemon)
+        if ("goodput_gpu_regime", "amd1") in samples and \
+                samples.get(("goodput_gpu_utilization_seconds_total", "amd0"), (0,))[0] > 0:
+            break
+        assert time.monotonic() < deadline, sorted(samples)
+        time.sleep(0.2)
+
+    def value(name: str, gpu: str) -> float:
+        assert (name, gpu) in samples, f"{name} missing for {gpu}: {sorted(samples)}"
+        return samples[(name, gpu)][0]
+
+    info = samples[("goodput_gpu_info", "amd0")][1]
+    assert (info["uuid"], info["name"], info["pci_bus_id"]) == (
+        "a1b2c3d4e5f60718", "AMD Instinct MI300X", "0000:0c:00.0")
+    assert value("goodput_gpu_info", "amd1") == 1
+    assert value("goodput_gpu_up", "amd0") == 1
+    assert value("goodput_gpu_utilization_ratio", "amd0") == pytest.approx(0.87)
+    assert value("goodput_gpu_utilization_ratio", "amd1") == 0
+    assert value("goodput_gpu_memory_used_bytes", "amd0") == 150 * GIB
+    assert value("goodput_gpu_memory_total_bytes", "amd1") == 192 * GIB
+    assert value("goodput_gpu_power_watts", "amd0") == pytest.approx(612.0)
+    assert value("goodput_gpu_energy_joules_total", "amd0") == pytest.approx(9000.0)
+    assert value("goodput_gpu_temperature_celsius", "amd1") == pytest.approx(35.0)
+    assert ("goodput_gpu_info", "amd2") not in samples  # the card of another vendor
+    # the model judges them too: no profiling counters on the busy one, idle the other
+    assert ("goodput_gpu_regime", "amd0") in samples
+
+
+def test_the_recipe_leaves_the_generated_reference_listing_the_collector(
+    amd_repo: Path,
+) -> None:
+    """What the recipe says to regenerate names the new collector's settings and nothing
+    else in the metrics reference changes: it adds no family, its GPUs fill the neutral ones."""
+    assert (amd_repo / "docs" / "metrics.md").read_text() == \
+        (REPO / "docs" / "metrics.md").read_text()
+    done = scratch.run(amd_repo, "-m", "exporter", "--help")
+    assert "--amd-sysfs-root DIR" in done.stdout and "[GOODPUT_AMD__SYSFS_ROOT]" in done.stdout
