@@ -23,20 +23,16 @@ from typing import Any, TypeVar
 import structlog
 
 from exporter.readings import (
-    KUBERNETES_JOBS,
     Availability,
     Device,
     GpuReading,
     GpuState,
-    JobAssignments,
-    JobIdentity,
     NodeVerdicts,
     PodAssignments,
     PodJobs,
     ProcessInfo,
     ProfilingReading,
     ProfilingStatus,
-    strongest,
 )
 
 __all__ = ["Device", "ProcessInfo", "Snapshot", "SnapshotStore", "SourceResult"]
@@ -151,21 +147,6 @@ class Snapshot:
         kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""
         pods = self.get(PodAssignments)
         return None if pods is None else _with_jobs(pods, self.get(PodJobs))
-
-    @property
-    def jobs(self) -> Mapping[str, JobIdentity]:
-        """gpu -> the job it works for, from every identity source: the kubelet's pods (a
-        job label, else the pod) and each published :class:`JobAssignments`. Per GPU the
-        strongest identity wins by the strength its source declared (:func:`strongest`; one
-        reading may carry several kinds, as the process source's Slurm and session jobs do),
-        ties broken by key, so the answer never depends on publish order. GPUs of no known
-        job are absent."""
-        named: dict[str, list[JobIdentity]] = {}
-        for claim in (*_pod_jobs(self.pods_known), *self.all(JobAssignments)):
-            for gpu, identity in claim.gpus.items():
-                named.setdefault(gpu, []).append(identity)
-        found = {gpu: strongest(identities) for gpu, identities in named.items()}
-        return MappingProxyType({gpu: j for gpu, j in found.items() if j is not None})
 
     @property
     def availability(self) -> tuple[Availability, ...]:
@@ -298,18 +279,6 @@ def _with_jobs(pods: PodAssignments, jobs: PodJobs | None) -> PodAssignments:
     return PodAssignments(
         tuple(replace(c, job=names.get((c.namespace, c.pod), c.job)) for c in pods.containers)
     )
-
-
-def _pod_jobs(pods: PodAssignments | None) -> tuple[JobAssignments, ...]:
-    """The kubelet's assignments as job identities: pods sharing a job label are one job,
-    a pod without one is its own (a GPU held by several pods takes the first, sorted)."""
-    if pods is None:
-        return ()
-    gpus: dict[str, JobIdentity] = {}
-    for (namespace, job), held in sorted(pods.job_gpus().items()):
-        for gpu in held:
-            gpus.setdefault(gpu, KUBERNETES_JOBS.identity(job, namespace))
-    return (JobAssignments(KUBERNETES_JOBS.name, gpus),)
 
 
 def _has_gpus(reading: object) -> bool:

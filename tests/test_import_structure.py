@@ -173,6 +173,23 @@ def test_nothing_below_the_root_imports_the_composition_root() -> None:
     assert not below, below
 
 
+INTERFACES = frozenset({"exporter.collectors", "exporter.collectors.base", "exporter.sources.base"})
+"""What the composition root may know of the collectors: the registry and the interfaces."""
+
+
+def test_the_composition_root_names_no_collector() -> None:
+    """It wires what the registry returns (issue #52): no source, model or simulator module,
+    no collector's declaration or section; what it needs of one (the pod labels copied onto
+    every series, the profiling backends' order, the words of the start-up line) the
+    collector declares."""
+    root = {m for m in modules(REPO) if LAYERS[layer(m)][0] == "composition root"}
+    edges = graph(REPO)
+    named = [f"{a} -> {b}" for a in sorted(root) for b in sorted(edges[a])
+             if b not in INTERFACES and b.startswith(
+                 ("exporter.sources", "exporter.model", "exporter.sim", "exporter.collectors"))]
+    assert not named, named
+
+
 def test_the_top_level_is_a_few_shared_modules() -> None:
     found = top_level(REPO)
     assert len(found) <= MAX_TOP_LEVEL_MODULES, (

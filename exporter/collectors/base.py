@@ -10,7 +10,7 @@ must load before it, and a collector sees ``CoreSettings`` (its section by type)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -124,7 +124,7 @@ class Collector:
     shares: tuple[type, ...] = ()
     """Reading types it publishes next to other collectors (each that publishes one says
     so here): ``JobAssignments`` from every job-identity source, which ``Snapshot.all``
-    gathers and ``Snapshot.jobs`` ranks."""
+    gathers and the model's step ranks once."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
@@ -142,6 +142,15 @@ class Collector:
     """Builds what runs after each publish of a GPU poll (the model's step); which sources
     poll GPUs (``Source.gpu_poll``) and list them (``Source.starts_first``, what readiness
     waits for) their classes declare."""
+    preference: tuple[str, ...] = ()
+    """Its sources' names, most preferred first, where several answer for one GPU (the
+    profiling backends): the snapshot's choice per GPU (``Snapshot.profiling``)."""
+    series_labels: Callable[[CoreSettings], tuple[str, str, str] | None] | None = None
+    """The (namespace, pod, container) label names it has copied onto every per-GPU series
+    where its settings say so (the kubelet's pods), else None."""
+    words: Callable[[CoreSettings], Mapping[str, str | int]] | None = None
+    """What the start-up line and the reload line say of its settings (``kubernetes``:
+    on, ``serving_targets``: 2), one word or number each."""
 
 
 def always(_: CoreSettings) -> bool:

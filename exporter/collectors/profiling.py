@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from exporter.collectors.base import Collector, Context, Flag, always
 from exporter.readings import ProfilingReading
 from exporter.sources.profiling.config import ProfilingConfig
+from exporter.sources.profiling.modes import BACKENDS
 
 if TYPE_CHECKING:
     from exporter.metrics.families import Group
@@ -48,4 +49,5 @@ COLLECTOR = Collector(
         Flag("--dcgm-bindings-path", "dcgm_bindings_path", "DIR"),
     ),
     flag_group="profiling counters (docs/profiling.md)",
+    preference=BACKENDS,
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter.model.job_identity import resolve
 from exporter.readings import (
     KUBERNETES_JOBS,
     ContainerGpus,
@@ -69,7 +70,7 @@ def test_jobs_rank_each_identity_by_its_own_source() -> None:
     held = ContainerGpus("ns", "pod-a", "c", "nvidia.com/gpu", ("GPU-2",), ("2",))
     pods = PodAssignments((held,))
     for order in ((procfs, hpc, pods), (pods, hpc, procfs)):
-        jobs = dict(_snap(*order).jobs)
+        jobs = dict(resolve(_snap(*order)))
         assert jobs == {
             "0": HPC.identity("7"),  # hpc beats a process session
             "1": slurm,  # a Slurm job found in /proc beats the mapping file
