@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.metrics.profiling import AVAILABILITY
 from exporter.readings import Device
 from exporter.settings import config
 from exporter.snapshot import SourceResult
@@ -17,7 +18,6 @@ from exporter.sources.profiling.build import ProfilingOffSource, build_profiling
 from exporter.sources.profiling.config import ProfilingConfig
 from exporter.sources.profiling.dcgm import DcgmSource
 from exporter.sources.profiling.dcgm_bindings import load_bindings
-from exporter.sources.profiling.families import AVAILABILITY
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.profiling.select import ProfilingSelector
 from tests.support.typed import gpus_of

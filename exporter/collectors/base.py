@@ -124,7 +124,8 @@ class Collector:
     shares: tuple[type, ...] = ()
     """Reading types it publishes next to other collectors (each that publishes one says
     so here): ``JobAssignments`` from every job-identity source, which ``Snapshot.all``
-    gathers and the model's step ranks once."""
+    gathers and the model's step ranks once; ``ProfilingReading`` from every profiling
+    backend, which ``Snapshot.profiling`` chooses from per GPU."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None

@@ -1,5 +1,6 @@
 """The vendor-neutral GPU series of every GPU any GPU source lists: not a source, the
-families its readings fill (``exporter/metrics/gpu.py``)."""
+families its readings fill (``exporter/metrics/gpu.py``), and the profiling families any
+profiling backend's readings fill (``exporter/metrics/profiling.py``)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ if TYPE_CHECKING:
 def _families(_: CoreSettings) -> tuple[Group, ...]:
     from exporter.metrics.families import erase
     from exporter.metrics.gpu import IDENTITY, STATE
+    from exporter.metrics.profiling import AVAILABILITY, FAMILIES
 
-    return (erase(IDENTITY), erase(STATE))
+    return (erase(IDENTITY), erase(STATE), erase(AVAILABILITY), erase(FAMILIES))
 
 
 COLLECTOR = Collector(
     "gpu",
-    "identity, health, utilization, memory, power, energy, clocks, ECC of every GPU, "
-    "whichever source lists it",
+    "identity, health, utilization, memory, power, energy, clocks, ECC and profiling "
+    "counters of every GPU, whichever source reads them",
     always,
     no_sources,
     _families,
