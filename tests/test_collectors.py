@@ -103,5 +103,8 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
 
 
 def test_without_the_nvml_collector_the_daemon_is_ready_not_stuck() -> None:
+    """With no source left that lists GPUs, ready at once; another vendor's GPU source,
+    where one is registered, is waited for instead."""
     _, daemon = daemon_for(settings_tree("nvml", collectors={"nvml": False}))
-    assert daemon.store.current.ready_reason == ""
+    listing = [s.name for s in daemon.sources if s.starts_first]
+    assert (daemon.store.current.ready_reason == "") is (not listing), listing

@@ -12,6 +12,7 @@ neutral series were declared apart from NVML's collector, none of them appeared.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -55,15 +56,23 @@ def copy_repository(dest: Path) -> Path:
     return dest
 
 
+SCHEMA = "helm/gpu-goodput-exporter/values.schema.json"
+
+
 @pytest.fixture(scope="module")
 def amd_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The recipe: the module as exporter/collectors/amd.py, its name in COLLECTOR_NAMES,
-    and the metrics reference regenerated."""
+    """The recipe, step by step: the module as exporter/collectors/amd.py, its name in
+    COLLECTOR_NAMES, the two references regenerated and its name in the chart's schema."""
     root = copy_repository(tmp_path_factory.mktemp("repo"))
     shutil.copy(amd_gpus.__file__, root / "exporter" / "collectors" / "amd.py")
     scratch.add_registry_line(root, amd_gpus.NAME)
-    done = scratch.run(root, "-m", "exporter.metrics.docs")
-    assert done.returncode == 0, done.stderr
+    for generator in ("exporter.metrics.docs", "exporter.settings.docs"):
+        done = scratch.run(root, "-m", generator)
+        assert done.returncode == 0, done.stderr
+    schema = json.loads((root / SCHEMA).read_text())
+    switches = schema["properties"]["exporter"]["properties"]["collectors"]["properties"]
+    switches[amd_gpus.NAME] = {"type": "boolean"}
+    (root / SCHEMA).write_text(json.dumps(schema, indent=2) + "\n")
     return root
 
 
@@ -128,3 +137,19 @@ def test_the_recipe_leaves_the_generated_reference_listing_the_collector(
         (REPO / "docs" / "metrics.md").read_text()
     done = scratch.run(amd_repo, "-m", "exporter", "--help")
     assert "--amd-sysfs-root DIR" in done.stdout and "[GOODPUT_AMD__SYSFS_ROOT]" in done.stdout
+
+
+def test_the_copy_passes_the_checks_of_the_areas_the_recipe_touches(amd_repo: Path) -> None:
+    """The registry, the on/off switch of every collector (its own included), the chart's
+    schema, the import layers and the generated references, run in the copy as the commit
+    would run them."""
+    for check in ("exporter.metrics.docs", "exporter.settings.docs"):
+        done = scratch.run(amd_repo, "-m", check, "--check")
+        assert done.returncode == 0, done.stderr
+    done = scratch.run(
+        amd_repo, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py",
+        "tests/test_collectors.py", "tests/test_import_structure.py",
+        "tests/test_helm_chart.py::test_chart_names_every_collector_of_the_registry")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "[amd]" in scratch.run(amd_repo, "-m", "pytest", "-q", "--co", "-p",
+                                  "no:cacheprovider", "tests/test_collectors.py").stdout
