@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -101,7 +102,8 @@ class Snapshot:
             (r.timestamp for r in self.results.values() if isinstance(r.reading, kind)), None
         )
 
-    @property
+    # The joined views are computed once per snapshot (it never changes), on first read.
+    @cached_property
     def inventory(self) -> tuple[Device, ...]:
         """Devices of every GPU source (NVML, ...), empty before their first poll."""
         readings = self.all(GpuReading)
@@ -109,15 +111,15 @@ class Snapshot:
             return readings[0].inventory
         return tuple(d for r in readings for d in r.inventory)
 
-    @property
+    @cached_property
     def gpu_states(self) -> Mapping[str, GpuState]:
         """Every GPU source's state per ``gpu`` label."""
         readings = self.all(GpuReading)
         if len(readings) == 1:
             return readings[0].gpus
-        return {gpu: state for r in readings for gpu, state in r.gpus.items()}
+        return MappingProxyType({gpu: state for r in readings for gpu, state in r.gpus.items()})
 
-    @property
+    @cached_property
     def processes(self) -> tuple[ProcessInfo, ...]:
         return tuple(p for state in self.gpu_states.values() for p in state.processes)
 
@@ -141,7 +143,7 @@ class Snapshot:
         known = self.pods_known
         return PodAssignments() if known is None else known
 
-    @property
+    @cached_property
     def pods_known(self) -> PodAssignments | None:
         """The kubelet's assignments joined with the pods' job names, or None until the
         kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""

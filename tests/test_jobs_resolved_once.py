@@ -79,3 +79,18 @@ def test_identities_are_ranked_once_per_step_never_on_a_scrape(
     assert len(calls) == 2  # scrapes read the step's answer
     assert dict(node.store.current.verdicts.gpu_jobs) == {
         "0": SLURM.identity("4242"), "1": SLURM.identity("4242")}
+
+
+def test_a_snapshot_joins_its_pods_and_their_job_names_once() -> None:
+    """The kubelet's assignments meet the pods' job labels once per snapshot, on first read,
+    not again on every read of every scrape, step and view."""
+    from exporter.readings import ContainerGpus, PodAssignments, PodJobs
+    from exporter.snapshot import SnapshotStore
+
+    store = SnapshotStore("n")
+    store.publish(SourceResult(source="kubelet", reading=PodAssignments((ContainerGpus(
+        "ml", "train-0", "main", "nvidia.com/gpu", ("GPU-0",), ("0",)),))))
+    snap = store.publish(SourceResult(source="podlabels", reading=PodJobs(
+        {("ml", "train-0"): "llm"})))
+    assert snap.pods is snap.pods and snap.pods.containers[0].job == "llm"
+    assert snap.inventory is snap.inventory and snap.gpu_states is snap.gpu_states
