@@ -269,13 +269,26 @@ class JobSource:
     The built-in ones, strongest first: the kubelet's pods (:data:`KUBERNETES_JOBS`, 60), a
     Slurm cgroup or variable (50), dcgm-exporter's HPC job map (40), MPI (30), torchrun (20),
     the process session (10): the scheduler's own word over a launcher's, a launcher's over
-    a process tree's. A new source picks its place between them; no list is edited."""
+    a process tree's. A new source picks its place between them; no list is edited.
+
+    Everything that treats its jobs differently is declared here, and read from here only
+    (its identities carry it): no module keeps a list of source names."""
 
     name: str
     strength: int
+    spans_nodes: bool = field(kw_only=True)
+    """Its launcher starts ranks across nodes (Slurm, MPI, torchrun, an HPC job map): a job
+    of it is judged even with one GPU on this node (its waiting and split need no peer here;
+    the rules compare the nodes). Not so for a pod or a process session, where one GPU alone
+    is a single-GPU program. Required, so no source is left unjudged by omission."""
+    variables: tuple[str, ...] = field(default=(), kw_only=True)
+    """The environment variables of a GPU process that name its job, when the source is read
+    from ``/proc/<pid>/environ`` (exporter/sources/jobs/identity.py reads exactly these, of
+    the sources declared there); their value is the job id."""
 
     def identity(self, job_id: str, namespace: str = "") -> JobIdentity:
-        return JobIdentity(self.name, job_id, namespace, strength=self.strength)
+        return JobIdentity(self.name, job_id, namespace, strength=self.strength,
+                           spans_nodes=self.spans_nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,13 +307,15 @@ class JobIdentity:
     strength: int = field(kw_only=True, compare=False)
     """Its source's strength (:attr:`JobSource.strength`): required, so no source can be
     outranked by omission. Not part of the identity (equality, the key)."""
+    spans_nodes: bool = field(kw_only=True, compare=False)
+    """Its source's :attr:`JobSource.spans_nodes`: judged with one GPU on this node."""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.source, self.namespace, self.job_id)
 
 
-KUBERNETES_JOBS = JobSource("kubernetes", 60)
+KUBERNETES_JOBS = JobSource("kubernetes", 60, spans_nodes=False)
 """The kubelet's pods (a job label, else the pod), joined into jobs by the model's step
 (exporter/model/job_identity.py)."""
 

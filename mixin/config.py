@@ -9,6 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from exporter.model import straggler
+
 DEFAULT = Path(__file__).resolve().parent / "config.yaml"
 DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -146,9 +148,18 @@ def merge(base: Any, override: Any) -> Any:
     return override
 
 
+def declared() -> dict[str, Any]:
+    """The thresholds the exporter declares, which the rules must share with it: the
+    straggler gap is the model's ``model.straggler_gap`` (exporter/model/straggler.py), so the
+    node's model and the cross-node rule name the same GPU at the same gap. An override
+    may still set it (where the daemons run with another ``model.straggler_gap``)."""
+    return {"alerts": {"GPUJobStraggler": {"thresholds": {"min_waiting_gap": straggler.GAP}}}}
+
+
 def load(*overrides: Path | dict[str, Any]) -> Config:
-    """The default configuration with each override (a YAML file or a mapping) merged in."""
-    data = yaml.safe_load(DEFAULT.read_text())
+    """The default configuration, the exporter's declared thresholds (:func:`declared`) and
+    each override (a YAML file or a mapping) merged in, in that order."""
+    data = merge(yaml.safe_load(DEFAULT.read_text()), declared())
     for override in overrides:
         extra = yaml.safe_load(override.read_text()) if isinstance(override, Path) else override
         data = merge(data, extra or {})

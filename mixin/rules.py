@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from exporter.sources.serving.engines import TTFT_HISTOGRAMS
+from exporter.sources.serving.engines import ttft_histograms
 from mixin import names as N
 from mixin.config import Config
 from mixin.promql import PromQL
@@ -54,10 +54,10 @@ HEADER = f"""\
 SHARD = "goodput.shard"
 GLOBAL = "goodput.global"
 
-# The serving engines' own TTFT histograms (vLLM, SGLang), scraped from the engine pods under
-# whatever job the user gave them; the exporter does not re-export them. Their names are the
-# engine tables' (exporter/sources/serving/engines.py).
-TTFT_BUCKETS = "|".join(f"{name}_bucket" for name in TTFT_HISTOGRAMS)
+# The serving engines' own TTFT histograms, scraped from the engine pods under whatever job
+# the user gave them; the exporter does not re-export them. Each engine table declares its
+# own (``EngineTable.ttft``, exporter/sources/serving/engines.py).
+TTFT_BUCKETS = "|".join(f"{name}_bucket" for name in ttft_histograms())
 
 
 class RuleCtx:

@@ -17,15 +17,16 @@ from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import REPO
 from tests.support.typed import gpus_of
 
-ON_FOR = {  # settings that switch a default-off collector on
-    "kubelet": {"kubernetes": {"enabled": True}},
-    "cgroup": {"kubernetes": {"enabled": True, "processes": True}},
-    "serving": {"serving": {"targets": [{"url": "http://127.0.0.1:9/metrics"}]}},
-}
+READS = {"serving": {"targets": [{"url": "http://127.0.0.1:9/metrics"}]}}
+"""Something for every collector to read (a serving target): a collector switched on with
+nothing to read runs no source."""
 
 
 def settings_tree(name: str, **extra: object) -> dict[str, object]:
-    return {"simulate": True, "simulate_gpus": 2, **ON_FOR.get(name, {}), **extra}
+    """The simulated node with ``name`` switched on by the registry's own switch
+    (``collectors: {name: true}``), whatever its default: no list of the collectors that
+    are off by default, so a new one is checked like the others."""
+    return {"simulate": True, "simulate_gpus": 2, **READS, "collectors": {name: True}, **extra}
 
 
 def daemon_for(tree: dict[str, object]):  # type: ignore[no-untyped-def]

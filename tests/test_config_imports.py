@@ -31,6 +31,9 @@ ALLOWED = {
     "exporter.settings.section", "exporter.readings",
     "exporter.collectors", "exporter.collectors.base", "exporter.sources",
     "exporter.sources.profiling", "exporter.sources.profiling.modes",
+    # declarations a section reads its defaults and help from: the straggler gap the rules
+    # share, the environment variables the job sources declare
+    "exporter.model.straggler", "exporter.sources.jobs.identity",
     *(f"exporter.collectors.{name}" for name in names.COLLECTOR_NAMES),
     *(m for c in collectors.REGISTRY if c.config for m in _with_packages(c.config.__module__)),
 }

@@ -19,6 +19,7 @@ from exporter.readings import (
 )
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.jobs.identity import PROCESS
+from tests.conftest import REPO
 from tests.support import lease_jobs
 
 
@@ -32,11 +33,24 @@ def declared() -> dict[str, JobSource]:
     return {v.name: v for m in modules for v in vars(m).values() if isinstance(v, JobSource)}
 
 
-def test_the_built_in_order_is_the_documented_one() -> None:
-    """Strongest first, as docs/jobs.md's table (and the former central list) has it."""
+def documented() -> list[list[str]]:
+    """docs/jobs.md's table of job sources, one row of cells each, strongest first."""
+    text = (REPO / "docs" / "jobs.md").read_text()
+    head = "| `job_source` | found in |"
+    table = text[text.index(head):].split("\n\n", 1)[0].splitlines()[2:]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in table]
+
+
+def test_the_documented_table_is_the_declarations() -> None:
+    """docs/jobs.md lists every declared job source, strongest first, with its strength,
+    whether it spans nodes and the variables it is read from: derived from the
+    declarations, so a new source that is not documented fails here."""
     ranked = sorted(declared().values(), key=lambda s: -s.strength)
-    assert [s.name for s in ranked] == ["kubernetes", "slurm", "hpc", "mpi", "torchrun",
-                                        "process"]
+    rows = documented()
+    assert [row[0] for row in rows] == [f"`{s.name}`" for s in ranked]
+    for source, row in zip(ranked, rows, strict=True):
+        assert row[-2:] == [str(source.strength), "yes" if source.spans_nodes else "no"], row
+        assert all(f"`{v}`" in row[1] for v in source.variables), (source, row[1])
 
 
 def test_no_two_sources_share_a_strength() -> None:

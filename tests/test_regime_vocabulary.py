@@ -152,7 +152,9 @@ def _add_a_regime(declaration: Path) -> None:
     assert end is not None
     lines = text.splitlines(keepends=True)
     lines.insert(end - 1, '    Regime(SCRATCH_BOUND, "scratch words", "#123456", '
-                          f'{len(regimes.ALL)}, ("idle_util_max",)),\n')
+                          f'{len(regimes.ALL)}, ("idle_util_max",),\n'
+                          '           busy=False, wall=False, can_wait=False, '
+                          'hollow_read=False, moves_data=False),\n')
     text = "".join(lines).replace('UNKNOWN = "unknown"\n',
                                   'UNKNOWN = "unknown"\nSCRATCH_BOUND = "scratch_bound"\n')
     declaration.write_text(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from exporter.model import straggler
 from exporter.settings.section import Section
 
 
@@ -62,12 +63,13 @@ class ModelConfig(Section):
     SMs, is a rank waiting in a collective (comm_wait), not tiny kernels (launch_bound); PCIe
     traffic (busier direction) at or above it with such kernels is bus work: transfer_bound or
     host_bound by copy-engine time, never launch_bound or hollow_busy."""
-    straggler_gap: float = Field(default=0.05, ge=0, le=1)
+    straggler_gap: float = Field(default=straggler.GAP, ge=0, le=1)
     """A GPU of a multi-GPU job holds the job back when a peer exchanging data over its links
     waits at least this much more of its time than it does (and at least twice as much),
     for ``straggler_confirm_seconds`` on end. Measured on four H200: 0.17-0.19 for peers of
     a rank doing 10 % more work, under 0.03 between the ranks of a balanced job
-    (docs/efficiency.md)."""
+    (docs/efficiency.md). Its default is declared once (exporter/model/straggler.py): the
+    GPUJobStraggler rule's ``min_waiting_gap`` is the same."""
     straggler_window_seconds: float = Field(default=3.0, ge=1, le=600)
     """Time constant of the smoothing behind the straggler comparison (a running mean over
     a job's first seconds, so no one window weighs more than the others)."""
@@ -82,13 +84,17 @@ class ModelConfig(Section):
     p2p_sm_active: float = Field(default=0.0, ge=0, lt=1)
     """The same for a rank whose link traffic goes one way (a pipeline stage blocked in a
     send or receive): NCCL's point-to-point kernels keep almost no SM busy."""
-    own_hollow_ratio: float = Field(default=0.04, ge=0, lt=0.5)
-    """Hollow time of a job's own compute kernels per second of them (GEMMs leave a few
-    per cent of the SMs empty at their edges): 0.04-0.07 measured for 8192-square bf16
-    GEMMs on H200. Subtracted before hollow time is read as waiting."""
-    tensor_per_compute_second: float = Field(default=0.95, gt=0, le=1)
-    """Tensor-pipe activity per second of a job's GEMMs; with it the tensor counter tells
-    compute from collective time, and so how many SMs a waiting kernel keeps busy."""
+    own_hollow_ratio: float = Field(default=0.06, ge=0, lt=0.5)
+    """Hollow time of a job's own compute kernels per second of them (a GEMM leaves SMs
+    empty as it ramps up and in its last wave), used where the job's counters cannot tell
+    its own (docs/jobs.md): on H200 0.035-0.05 for 8192-square bf16 GEMMs, 0.067-0.072
+    for 4096-square ones alone and 0.09 next to small all-reduces, 0.084-0.095 for
+    3072-square ones. A job with a rank that waits next to nothing is capped below it."""
+    tensor_per_sm_active_second: float = Field(default=0.955, gt=0, le=1)
+    """Tensor-pipe activity per SM-active second of a job's GEMMs: 0.948-0.971 on H200 for
+    bf16 and FP16 GEMMs from 4096- to 8192-square (0.92 for 3072, 0.865 for 2048, 0.55 for
+    1024). With it the tensor counter tells the SM activity of the job's compute from its
+    collectives', and with the kernels' own hollowness how long its compute kernels ran."""
     collective_link_bytes_per_second: float = Field(default=190e9, gt=0)
     """Bytes per second one direction of a GPU's NVLink carries while a collective's
     transfer runs: link bytes over this are transfer time, not waiting. Fitted on H200

@@ -378,10 +378,10 @@ def conclusive(w: Window, regime: str, cfg: ModelConfig, tokens: float | None) -
     """
     if regime == TRANSFER_BOUND:
         return link_use(w) >= cfg.transfer_link_min_ratio  # a saturated link, not a trickle
-    if regime in (COMPUTE_BOUND, MEMORY_BOUND) and _at_a_wall(w, cfg):
+    declared = regimes.BY_NAME[regime]
+    if declared.wall and _at_a_wall(w, cfg):
         return True
-    busy_regimes = (HOST_BOUND, LAUNCH_BOUND, COMM_WAIT, MEMORY_BOUND, COMPUTE_BOUND)
-    return regime in busy_regimes and (tokens or 0.0) >= cfg.no_output_tokens_per_second
+    return declared.busy and (tokens or 0.0) >= cfg.no_output_tokens_per_second
 
 
 def _wall_activity(w: Window, regime: str) -> float | None:
@@ -397,10 +397,10 @@ def _wall_activity(w: Window, regime: str) -> float | None:
 def efficiency_score(w: Window, regime: str, cfg: ModelConfig) -> float | None:
     """0..1: weighted SM active, occupancy and the activity of the wall the regime names,
     times an output factor when serving counters are attributed. None when unknown."""
-    if regime in (IDLE, ALLOCATED_IDLE):
-        return 0.0
     if regime == UNKNOWN:
         return None
+    if regimes.BY_NAME[regime].quiet:
+        return 0.0
     terms = (
         (cfg.score_weights.get("sm_active", 0.0), w.sm_active),
         (cfg.score_weights.get("occupancy", 0.0), w.sm_occupancy),
@@ -490,7 +490,7 @@ def _hollow_busy(
     on a peer or the bus, nor by memory pressure."""
     memory = _memory_pressure(w, cfg) or 0.0
     return bool(
-        regime not in (COMM_WAIT, TRANSFER_BOUND)
+        not regimes.BY_NAME[regime].moves_data
         and not _on_the_bus(w, cfg)
         and hollow is not None
         and fill is not None
@@ -550,7 +550,7 @@ class GpuModel:
         hysteresis of the regime and of both flags."""
         # One conclusive window ends a quiet spell at once (a burst); moves between two
         # busy regimes stay debounced so they do not flap.
-        quiet = self._regime.state in (IDLE, ALLOCATED_IDLE, UNKNOWN)
+        quiet = regimes.BY_NAME[self._regime.state].quiet
         regime = self._regime.update(a.regime, at_once=a.strong and quiet)
         flags = {HOLLOW_BUSY: a.hollow_busy, BUSY_NO_OUTPUT: a.busy_no_output}
         for reason, tracker in self._flags.items():

@@ -157,9 +157,9 @@ JOB_INFO = GpuFamilies[JobIdentity](
             "goodput_gpu_job_info",
             "gauge",
             "Constant 1 per GPU and the job it works for, whichever source said so: "
-            "job_source is where the identity came from (kubernetes, slurm, hpc, mpi, "
-            "torchrun, process), (job_source, namespace, job_id) the job key every job "
-            "series and rule uses; namespace is set for Kubernetes only. Join on node and gpu.",
+            "job_source is the job source that named it (docs/jobs.md lists them), "
+            "(job_source, namespace, job_id) the job key every job series and rule uses; "
+            "namespace is set for Kubernetes only. Join on node and gpu.",
             _identity,
             labels=JOB_LABELS,
         ),
@@ -178,9 +178,9 @@ NODE = NodeFamilies[NodeVerdicts](
             "goodput_job_gpus",
             "gauge",
             "GPUs of this node held by one distributed job, judged together: two or more "
-            "GPUs here, or one of a Slurm, MPI, torchrun or HPC-mapped job (its peers may "
-            "be on other nodes). The job is (job_source, namespace, job_id) as on "
-            "goodput_gpu_job_info.",
+            "GPUs here, or one of a job whose source launches across nodes (its peers may "
+            "be on other nodes; docs/jobs.md says which). The job is (job_source, namespace, "
+            "job_id) as on goodput_gpu_job_info.",
             _jobs,
             labels=JOB_LABELS,
         ),

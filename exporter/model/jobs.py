@@ -7,11 +7,15 @@ spins until its peers arrive. So waiting is kernel time that does no work: *holl
 kernel time minus SM active. Hollow time has three sources, and waiting is what is left of
 it once the other two are taken out (:func:`waiting`):
 
-- the job's own kernels' hollow time (a GEMM leaves some SMs empty at its edges, the more
-  the smaller it is, and kernels next to a stall or a copy more than in a steady stream):
-  learned per job where it can be (:class:`OwnLearner`: windows without any collective, or
-  the rank everyone waits for), else ``own_hollow_ratio`` of kernel time, plus
-  ``EDGE_HOLLOW`` of each second without a kernel;
+- the job's own kernels' hollow time (a GEMM leaves SMs empty as it ramps up and in its
+  last wave, the more the smaller it is, and kernels next to a stall or a copy more than in
+  a steady stream): learned per job where its counters tell it (:class:`OwnLearner`:
+  exactly from windows without any collective, capped by the rank that waits least, raised
+  by the rank everyone waits for), else ``own_hollow_ratio`` of kernel time, plus
+  ``EDGE_HOLLOW`` of each second without a kernel. A GEMM's tensor activity per SM-active
+  second is about the same from 4096- to 8192-square (``tensor_per_sm_active_second``),
+  so at own hollowness ``r`` the tensor counter says its kernels ran
+  ``tensor / (0.955 (1 - r))``;
 - the transfer a collective really needs: link bytes at what one direction of the link
   carries while a collective runs (``collective_link_bytes_per_second``);
 - the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
@@ -39,10 +43,11 @@ reaches of the link (:func:`~exporter.model.core.host_copy_time`), waiting the a
 time the rest. Waiting is counted in any collective, whatever bytes it moves
 (:func:`exchanging`).
 
-Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollow by nature
-(small GEMMs, tiny kernels) and that always communicates with its ranks alike reads the
-difference as waiting; a latency-bound collective's own time reads as waiting; a GPU shared
-with another job's kernels; collective traffic over a NIC is not subtracted as transfer.
+Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollower than the
+default (small GEMMs, tiny kernels) and that always communicates with every rank waiting
+reads the difference as waiting; a latency-bound collective's own time reads as waiting;
+a GPU shared with another job's kernels; collective traffic over a NIC is not subtracted as
+transfer.
 """
 
 from __future__ import annotations
@@ -52,25 +57,13 @@ from dataclasses import dataclass, field
 
 from exporter.model.config import ModelConfig
 from exporter.model.core import (
-    ALLOCATED_IDLE,
-    COMPUTE_BOUND,
-    HOST_BOUND,
-    IDLE,
-    LAUNCH_BOUND,
-    TRANSFER_BOUND,
-    UNKNOWN,
     Assessment,
     Window,
     bus_fed,
     host_copy_time,
     kernel_time,
 )
-
-CAN_WAIT = frozenset({LAUNCH_BOUND, HOST_BOUND, COMPUTE_BOUND, "memory_bound", "comm_wait"})
-"""Regimes a waiting rank can show on its own: spinning reads launch_bound (hollow), a
-mostly-waiting rank with some GEMMs compute_bound."""
-CAN_HOLD_BACK = CAN_WAIT | {ALLOCATED_IDLE}
-"""A rank stalled on its host can have no kernel resident at all: allocated_idle."""
+from exporter.model.regimes import BY_NAME
 
 WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PART = (
     "working", "transferring", "waiting", "host_stalled", "idle")
@@ -80,7 +73,7 @@ PARTS: tuple[str, ...] = (WORKING, TRANSFERRING, WAITING, HOST_STALLED, IDLE_PAR
 
 def hollow(w: Window, a: Assessment) -> float | None:
     """Kernel time not backed by SM activity, 0..1; None when profiling cannot tell."""
-    if not w.profiling_available or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND):
+    if not w.profiling_available or not BY_NAME[a.regime].hollow_read:
         return None
     busy = kernel_time(w, usable=True)
     if busy is None or w.sm_active is None:
@@ -129,8 +122,16 @@ class Own:
     learned: bool = False
 
     @classmethod
+    def of(cls, ratio: float, cfg: ModelConfig, learned: bool = False) -> Own:
+        """GEMMs ``ratio`` hollow: their tensor activity per second of kernel time is what
+        each SM-active second shows (``tensor_per_sm_active_second``: 0.948-0.971 for
+        4096- to 8192-square GEMMs on H200, lower only for small ones) times the share of
+        it the SMs are active."""
+        return cls(ratio, cfg.tensor_per_sm_active_second * (1.0 - ratio), learned)
+
+    @classmethod
     def default(cls, cfg: ModelConfig) -> Own:
-        return cls(cfg.own_hollow_ratio, cfg.tensor_per_compute_second)
+        return cls.of(cfg.own_hollow_ratio, cfg)
 
 
 def spin_sm_active(w: Window, cfg: ModelConfig, own: Own | None = None) -> float:
@@ -228,7 +229,7 @@ def own_observation(w: Window, a: Assessment, cfg: ModelConfig,
     hollow time is then its own kernels', whatever their size (0.067 measured for
     4096-square bf16 GEMMs on H200, against 0.04 for 8192-square ones). None otherwise,
     and where there is no tensor work to scale it by."""
-    if held_back or exchanging(w, cfg) or a.regime in (UNKNOWN, IDLE, TRANSFER_BOUND):
+    if held_back or exchanging(w, cfg) or not BY_NAME[a.regime].hollow_read:
         return None
     busy = kernel_time(w, usable=True)
     if busy is None or busy < 0.2 or w.sm_active is None:
@@ -267,6 +268,30 @@ def least_waiting_observation(
     return min(max(beyond / busy, 0.0), OWN_MAX)
 
 
+def ceiling_observation(job: Mapping[str, tuple[Window, Assessment]],
+                        cfg: ModelConfig) -> float | None:
+    """The most hollow the job's own compute kernels can be this window, from the rank that
+    waits least: its GEMMs ran at least ``tensor / tensor_per_sm_active_second`` SM-active
+    seconds, so at own hollowness ``r`` at least that over ``1 - r`` seconds of kernel time,
+    and that cannot exceed its kernel time less its collectives' transfer (its waiting is
+    never negative). A rank that waits nearly nothing (a balanced job's, a straggler, the
+    GPU a late joiner holds back) puts the ceiling close to the truth: 0.01-0.04 for
+    8192-square bf16 GEMMs on H200; a job whose ranks all wait a good part (a decode step's
+    small all-reduces, rotating imbalance, a pipeline) gets a loose one (0.23-0.48) and
+    keeps what it learned otherwise. None where no rank computes on the tensor pipes most
+    of the window."""
+    ceilings = []
+    for w, a in job.values():
+        busy = kernel_time(w, usable=True)
+        tensor = w.tensor_active or 0.0
+        if (not w.profiling_available or not BY_NAME[a.regime].hollow_read
+                or busy is None or busy < 0.5 or tensor < 0.1):
+            continue
+        compute_room = max(busy - transfer_time(w, cfg), 1e-3)
+        ceilings.append(1.0 - tensor / (cfg.tensor_per_sm_active_second * compute_room))
+    return min(max(min(ceilings), 0.0), OWN_MAX) if ceilings else None
+
+
 BOUND_MAX = 0.15
 """The least hollow rank bounds the job's own hollowness only while at most this share of
 its kernel time is hollow: the 3072-square GEMMs of a rank its peer waited 0.29 for read
@@ -280,37 +305,42 @@ at most half of it) to bound the job's own hollowness: a rank everyone waits for
 class OwnLearner:
     """What a job has learned of its own kernels: how hollow they are and how much tensor
     activity a second of them shows, from its windows without any collective
-    (:func:`own_observation`); else a bound from the rank everyone waits for
-    (:func:`least_waiting_observation`). Two jobs with the same kernels and the same
-    counters, one of them syncing through tiny collectives, differ only in that traffic, so
-    a job whose ranks are alike and that always communicates keeps the configured GEMM
-    defaults."""
+    (:func:`own_observation`); else a floor from the rank everyone waits for
+    (:func:`least_waiting_observation`) and a ceiling from the rank that waits least
+    (:func:`ceiling_observation`) around the configured default. Two jobs with the same
+    kernels and the same counters, one of them syncing through tiny collectives, differ
+    only in that traffic, so a job whose ranks all wait in every window keeps the default."""
 
     ratio: Smoothed = field(default_factory=Smoothed)
     tensor: Smoothed = field(default_factory=Smoothed)
     bound: Smoothed = field(default_factory=Smoothed)
     """From the rank the others wait for (:func:`least_waiting_observation`)."""
+    ceiling: Smoothed = field(default_factory=Smoothed)
+    """From the rank that waits least, every window (:func:`ceiling_observation`)."""
 
     def add(self, observations: list[tuple[float, float]], seconds: float,
-            bound: float | None = None) -> None:
+            bound: float | None = None, ceiling: float | None = None) -> None:
         if observations:
             n = len(observations)
             self.ratio.add(sum(o[0] for o in observations) / n, seconds, LEARN_SECONDS)
             self.tensor.add(sum(o[1] for o in observations) / n, seconds, LEARN_SECONDS)
         if bound is not None:
             self.bound.add(bound, seconds, LEARN_SECONDS)
+        if ceiling is not None:
+            self.ceiling.add(ceiling, seconds, LEARN_SECONDS)
 
     def own(self, cfg: ModelConfig) -> Own:
-        """Windows alone say it exactly; else the least-waiting rank bounds it, taken only
-        above the configured default (it includes that rank's own little waiting)."""
+        """Windows alone say it exactly; else the rank everyone waits for bounds it, taken
+        only above the configured default (it includes that rank's own little waiting);
+        either way no more than the ceiling the least-waiting rank sets."""
         if self.ratio.seconds >= LEARN_MIN_SECONDS:
             return Own(self.ratio.value, max(self.tensor.value, 0.1), learned=True)
-        if self.bound.seconds >= LEARN_MIN_SECONDS and self.bound.value > cfg.own_hollow_ratio:
-            r = self.bound.value
-            # the same GEMMs' tensor activity per second, scaled by how full they are
-            tensor = cfg.tensor_per_compute_second * (1.0 - r) / (1.0 - cfg.own_hollow_ratio)
-            return Own(r, tensor, learned=True)
-        return Own.default(cfg)
+        ratio, learned = cfg.own_hollow_ratio, False
+        if self.bound.seconds >= LEARN_MIN_SECONDS and self.bound.value > ratio:
+            ratio, learned = self.bound.value, True
+        if self.ceiling.seconds >= LEARN_MIN_SECONDS and self.ceiling.value < ratio:
+            ratio, learned = self.ceiling.value, True
+        return Own.of(ratio, cfg, learned) if learned else Own.default(cfg)
 
 
 @dataclass
@@ -373,17 +403,18 @@ def judge(
     """Each GPU's waiting and time split for this window, and the job's straggler."""
     if job and all(w.processes == 0 for w, _a in job.values()):
         tracker.reset()
-    hollows = {g: h for g, (w, a) in job.items()
-               if (h := hollow(w, a)) is not None and a.regime in CAN_HOLD_BACK}
+    # Regimes whose hollow time is read (Regime.hollow_read): a rank stalled on its host
+    # can have no kernel resident at all (allocated_idle) and still hold its peers back.
+    hollows = {g: h for g, (w, a) in job.items() if (h := hollow(w, a)) is not None}
     low = min(hollows.values(), default=0.0)
     busy = {g: kernel_time(w, usable=True) or 0.0 for g, (w, _a) in job.items()}
     tracker.learner.add([o for g, (w, a) in job.items() if (o := own_observation(
         w, a, cfg, _peer_holds_back(g, busy))) is not None], seconds,
-        least_waiting_observation(job, hollows, cfg))
+        least_waiting_observation(job, hollows, cfg), ceiling_observation(job, cfg))
     own = tracker.learner.own(cfg)
     shares: dict[str, float] = {}
     for gpu, (w, a) in job.items():
-        can = gpu in hollows and a.regime in CAN_WAIT and (
+        can = gpu in hollows and BY_NAME[a.regime].can_wait and (
             exchanging(w, cfg) or _peer_holds_back(gpu, busy))
         shares[gpu] = waiting(w, hollows[gpu], hollows[gpu] - low, cfg, own) if can else 0.0
     levels = {g: tracker.level(g, shares[g], seconds, cfg) for g in hollows}

@@ -42,11 +42,6 @@ from exporter.util import OnChange
 
 log = structlog.get_logger("model")
 
-SPANS_NODES = frozenset({"slurm", "mpi", "torchrun", "hpc"})
-"""Identity sources of launchers that start ranks across nodes: their jobs are judged even
-with one GPU on this node (its waiting and split need no peer here; the rules compare the
-nodes). A pod or a process session alone on one GPU is a single-GPU program."""
-
 class NodeModel:
     """Carries the per-GPU memory (hysteresis, counter history) between steps."""
 
@@ -136,8 +131,10 @@ class NodeModel:
         for gpu, identity in gpu_jobs.items():
             if gpu in assessed:
                 by_job.setdefault(identity, []).append(gpu)
+        # A job of a source whose launches span nodes is judged with one GPU here too
+        # (JobSource.spans_nodes): its waiting and split need no peer on this node.
         by_job = {job: sorted(gpus) for job, gpus in by_job.items()
-                  if len(gpus) >= 2 or job.source in SPANS_NODES}
+                  if len(gpus) >= 2 or job.spans_nodes}
         self._forget(set(by_job))
         jobs = [self._judge_job(job, gpus, assessed, seconds)
                 for job, gpus in sorted(by_job.items(), key=lambda kv: kv[0].key)]

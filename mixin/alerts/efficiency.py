@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.model.regimes import ALL as REGIMES
 from mixin import names as N
 from mixin.alerts.common import GPU_MATCH, AlertBuilder, AlertCtx, query_args, query_value
 from mixin.rules import job_waiting_share, straggler_gap
 from mixin.templates import fill
 
+MOVING = tuple(r.name for r in REGIMES if r.moves_data)
+"""Regimes whose hollow kernel time is data moving (exporter/model/regimes.py)."""
+
 
 def busy_but_unproductive(c: AlertCtx) -> dict[str, Any]:
     """Copies (transfer_bound) and ranks waiting in collectives (comm_wait) also show kernel
-    time without SM work, but they are the job's transfers, not hollow kernels."""
+    time without SM work, but they are the job's transfers, not hollow kernels: the regimes
+    that declare so (``Regime.moves_data``) are left out."""
     name, util, gpu_key = "GPUBusyButUnproductive", c.rec(N.GPU_UTILIZATION), c.q.gpu_key
-    moving = c.rec(N.GPU_REGIME, 'regime=~"transfer_bound|comm_wait"')
+    moving = c.rec(N.GPU_REGIME, f'regime=~"{"|".join(MOVING)}"')
     expr = (f"{util} >= {c.th(name, 'min_utilization')}\n  and on ({gpu_key})\n"
             f"  {c.q.sm_active_ratio()} < {c.th(name, 'max_sm_share')} * {util}\n"
             f"  unless on ({gpu_key})\n  ({moving} > 0.5)")

@@ -122,9 +122,9 @@ NO_KUBERNETES = ("No data: needs Kubernetes pod attribution (goodput_gpu_pod_inf
                  "kubelet); bare-metal and Slurm nodes have no namespaces.")
 NO_PROFILING = ("No data: no GPU in scope has a profiling source for SM activity (GPM on "
                 "Hopper and newer, or DCGM).")
-NO_JOBS = ("No multi-GPU job known: needs job identity (goodput_gpu_job_info: a Kubernetes pod "
-           "job label, a Slurm, torchrun or MPI job, or a process tree) with two GPUs or "
-           "more, and the global rule group goodput.global.job.")
+NO_JOBS = ("No multi-GPU job known: needs job identity (goodput_gpu_job_info, from any job "
+           "source of docs/jobs.md) with two GPUs or more, and the global rule group "
+           "goodput.global.job.")
 NEEDS_ENGINE_SCRAPE = ("No data: Prometheus must scrape the vLLM/SGLang pods themselves "
                        "(e.g. a PodMonitor on the engines); the exporter does not re-export "
                        "their histograms.")

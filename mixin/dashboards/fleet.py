@@ -216,7 +216,7 @@ def job_stragglers(ctx: Ctx) -> table.Panel:
         table.Panel().title("Job stragglers")
         .description(
             "The least-waiting GPU of every multi-GPU job in scope (on any node, whatever the "
-            "job's source: Kubernetes, Slurm, torchrun, MPI, process tree) when it waits at "
+            "job's source, job_source) when it waits at "
             "most half as much as the job's most-waiting GPU, and any GPU its node's model "
             "names a straggler: how much less of its time it waited on peers than that GPU "
             "(goodput_gpu_job_seconds_total{part=\"waiting\"}), and the GPUs the job loses "

@@ -1,6 +1,6 @@
 """Jobs without Kubernetes, end to end: the daemon on the simulated node reads its generated
 /proc through the same source a real node uses and publishes the Slurm job and the process
-sessions on goodput_gpu_job_info; Snapshot.jobs ranks identities one by one."""
+sessions on goodput_gpu_job_info; the model's step ranks identities once per GPU."""
 
 from __future__ import annotations
 

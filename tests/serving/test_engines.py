@@ -79,6 +79,12 @@ CASES = {
         ("generation_tokens", "", ""): float(round(1.20003e6 * 2.54167)),
         ("requests_running", "", ""): 3.0,
     }, {"generation_tokens": True}),
+    "llamacpp_spec.txt": ("llama.cpp", "b3000+", {
+        ("prompt_tokens", "", ""): 44.0,
+        # 11 decode calls x 2.54545 busy slots + 172 accepted draft tokens (test_settle.py)
+        ("generation_tokens", "", ""): 200.0,
+        ("requests_running", "", ""): 0.0,
+    }, {"generation_tokens": True}),
     "lmdeploy.txt": ("lmdeploy", "0.9+", {
         ("generation_tokens", "internlm", ""): 33.0,
         ("kv_cache_usage", "internlm", ""): 0.1,
@@ -88,6 +94,11 @@ CASES = {
         ("kv_cache_usage", "meta/llama", ""): 0.05,
     }, {}),
 }
+
+
+def test_every_fixture_has_its_case() -> None:
+    """A capture added without its row here would only be scanned, never checked."""
+    assert sorted(p.name for p in FIXTURES.glob("*.txt")) == sorted(CASES)
 
 
 def test_llamacpp_slot_seconds_are_not_busy_seconds() -> None:

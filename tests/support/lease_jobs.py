@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from exporter.settings.core import CoreSettings
 
 NAME = "lease"
-LEASE = JobSource(NAME, 55)
+LEASE = JobSource(NAME, 55, spans_nodes=False)
 """A scheduler's own word: above Slurm's (50) and every launcher's and process session's,
 below the kubelet's pods (60)."""
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import Field
 
 from exporter.settings.section import MAX_INTERVAL, Section
+from exporter.sources.jobs.identity import environment
+
+
+def _listed(names: Iterable[str]) -> str:
+    """``a, b and c``."""
+    *head, last = names
+    return f"{', '.join(head)} and {last}" if head else last
 
 
 class JobsConfig(Section):
@@ -14,10 +23,10 @@ class JobsConfig(Section):
     processes: bool = True
     """Name each GPU's job from its NVML compute processes' /proc/<pid>/cgroup, stat and a
     few environ variables (needs the host's PID namespace)."""
-    environ: bool = True
-    """Read SLURM_JOB_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid and TORCHELASTIC_RUN_ID
-    from /proc/<pid>/environ (needs the job's uid or CAP_SYS_PTRACE; without them, jobs
-    come from Slurm cgroup paths and process sessions)."""
+    environ: bool = Field(True, description=(
+        f"Read {_listed(environment())} from /proc/<pid>/environ (the variables the job "
+        "sources declare; needs the job's uid or CAP_SYS_PTRACE; without them, jobs come "
+        "from Slurm cgroup paths and process sessions)."))
     proc_root: str = ""
     """Where the host's /proc is mounted; empty: kubernetes.proc_root (--proc-root), and
     under --simulate without --proc-root a generated tree of the simulated processes."""

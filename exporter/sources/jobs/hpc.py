@@ -38,7 +38,7 @@ from exporter.sources.jobs.reader import (
 log = structlog.get_logger("jobs")
 
 SOURCE = "jobs_hpc"
-HPC = JobSource("hpc", 40)
+HPC = JobSource("hpc", 40, spans_nodes=True)
 """dcgm-exporter's HPC job map: what the node's scheduler wrote per GPU, above a
 launcher's word, below a Slurm cgroup's."""
 MAX_FILES = 1024

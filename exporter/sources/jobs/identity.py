@@ -1,7 +1,7 @@
 """Parsing what /proc says about one process into a job identity, and nothing else.
 
 Pure functions over bytes and text (the source does the reading), so hostile input is
-tested without a kernel. Only the variables in :data:`VARIABLES` are ever looked at; every
+tested without a kernel. Only the variables :func:`environment` names are ever looked at; every
 other environment entry is skipped without being decoded or kept.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from exporter.readings import JobIdentity, JobSource, strongest
 
@@ -18,28 +19,35 @@ MAX_VALUE = 128
 VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]*")
 """What a published job id may hold: no spaces, quotes, braces or control characters."""
 
-SLURM_JOB = "SLURM_JOB_ID"
-PMIX_NAMESPACE = "PMIX_NAMESPACE"
-OMPI_JOBID = "OMPI_MCA_ess_base_jobid"
-TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
-
-SLURM = JobSource("slurm", 50)
+SLURM = JobSource("slurm", 50, spans_nodes=True, variables=("SLURM_JOB_ID",))
 """A Slurm job: the job's cgroup (authoritative) or ``SLURM_JOB_ID`` checked against it."""
-MPI = JobSource("mpi", 30)
-"""An MPI launch: its PMIx namespace or Open MPI job id."""
-TORCHRUN = JobSource("torchrun", 20)
+MPI = JobSource("mpi", 30, spans_nodes=True,
+                variables=("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"))
+"""An MPI launch: its PMIx namespace (Open MPI 5, PRRTE, Slurm's PMIx plugin) or Open MPI
+4's job id."""
+TORCHRUN = JobSource("torchrun", 20, spans_nodes=True, variables=("TORCHELASTIC_RUN_ID",))
 """A torchrun rendezvous id."""
-PROCESS = JobSource("process", 10)
+PROCESS = JobSource("process", 10, spans_nodes=False)
 """A process session: the weakest word, what names a job nothing else names."""
 
-VARIABLES: Mapping[str, JobSource] = {
-    SLURM_JOB: SLURM,
-    PMIX_NAMESPACE: MPI,
-    OMPI_JOBID: MPI,
-    TORCHELASTIC_RUN_ID: TORCHRUN,
-}
-"""The only environment variables read, and the source each names."""
-_WANTED = tuple((name + "=").encode() for name in VARIABLES)
+SLURM_JOB, = SLURM.variables
+PMIX_NAMESPACE, OMPI_JOBID = MPI.variables
+TORCHELASTIC_RUN_ID, = TORCHRUN.variables
+
+
+@cache
+def environment() -> Mapping[str, JobSource]:
+    """The only environment variables read, and the source each names: every
+    :attr:`JobSource.variables` of the sources declared in this module (a new source read
+    from the environment is one more declaration here, nothing else)."""
+    return {name: source for source in globals().values() if isinstance(source, JobSource)
+            for name in source.variables}
+
+
+@cache
+def _wanted() -> tuple[bytes, ...]:
+    return tuple((name + "=").encode() for name in environment())
+
 
 TORCHRUN_PLACEHOLDER = "none"
 """torchrun's default ``--rdzv-id``: every run started without one shares it, so it names
@@ -75,7 +83,7 @@ def environ_variables(raw: bytes, truncated: bool) -> dict[str, bytes]:
         entries = entries[:-1]
     found: dict[str, bytes] = {}
     for entry in entries:
-        if entry.startswith(_WANTED):
+        if entry.startswith(_wanted()):
             name, _, value = entry.partition(b"=")
             found.setdefault(name.decode(), value)
     return found
@@ -284,7 +292,7 @@ def from_process(
             claims.append(Claim(REFUSED, name, "outside any Slurm job cgroup or slurmstepd"))
             return None, bad, claims
     for name, value in values.items():
-        found.append(VARIABLES[name].identity(value))
+        found.append(environment()[name].identity(value))
     return strongest(found), bad, claims
 
 

@@ -11,7 +11,7 @@ process not seen before, reads a few small files under ``proc_root``:
   process's uid (v1, ``<pid>/status``) and the directory's owner where the cgroup file
   system is mounted here;
 - ``<pid>/environ`` (``jobs.environ``): at most :data:`MAX_ENVIRON` bytes, of which only
-  the variables in :data:`identity.VARIABLES` are looked at. Reading it needs the process's
+  the variables :func:`identity.environment` names are looked at. Reading it needs the process's
   uid or CAP_SYS_PTRACE; other values never leave this module. A Slurm job named there is
   believed only where Slurm vouches for it (:func:`identity.from_process`); the parents'
   ``stat`` and ``status`` and a slurmstepd's ``cmdline`` (its title names its job) are

@@ -24,10 +24,6 @@ START_FAMILY = "process_start_time_seconds"
 
 VLLM_TTFT = "vllm:time_to_first_token_seconds"
 SGLANG_TTFT = "sglang:time_to_first_token_seconds"
-TTFT_HISTOGRAMS: tuple[str, ...] = (VLLM_TTFT, SGLANG_TTFT)
-"""The engines' time-to-first-token histograms that the recording rules sum per model
-(``model_name``) for the serving dashboard (mixin/rules.py): markers below, never parsed
-here; Prometheus scrapes them from the engine pods."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +97,8 @@ class EngineTable:
     ``requires``: name prefixes that must all occur among the families for the table to be
     a candidate; ``model_labels``: labels naming the model, first present wins;
     ``gpu_label``: a label naming the GPU UUID a series belongs to (Triton); ``markers``:
-    families that only this version has, counted when scoring candidates.
+    families that only this version has, counted when scoring candidates; ``ttft``: its
+    time-to-first-token histogram, if it has one (see the field).
     """
 
     engine: str
@@ -113,10 +110,15 @@ class EngineTable:
     markers: tuple[str, ...] = ()
     default_path: str = "/metrics"
     notes: str = ""
+    ttft: str = ""
+    """Its time-to-first-token histogram family, labelled by model (``model_name``): the
+    serving dashboard's recording rule sums it per model (mixin/rules.py reads
+    :func:`ttft_histograms`). A marker too; never parsed here: Prometheus scrapes it from
+    the engine pods."""
 
     def families(self) -> frozenset[str]:
         names = {f for rules in self.signals.values() for rule in rules for f in rule.families}
-        return frozenset(names | set(self.markers))
+        return frozenset(names | set(self.markers) | ({self.ttft} if self.ttft else set()))
 
     def reads(self) -> frozenset[str]:
         """Every family reading this table can look at (signals, multipliers, markers, the
@@ -197,6 +199,7 @@ VLLM_V1 = EngineTable(
         "vllm:request_inference_time_seconds",
     ),
     notes="tokens counted per engine step (live); engine label = data-parallel rank",
+    ttft=VLLM_TTFT,
 )
 
 VLLM_V0 = EngineTable(
@@ -224,6 +227,7 @@ VLLM_V0 = EngineTable(
         "vllm:cpu_prefix_cache_hit_rate",
     ),
     notes="tokens counted per engine step (live)",
+    ttft=VLLM_TTFT,
 )
 
 
@@ -247,6 +251,7 @@ def _reprefixed(table: EngineTable, engine: str, old: str, new: str) -> EngineTa
         requires=(new,),
         signals=signals,
         markers=tuple(rename(m) for m in table.markers),
+        ttft="",  # recognised by its renamed markers; the TTFT rule reads the engine's own
         notes=f"vLLM {table.version} re-exported by Ray Serve as {new}*",
     )
 
@@ -298,6 +303,7 @@ SGLANG = EngineTable(
     ),
     notes="generation from generation_tokens (request end) when present, else realtime "
     "decode; prompt from realtime prefill_compute (live); metrics need --enable-metrics",
+    ttft=SGLANG_TTFT,
 )
 
 TGI = EngineTable(
@@ -510,3 +516,9 @@ ENGINE_NAMES: frozenset[str] = frozenset(t.engine for t in TABLES)
 def default_path(engine: str) -> str:
     """Where an engine serves Prometheus text (trtllm-serve's ``/metrics`` is JSON)."""
     return next((t.default_path for t in TABLES if t.engine == engine), "/metrics")
+
+
+def ttft_histograms() -> tuple[str, ...]:
+    """Every table's time-to-first-token histogram (:attr:`EngineTable.ttft`), each once:
+    what the serving dashboard's recording rule sums per model."""
+    return tuple(dict.fromkeys(table.ttft for table in TABLES if table.ttft))
