@@ -1,9 +1,10 @@
 """A GPU source from another vendor, added by docs/architecture.md's recipe alone, gets the
 vendor-neutral GPU series (issue #52).
 
-On a copy of the whole repository, ``tests/support/amd_gpus.py`` (AMD GPUs from amdgpu's
-sysfs files) goes in as ``exporter/collectors/amd.py`` with its one registry line, the
-generated metrics reference is regenerated as the recipe says, and the real daemon runs it
+On a copy of the whole repository (``tests/support/repo_copy.py``),
+``tests/support/amd_gpus.py`` (AMD GPUs from amdgpu's sysfs files) goes in as
+``exporter/collectors/amd.py`` with its one registry line, the generated references are
+regenerated and the chart's schema names it, as the recipe says; the real daemon runs it
 with every NVML collector off over a fake sysfs tree. Its GPUs must get what every alert and
 dashboard keys on: ``goodput_gpu_info`` with their identity, up, utilization (ratio and
 counter), memory, power, energy and temperature, and the model's regime. Before the
@@ -13,8 +14,6 @@ neutral series were declared apart from NVML's collector, none of them appeared.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.harness import REPO, http_get, module_daemon
-from tests.support import amd_gpus, scratch
+from testkit.harness import REPO, http_get
+from tests.support import amd_gpus, repo_copy
 
 NVML_OFF = ("--no-collector.nvml", "--no-collector.xid", "--no-collector.profiling")
 GIB = 2**30
@@ -42,33 +41,17 @@ CARDS = [
 ]
 
 
-def copy_repository(dest: Path) -> Path:
-    """The whole repository as a contributor's checkout has it (tracked and untracked files,
-    nothing ignored), without the git directory."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        source = REPO / rel
-        if source.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / rel)
-    return dest
-
-
 SCHEMA = "helm/gpu-goodput-exporter/values.schema.json"
 
 
 @pytest.fixture(scope="module")
 def amd_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The recipe, step by step: the module as exporter/collectors/amd.py, its name in
+    """The recipe, step by step, on a copy of the whole repository
+    (``tests/support/repo_copy.py``): the module as exporter/collectors/amd.py, its name in
     COLLECTOR_NAMES, the two references regenerated and its name in the chart's schema."""
-    root = copy_repository(tmp_path_factory.mktemp("repo"))
-    shutil.copy(amd_gpus.__file__, root / "exporter" / "collectors" / "amd.py")
-    scratch.add_registry_line(root, amd_gpus.NAME)
-    for generator in ("exporter.metrics.docs", "exporter.settings.docs"):
-        done = scratch.run(root, "-m", generator)
-        assert done.returncode == 0, done.stderr
+    root = repo_copy.whole(tmp_path_factory.mktemp("amd"))
+    repo_copy.add_collector(root, amd_gpus.NAME, Path(amd_gpus.__file__))
+    repo_copy.regenerate(root, repo_copy.generators("metrics", "settings"))
     schema = json.loads((root / SCHEMA).read_text())
     switches = schema["properties"]["exporter"]["properties"]["collectors"]["properties"]
     switches[amd_gpus.NAME] = {"type": "boolean"}
@@ -79,8 +62,8 @@ def amd_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def amd_daemon(amd_repo: Path, tmp_path: Path) -> Iterator[str]:
     sysfs = amd_gpus.write_tree(tmp_path / "sys", CARDS)
-    with module_daemon("exporter", *NVML_OFF, "--interval", "0.2", "--amd-interval", "0.2",
-                       "--amd-sysfs-root", str(sysfs), root=amd_repo) as url:
+    with repo_copy.daemon(amd_repo, *NVML_OFF, "--interval", "0.2", "--amd-interval", "0.2",
+                          "--amd-sysfs-root", str(sysfs)) as url:
         yield url
 
 
@@ -128,28 +111,24 @@ def test_another_vendors_gpus_get_the_neutral_series(amd_daemon: str) -> None:
     assert ("goodput_gpu_regime", "amd0") in samples
 
 
-def test_the_recipe_leaves_the_generated_reference_listing_the_collector(
-    amd_repo: Path,
-) -> None:
-    """What the recipe says to regenerate names the new collector's settings and nothing
-    else in the metrics reference changes: it adds no family, its GPUs fill the neutral ones."""
+def test_the_recipe_adds_no_family_and_the_collector_its_flags(amd_repo: Path) -> None:
+    """What the recipe says to regenerate names the new collector's settings, and the
+    metrics reference is unchanged: it adds no family, its GPUs fill the neutral ones."""
     assert (amd_repo / "docs" / "metrics.md").read_text() == \
         (REPO / "docs" / "metrics.md").read_text()
-    done = scratch.run(amd_repo, "-m", "exporter", "--help")
-    assert "--amd-sysfs-root DIR" in done.stdout and "[GOODPUT_AMD__SYSFS_ROOT]" in done.stdout
+    assert "docs/settings.md" in repo_copy.changed(amd_repo)
+    out = repo_copy.ok(repo_copy.run(amd_repo, "-m", "exporter", "--help"))
+    assert "--amd-sysfs-root DIR" in out and "[GOODPUT_AMD__SYSFS_ROOT]" in out
 
 
 def test_the_copy_passes_the_checks_of_the_areas_the_recipe_touches(amd_repo: Path) -> None:
-    """The registry, the on/off switch of every collector (its own included), the chart's
-    schema, the import layers and the generated references, run in the copy as the commit
+    """The generated references, the registry, the on/off switch of every collector (its
+    own included), the chart's schema and the import layers, run in the copy as the commit
     would run them."""
-    for check in ("exporter.metrics.docs", "exporter.settings.docs"):
-        done = scratch.run(amd_repo, "-m", check, "--check")
-        assert done.returncode == 0, done.stderr
-    done = scratch.run(
-        amd_repo, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py",
-        "tests/test_collectors.py", "tests/test_import_structure.py",
-        "tests/test_helm_chart.py::test_chart_names_every_collector_of_the_registry")
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert "[amd]" in scratch.run(amd_repo, "-m", "pytest", "-q", "--co", "-p",
-                                  "no:cacheprovider", "tests/test_collectors.py").stdout
+    repo_copy.check(amd_repo)
+    repo_copy.pytest(amd_repo, "tests/test_registry.py", "tests/test_collectors.py",
+                     "tests/test_import_structure.py",
+                     "tests/test_helm_chart.py::test_chart_names_every_collector_of_the_registry")
+    listed = repo_copy.ok(repo_copy.run(amd_repo, "-m", "pytest", "-q", "--co", "-p",
+                                        "no:cacheprovider", "tests/test_collectors.py"))
+    assert "[amd]" in listed
