@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.jobs import BEFORE, SKIP, scrape
+from bench.gpu.jobs import BEFORE, LOST_ROWS, SKIP, scrape
 from bench.gpu.jobs import ROWS as JOB_ROWS
 from bench.gpu.workloads.core import NO_MULTICAST, command
 from bench.gpu.workloads.process import WorkloadProcess
@@ -44,6 +44,11 @@ TOLERANCE = 0.05
 SUM_TOLERANCE = 0.02
 UTIL_MEAN_TOLERANCE = 0.03
 UTIL_WINDOW_TOLERANCE = 0.1
+
+SHAPES = (("bf16", 1024, 64), ("bf16", 2048, 32), ("bf16", 3072, 16), ("bf16", 4096, 8),
+          ("bf16", 6144, 4), ("bf16", 8192, 4), ("fp16", 6144, 4), ("fp32", 1024, 16),
+          ("fp32", 2048, 8), ("fp32", 4096, 2), ("fp32", 8192, 1))
+"""Kernel shapes of the shape rows: (precision, square GEMM size, GEMMs a step when alone)."""
 
 # row -> (workload, options, GPUs it needs)
 ROWS: dict[str, tuple[str, list[str], int]] = {
@@ -73,8 +78,19 @@ ROWS: dict[str, tuple[str, list[str], int]] = {
     "solo_checkpoint": ("split_solo", ["--ckpt-every-s", "4", "--ckpt-mib", "1024",
                                        "--ckpt-host-s", "1.0"], 1),
     "bursty": ("split_bursty", [], 1),
-    # the [lost] report's rows (bench/gpu/jobs.py), two GPUs each here
-    **{f"lost_{name}": (workload, opts, 2) for name, (workload, opts) in JOB_ROWS.items()},
+    # the [lost] report's rows (bench/gpu/jobs.py), on as many GPUs as the plan gives them
+    **{f"lost_{name}": (workload, opts, 4) for name, (workload, opts) in JOB_ROWS.items()},
+    # kernel shapes: each GEMM size and precision alone on one GPU (no collective at all: the
+    # kernels' own hollowness) and as a tensor-parallel decode (8 x (one GEMM, a 256 KB
+    # all-reduce) a step, on two GPUs)
+    **{f"shape_solo_{d}_{n}": ("split_solo", ["--dtype", d, "--gemm-n", str(n),
+                                              "--gemms", str(k)], 1)
+       for d, n, k in SHAPES},
+    "shape_solo_membound": ("split_solo", ["--mem-mib", "2048", "--gemms", "6"], 1),
+    **{f"shape_tp_{d}_{n}": ("split_job", ["--dtype", d, "--gemm-n", str(n), "--gemms", "1",
+                                           "--rounds", "8", "--coll", "all_reduce",
+                                           "--coll-kib", "256"], 2)
+       for d, n, _k in SHAPES},
 }
 PLANS: dict[str, list[list[tuple[str, str]]]] = {
     # each slot: (row, GPUs) run at once
@@ -95,6 +111,46 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("lost_straggler_10pct", "0,1"), ("lost_host_stall", "2,3")],
         [("lost_late_joiner", "0,1"), ("lost_balanced", "2,3")],
         [("lost_comm_heavy", "0,1"), ("lost_back_to_back", "2,3")],
+    ],
+    # kernel shapes and the [lost] rows on four GPUs: data for the model's own hollowness
+    "data": [
+        [("shape_solo_bf16_1024", "0"), ("shape_solo_bf16_2048", "1"),
+         ("shape_solo_bf16_3072", "2"), ("shape_solo_bf16_4096", "3")],
+        [("shape_solo_bf16_6144", "0"), ("shape_solo_bf16_8192", "1"),
+         ("shape_solo_fp16_6144", "2"), ("shape_solo_membound", "3")],
+        [("shape_solo_fp32_1024", "0"), ("shape_solo_fp32_2048", "1"),
+         ("shape_solo_fp32_4096", "2"), ("shape_solo_fp32_8192", "3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("shape_tp_bf16_3072", "0,1"), ("shape_tp_bf16_8192", "2,3")],
+        [("shape_tp_fp32_2048", "0,1"), ("shape_tp_fp32_4096", "2,3")],
+        *([(f"lost_{name}", "0,1,2,3")] for name in LOST_ROWS),
+    ],
+    # the launch-bound shapes again with the kernels-alone truth, and the rows it touches
+    "data2": [
+        [("shape_solo_bf16_1024", "0"), ("shape_solo_bf16_2048", "1"),
+         ("shape_solo_bf16_3072", "2"), ("shape_solo_bf16_4096", "3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("tp_decode", "0,1"), ("shape_tp_bf16_3072", "2,3")],
+        [("broadcast_skew", "0,1"), ("tiny_sync", "2,3")],
+        [("lost_comm_heavy", "0,1,2,3")],
+    ],
+    # the final run in two device calls: (a) beside llama-server on GPUs 0,1 first
+    # (split_run.sh SERVING_BG=1), then the issue's shapes, this bench's and the kernel shapes;
+    # (b) the [lost] rows on four GPUs
+    "final_a": [
+        [("bursty", "2"), ("solo_small", "3")],
+        [("checkpoint", "0,1"), ("jitter", "2,3")],
+        [("tp_decode", "0,1"), ("tiny_sync", "2,3")],
+        [("fp32_allgather", "0,1"), ("fp16_reduce_scatter", "2,3")],
+        [("broadcast_skew", "0,1"), ("sendrecv_membound", "2,3")],
+        [("h2d_loader", "0,1"), ("shape_tp_bf16_8192", "2,3")],
+        [("shape_tp_bf16_1024", "0,1"), ("shape_tp_bf16_2048", "2,3")],
+        [("shape_tp_bf16_3072", "0,1"), ("shape_tp_fp32_2048", "2,3")],
+    ],
+    "final_b": [
+        *([(f"lost_{name}", "0,1,2,3")] for name in LOST_ROWS),
+        [("shape_tp_fp32_4096", "0,1"), ("shape_solo_bf16_1024", "2"),
+         ("shape_solo_bf16_8192", "3")],
     ],
     # beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1): rows re-measured
     "side": [  # the first slot beside llama-server on GPUs 0,1 (split_run.sh SERVING_BG=1)
@@ -200,7 +256,8 @@ class Sampler(threading.Thread):
 def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]:
     """A rank's split between two of its cumulative truth lines (see workloads/split.py):
     each phase's event time less its launch gaps (workloads/resident.py: the GPU had reached
-    the phase but the host had not launched into it), then working = compute, transferring
+    the phase but the host had not launched into it; compute also no more than its units'
+    kernel time alone, ``kernel_alone_s``), then working = compute, transferring
     = the collectives alone (timed with the GPU queued ahead) + copies, waiting = comm
     beyond the collectives alone, host_stalled = the rest of the wall time (the gaps
     included), idle = 0. ``ev_*``: the same from the event times alone."""
@@ -211,6 +268,9 @@ def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]
 
     d = {k: share(f"{k}_s") for k in ("compute", "comm", "copy", "stall")}
     gap = {k: min(share(f"gap_{k}_s"), d[k]) for k in ("compute", "comm", "copy")}
+    if "kernel_alone_s" in last:  # the GPU idled between kernels the host launched too slowly
+        alone = share("kernel_alone_s")
+        gap["compute"] = max(gap["compute"], d["compute"] - alone)
     steps = (last["steps"] - first["steps"]) / wall
     per_step = last.get("pure_comm_per_step_s") or 0.0
 
@@ -463,6 +523,8 @@ def check(row: Mapping[str, Any]) -> dict[str, Any]:
                 why.append(f"{u['windows_over_0.1']}/{u['windows']} windows off by more than "
                            f"{UTIL_WINDOW_TOLERANCE} (worst {u['max_window_error']})")
         return {"pass": not why, "why": why}
+    if len(row.get("gpus", [])) == 1 and not any((row.get("exporter") or {}).values()):
+        return {"pass": None, "why": ["a one-GPU job: the exporter publishes no split for it"]}
     for gpu, t in row.get("truth", {}).items():
         e = row.get("exporter", {}).get(gpu) or {}
         if not e:
@@ -489,7 +551,8 @@ def render(result: Mapping[str, Any]) -> str:
             lines.append(f"| {name} | | error: {row['error']} | | | FAIL |")
             continue
         c = row.get("check", {})
-        verdict = "PASS" if c.get("pass") else "FAIL: " + "; ".join(c.get("why", []))
+        verdict = ("PASS" if c.get("pass") else "FAIL: " + "; ".join(c.get("why", []))
+                   if c.get("pass") is not None else "no split: " + "; ".join(c.get("why", [])))
         if row.get("workload") == "split_bursty":
             u = row.get("util_check", {})
             lines.append(
@@ -511,6 +574,30 @@ def render(result: Mapping[str, Any]) -> str:
             ws = f"{worst} {e.get(worst, 0) - t[worst]:+.3f}" if worst and t else "-"
             lines.append(f"| {name if i == 0 else ''} | {gpu} | {tt} | {ee} | {ws} | "
                          f"{verdict if i == 0 else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_resident(result: Mapping[str, Any]) -> str:
+    """The truth against a counter it never read: each GPU's kernel-resident time by the
+    truth (working + transferring + waiting, copies aside) beside GPM's graphics activity,
+    means over the steady windows."""
+    lines = ["| row | GPU | truth resident | GPM graphics | difference | SM active | hollow "
+             "(1 - SM active / graphics) |", "|---|---|---|---|---|---|---|"]
+    for name, row in result["rows"].items():
+        if "error" in row or row.get("workload") == "split_bursty":
+            continue
+        for gpu in row["gpus"]:
+            t = row.get("truth", {}).get(gpu)
+            steady = [w["gpus"].get(gpu, {}) for w in row.get("windows", [])
+                      if w["t"] >= row["skip"]]
+            gr = [x["graphics"] for x in steady if x.get("graphics") is not None]
+            sm = [x["sm_active"] for x in steady if x.get("sm_active") is not None]
+            if not t or not gr or not sm:
+                continue
+            resident = t["working"] + t["waiting"] + t.get("pure_comm", 0.0)
+            g, a = statistics.mean(gr), statistics.mean(sm)
+            lines.append(f"| {name} | {gpu} | {resident:.3f} | {g:.3f} | {g - resident:+.3f} | "
+                         f"{a:.3f} | {1 - a / g if g else 0:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -572,7 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixture", type=Path, help="only write --out from this split.json as "
                    "the replay tests' fixture (with --source)")
     p.add_argument("--source", default="", help="the fixture's provenance line")
+    p.add_argument("--report", type=Path, help="only print this split.json's tables (the "
+                   "split, then the truth's resident time against GPM's graphics)")
     args = p.parse_args(argv)
+    if args.report:
+        done = json.loads(args.report.read_text())
+        print(render(done) + "\n" + render_resident(done))
+        return 0
     if args.fixture:
         made = fixture(json.loads(args.fixture.read_text()), args.source)
         args.out.write_text(json.dumps(made, separators=(",", ":")) + "\n")

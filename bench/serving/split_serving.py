@@ -132,6 +132,9 @@ def main() -> int:
     row = next((r for r in table.split("<tr") if ", ".join(gpus) in r), "")
     page = {"multi_gpu_jobs_table": bool(table),
             "job_row_over_the_gpus": bool(row),
+            # the engine's GPUs and no other (no load of another program folded into its job)
+            "job_row_exactly_its_gpus": f"<td>{', '.join(gpus)}</td>" in row,
+            "job_row": row,
             "split_columns": all(h in table for h in ("Work", "Transfer", "Wait", "Host")),
             "tokens_in_job_table": "oken" in table,
             "tokens_in_gpu_rows": "Tokens/s" in landing,

@@ -33,7 +33,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
-from bench.gpu.workloads.resident import LaunchGaps, queue_ahead
+from bench.gpu.workloads.resident import LaunchGaps, alone_per_unit, queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
 WORKLOADS: dict[str, tuple[int, str, str]] = {
@@ -78,14 +78,40 @@ class Timer:
         self.pure: float | None = None
         self.info: dict[str, Any] = {}
         """Carried on every truth line (the resident ratios, the transfer timed two ways)."""
+        self.work: Callable[[int], None] | None = None
+        """Launches n units of the rank's compute; set, the kernels' own time of each unit
+        is timed alone (queued ahead) at the start and at every truth line, and the
+        ``kernel_alone`` total (units run x that time) caps the compute time in the truth."""
+        self.unit_alone = 0.0
         self.reset()
 
     def reset(self) -> None:
         """Start counting now (after the warm-up steps)."""
         self.totals = {"compute": 0.0, "comm": 0.0, "stall": 0.0}
         self.steps = 0
+        self.paused = 0.0
+        if self.work is not None:
+            self.totals["kernel_alone"] = 0.0
+            self.calibrate()
+        self.paused = 0.0
         self.t0 = time.monotonic()
         self.last = self.t0
+
+    def calibrate(self) -> None:
+        """Time one unit of compute alone (about a millisecond of it, queued ahead); the
+        seconds this takes are not the rank's wall time (the stream is idle between steps)."""
+        if self.work is None:
+            return
+        t = time.monotonic()
+        guess = self.unit_alone or alone_per_unit(self.torch, self.work, 1, reps=1)
+        count = max(1, min(64, round(0.001 / max(guess, 1e-6))))
+        self.unit_alone = alone_per_unit(self.torch, self.work, count)
+        self.paused += time.monotonic() - t
+
+    def units(self, count: int) -> None:
+        """``count`` units of compute were launched in this step."""
+        if "kernel_alone" in self.totals:
+            self.totals["kernel_alone"] += count * self.unit_alone
 
     def event(self) -> Any:
         ev = self.torch.cuda.Event(enable_timing=True)
@@ -99,13 +125,15 @@ class Timer:
         self.steps += 1
         now = time.monotonic()
         if now - self.last >= self.every:
-            self.last = now
             self.emit()
+            self.calibrate()  # the clocks drift as the GPU warms: the next interval's figure
+            self.last = time.monotonic()
 
     def emit(self, **extra: Any) -> None:
         """One cumulative truth line; each carries the transfer alone per step, so a rank
         whose last line is lost when its launcher stops it still has it."""
-        emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0, steps=self.steps,
+        emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0 - self.paused,
+             steps=self.steps, unit_alone_s=self.unit_alone,
              **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
              **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
              **self.info, **extra)
@@ -259,6 +287,7 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
     heavy = round(light * (1.0 + extra))
     steps = [0]
     gaps = LaunchGaps(timer)
+    timer.work = lambda n: _gemms(a, b, n)
 
     def step() -> None:
         mine = heavy if (steps[0] % world == rank if rotate else last) else light
@@ -270,6 +299,7 @@ def _collective_step(torch: Any, dist: Any, rank: int, world: int, args: argpars
         e0 = gaps.start()  # the stream is idle: the last step ended with flag.item()
         gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
         _gemms(a, b, mine - 1)
+        timer.units(mine)
         e1 = timer.event()
         gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
         e2 = timer.event()
@@ -369,6 +399,7 @@ def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespa
     """--rounds x (GEMMs, then a small all-reduce): balanced, communication-heavy."""
     buf = torch.ones(args.allreduce_mib * 2**20 // 4, device=a.device, dtype=torch.float32)
     gaps = LaunchGaps(timer)
+    timer.work = lambda n: _gemms(a, b, n)
 
     def step() -> None:
         marks = []
@@ -376,6 +407,7 @@ def tp_step(torch: Any, dist: Any, rank: int, world: int, args: argparse.Namespa
         for _ in range(max(args.rounds, 1)):
             gaps.launch("compute", e0, lambda: _gemms(a, b, 1))
             _gemms(a, b, args.units * args.gemms - 1)
+            timer.units(args.units * args.gemms)
             e1 = timer.event()
             gaps.launch("comm", e1, lambda: dist.all_reduce(buf))
             marks.append((e0, e1, timer.event()))

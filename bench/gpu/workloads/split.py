@@ -16,6 +16,10 @@ stream drained, so event intervals never overlap one another or host time):
 - **launch gaps**: inside those phases, the time the GPU had reached a phase's opening event
   before the host had launched its first operation (``resident.py``): no kernel of its own
   could run, so it is host time;
+- **kernels alone**: each unit of compute (a GEMM, a memory-bound pass) timed with its
+  launches queued ahead, at the start and every truth line; a phase's compute time is capped
+  at its units times that (the GPU idles between small kernels a host launches slower than
+  they run: host time too);
 - **host**: wall time not covered by any phase, plus the launch gaps (no kernel of its own
   resident: a checkpoint's write, a data loader's delay, Python between steps, a
   collective launched from an idle GPU).
@@ -38,6 +42,7 @@ from typing import Any
 
 from bench.gpu.workloads.core import (
     Family,
+    Runner,
     Stop,
     device_info,
     emit,
@@ -153,6 +158,7 @@ class Job:
             e0 = prev
             gaps.launch("compute", e0, lambda: self.work(1))
             self.work(count - 1)
+            timer.units(count)
             e1 = timer.event()
             marks.append(("compute", e0, e1))
             prev = e1
@@ -270,6 +276,7 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     torch, dist, dev, local_stop = join_ranks(rank, world, port)
     job = Job(torch, dist, rank, world, args, dev)
     timer = SplitTimer(torch, rank, args.truth_every)
+    timer.work = job.work
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         job.step(timer)
     job.end_of_step(timer, False)
@@ -307,12 +314,39 @@ def split_job(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": "split_job", "world": world}
 
 
-def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+def _child_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
+                stop_event: Any, seconds: float) -> None:
+    """A one-GPU workload's body in a child of the workload's session leader."""
+    import signal
+
+    stop = Stop(seconds, stop_event)
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: stop_event.set())
+    (_solo_body if kind == "split_solo" else _bursty_body)(stop, args)
+
+
+def in_child(kind: str) -> Runner:
+    """A one-GPU workload run in a spawned child, as the ranks of ``split_job`` are: the
+    process holding the GPU is then a member of the workload's own process session, not a
+    session leader, so process-session identities (``--no-job-environ``) make each load a
+    job of its own. (A session leader under a parent that leads no session is taken as one
+    of torchrun's workers and joins its parent's session: one-GPU loads started side by side
+    by this bench were one job.)"""
+
+    def run(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+        spawn_ranks(stop, _child_main, 1, args, kind)
+        return {"kind": kind, "in_child": True}
+
+    return run
+
+
+def _solo_body(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """One GPU, no peer: the same steps without a collective (a kernel size's own hollowness,
     a checkpoint or a loader delay with nobody to wait for)."""
     torch = load_torch(device=0)
     job = Job(torch, None, 0, 1, args, torch.device("cuda", 0))
     timer = SplitTimer(torch, 0, args.truth_every)
+    timer.work = job.work
     for _ in range(3):
         job.step(timer)
     timer.pure = 0.0
@@ -331,7 +365,7 @@ def split_solo(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": "split_solo", "steps": job.steps}
 
 
-def split_bursty(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
+def _bursty_body(stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     """One GPU: bursts of bf16 GEMMs (--burst-min..--burst-max seconds) between host stalls
     (--stall-min..--stall-max seconds, no kernel). Each burst's span on the GPU is emitted in
     wall-clock time (``burst`` events: the GPU is idle when a burst is queued, so its first
@@ -414,7 +448,8 @@ FAMILY = Family(
     name="split",
     summary="the [split] run (bench/gpu/split.py): jobs that time every part of their split",
     add_arguments=add_arguments,
-    runners={"split_job": split_job, "split_solo": split_solo, "split_bursty": split_bursty},
+    runners={"split_job": split_job, "split_solo": in_child("split_solo"),
+             "split_bursty": in_child("split_bursty")},
     dry_run=idle_dry_run,
     descriptions={
         "split_job": "ranks x (host delay, H2D batch, rounds x (work, collective), checkpoint)",
