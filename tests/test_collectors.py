@@ -10,10 +10,10 @@ import pytest
 
 from exporter import cli, collectors
 from exporter.collectors.base import no_sources
-from exporter.runtime.daemon import build as build_daemon
-from exporter.settings.config import build
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build
+from exporter.wiring.daemon import build as build_daemon
 from tests.conftest import REPO
 from tests.support.typed import gpus_of
 

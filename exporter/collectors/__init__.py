@@ -1,9 +1,9 @@
 """The collector registry, resolved: ``exporter/settings/names.py`` lists the collectors,
 and each is declared in the module of this package named after it (name, default, settings
-section and flags, sources, reading types, families). ``exporter/settings/config.py``
+section and flags, sources, reading types, families). ``exporter/wiring/config.py``
 composes ``Settings`` from :data:`REGISTRY`, so this package never imports it: collectors
 type their settings as ``CoreSettings`` and read their own section with ``section()``.
-``exporter/runtime/daemon.py`` wires only what :func:`enabled` returns; the CLI makes each
+``exporter/wiring/daemon.py`` wires only what :func:`enabled` returns; the CLI makes each
 collector's flags and one ``--collector.<name>`` / ``--no-collector.<name>`` pair per
 entry, the config file takes ``collectors: {<name>: true|false}``, and ``docs/metrics.md``
 lists every family of every entry. Adding a collector means one new module here and one

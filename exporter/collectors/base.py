@@ -4,7 +4,7 @@ reload). One module per collector (this package) holds one :class:`Collector`; t
 (``exporter/collectors/__init__.py``) is the only list of them.
 
 Imports nothing of the exporter at run time but the section base:
-``exporter/settings/config.py`` composes ``Settings`` from the registry, so the registry
+``exporter/wiring/config.py`` composes ``Settings`` from the registry, so the registry
 must load before it, and a collector sees ``CoreSettings`` (its section by type).
 """
 
@@ -130,7 +130,7 @@ class Collector:
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
     """That section's schema, declared next to the code that reads it; ``Settings`` gets a field
-    ``section`` of this type (``exporter/settings/config.py`` composes it from the registry)."""
+    ``section`` of this type (``exporter/wiring/config.py`` composes it from the registry)."""
     flags: tuple[Flag, ...] = ()
     """Command-line spellings of keys of its section; the CLI adds them in a group titled
     ``flag_group`` (help, default, type and environment variable from the field)."""

@@ -17,14 +17,14 @@ from exporter.readings import (
     JobAssignments,
     PodAssignments,
 )
-from exporter.runtime.daemon import build
-from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import NODE, SLURM_JOB
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.jobs.hpc import HPC
 from exporter.sources.jobs.identity import PROCESS, SLURM
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import Settings
+from exporter.wiring.daemon import build
 
 
 async def test_the_simulated_node_publishes_its_slurm_job() -> None:
@@ -93,7 +93,7 @@ def test_proc_root_moves_the_jobs_source_under_simulate(tmp_path: Path) -> None:
     """--proc-root (kubernetes.proc_root) moves the jobs source on the simulated node too,
     so a hostile tree can be tested through the whole daemon."""
     from exporter.collectors.jobs import _proc_root
-    from exporter.settings.config import build as build_settings
+    from exporter.wiring.config import build as build_settings
 
     moved = build_settings({"simulate": True, "kubernetes": {"proc_root": str(tmp_path)}})
     assert _proc_root(moved) == (str(tmp_path), None)

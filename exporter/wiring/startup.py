@@ -20,8 +20,8 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__, collectors
-from exporter.settings.config import Settings
 from exporter.snapshot import Snapshot
+from exporter.wiring.config import Settings
 
 WAIT_SECONDS = 5.0
 log = structlog.get_logger("main")

@@ -25,13 +25,13 @@ from exporter.collectors.base import Resources, Shared
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.runtime.interpreter import FREEZE_AFTER_S, freeze_startup_heap
+from exporter.process.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.runtime.scheduler import AfterPublish, Scheduler
-from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
 from exporter.view.page import pages
 from exporter.web.server import build_app
+from exporter.wiring.config import Settings
 
 
 @dataclass

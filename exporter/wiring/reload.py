@@ -16,10 +16,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from exporter import collectors
-from exporter.runtime import logsummary
-from exporter.runtime.daemon import Daemon
-from exporter.settings.config import ConfigError, Settings, build
+from exporter.process import logsummary
 from exporter.web import webconfig
+from exporter.wiring.config import ConfigError, Settings, build
+from exporter.wiring.daemon import Daemon
 
 log = structlog.get_logger("reload")
 
