@@ -22,8 +22,8 @@ run: bootstrap-runtime
 test: bootstrap-tools llama-server
 	$(PY) -m ruff check exporter tests testkit bench scripts dashboards mixin
 	$(PY) -m mypy
-	$(PY) -m exporter.metrics.docs --check
-	$(PY) -m exporter.settings.docs --check
+	$(PY) -m exporter.docgen.metrics --check
+	$(PY) -m exporter.docgen.settings --check
 	$(PY) -m mixin --check
 	$(PY) -m pytest -q
 
@@ -41,8 +41,8 @@ llama-server: bootstrap-tools
 
 ## docs: regenerate docs/metrics.md and docs/settings.md from the code
 docs: bootstrap-runtime
-	$(PY) -m exporter.metrics.docs
-	$(PY) -m exporter.settings.docs
+	$(PY) -m exporter.docgen.metrics
+	$(PY) -m exporter.docgen.settings
 
 ## stack: exporter (simulated node) + Prometheus with our rules + Alertmanager -> local webhook
 stack: bootstrap-tools

@@ -20,17 +20,17 @@ from pydantic_core import PydanticUndefined
 
 from exporter import __version__
 from exporter.collectors.base import Flag
-from exporter.runtime.interpreter import shorten_switch_interval
-from exporter.runtime.logging import configure
-from exporter.runtime.memory import tune_malloc
-from exporter.runtime.startup import announcer
+from exporter.process.interpreter import shorten_switch_interval
+from exporter.process.logging import configure
+from exporter.process.memory import tune_malloc
 from exporter.settings.argparser import EXIT_USAGE as EXIT_USAGE
 from exporter.settings.argparser import Parser
-from exporter.settings.config import ConfigError, Settings, build, ignored_env, parse_listen
 from exporter.settings.devices import DeviceSelectionError
 from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from exporter.web import webconfig
 from exporter.web.server import address_of, bind
+from exporter.wiring.config import ConfigError, Settings, build, ignored_env, parse_listen
+from exporter.wiring.startup import announcer
 
 MAX_ENV_NAMES = 64
 MAX_ENV_NAME_CHARS = 128
@@ -218,7 +218,7 @@ def listen(where: str, log: Any) -> list[socket.socket] | None:
 def simulated_app(gpus: int) -> web.Application:
     """The simulated node's whole daemon as an aiohttp app, for ``top --simulate`` (the view
     is handed this, so it never imports the daemon)."""
-    from exporter.runtime.daemon import build as build_daemon
+    from exporter.wiring.daemon import build as build_daemon
 
     settings = build({"simulate": True, "simulate_gpus": gpus, "log_level": "error"})
     return build_daemon(settings, NvmlSession.open_for(settings)).app()
@@ -294,7 +294,7 @@ def _run(
 ) -> int:
     """Build the daemon (NVML opens here, when the first collector that reads it is built),
     wire the reload, serve until stopped."""
-    from exporter.runtime.daemon import build as build_daemon
+    from exporter.wiring.daemon import build as build_daemon
 
     try:
         daemon = build_daemon(settings)
@@ -312,7 +312,7 @@ def _run(
         web_config.basic_auth.on_failure = daemon.scheduler.metrics.count_auth_failures(
             webconfig.FAILURE_REASONS
         )
-    from exporter.runtime.reload import Reloader, WebLayer
+    from exporter.wiring.reload import Reloader, WebLayer
 
     web_layer = WebLayer(web_config)
     daemon.reload = Reloader(daemon, tree, *files, web_layer)

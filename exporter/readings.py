@@ -316,7 +316,8 @@ class JobIdentity:
 
 
 KUBERNETES_JOBS = JobSource("kubernetes", 60, spans_nodes=False)
-"""The kubelet's pods (a job label, else the pod), joined into jobs by ``Snapshot.jobs``."""
+"""The kubelet's pods (a job label, else the pod), joined into jobs by the model's step
+(exporter/model/job_identity.py)."""
 
 
 def strongest(identities: Iterable[JobIdentity]) -> JobIdentity | None:
@@ -328,8 +329,8 @@ def strongest(identities: Iterable[JobIdentity]) -> JobIdentity | None:
 @dataclass(frozen=True, slots=True)
 class JobAssignments:
     """What one job-identity source says about the GPUs of this node: gpu -> job. Several
-    sources may publish one each; :attr:`exporter.snapshot.Snapshot.jobs` merges them with
-    :func:`strongest`."""
+    sources may publish one each; the model's step resolves them once with :func:`strongest`
+    (exporter/model/job_identity.py)."""
 
     source: str
     gpus: Mapping[str, JobIdentity] = field(default_factory=dict)
@@ -544,4 +545,7 @@ class NodeVerdicts:
     jobs: tuple[JobVerdict, ...] = ()
     holders: Mapping[str, tuple[HolderVerdict, ...]] = field(default_factory=dict)
     """gpu -> its holders, for GPUs two or more holders share (sorted by key)."""
+    gpu_jobs: Mapping[str, JobIdentity] = field(default_factory=dict)
+    """gpu -> the job it works for, resolved once in this step from every identity source
+    (exporter/model/job_identity.py): what ``jobs`` judged and ``goodput_gpu_job_info`` says."""
     errors: Mapping[str, int] = field(default_factory=dict)

@@ -17,26 +17,23 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import structlog
 
 from exporter.readings import (
-    KUBERNETES_JOBS,
     Availability,
     Device,
     GpuReading,
     GpuState,
-    JobAssignments,
-    JobIdentity,
     NodeVerdicts,
     PodAssignments,
     PodJobs,
     ProcessInfo,
     ProfilingReading,
     ProfilingStatus,
-    strongest,
 )
 
 __all__ = ["Device", "ProcessInfo", "Snapshot", "SnapshotStore", "SourceResult"]
@@ -105,7 +102,8 @@ class Snapshot:
             (r.timestamp for r in self.results.values() if isinstance(r.reading, kind)), None
         )
 
-    @property
+    # The joined views are computed once per snapshot (it never changes), on first read.
+    @cached_property
     def inventory(self) -> tuple[Device, ...]:
         """Devices of every GPU source (NVML, ...), empty before their first poll."""
         readings = self.all(GpuReading)
@@ -113,15 +111,15 @@ class Snapshot:
             return readings[0].inventory
         return tuple(d for r in readings for d in r.inventory)
 
-    @property
+    @cached_property
     def gpu_states(self) -> Mapping[str, GpuState]:
         """Every GPU source's state per ``gpu`` label."""
         readings = self.all(GpuReading)
         if len(readings) == 1:
             return readings[0].gpus
-        return {gpu: state for r in readings for gpu, state in r.gpus.items()}
+        return MappingProxyType({gpu: state for r in readings for gpu, state in r.gpus.items()})
 
-    @property
+    @cached_property
     def processes(self) -> tuple[ProcessInfo, ...]:
         return tuple(p for state in self.gpu_states.values() for p in state.processes)
 
@@ -145,27 +143,12 @@ class Snapshot:
         known = self.pods_known
         return PodAssignments() if known is None else known
 
-    @property
+    @cached_property
     def pods_known(self) -> PodAssignments | None:
         """The kubelet's assignments joined with the pods' job names, or None until the
         kubelet has answered once (so nothing reads "no pods" into a kubelet not yet asked)."""
         pods = self.get(PodAssignments)
         return None if pods is None else _with_jobs(pods, self.get(PodJobs))
-
-    @property
-    def jobs(self) -> Mapping[str, JobIdentity]:
-        """gpu -> the job it works for, from every identity source: the kubelet's pods (a
-        job label, else the pod) and each published :class:`JobAssignments`. Per GPU the
-        strongest identity wins by the strength its source declared (:func:`strongest`; one
-        reading may carry several kinds, as the process source's Slurm and session jobs do),
-        ties broken by key, so the answer never depends on publish order. GPUs of no known
-        job are absent."""
-        named: dict[str, list[JobIdentity]] = {}
-        for claim in (*_pod_jobs(self.pods_known), *self.all(JobAssignments)):
-            for gpu, identity in claim.gpus.items():
-                named.setdefault(gpu, []).append(identity)
-        found = {gpu: strongest(identities) for gpu, identities in named.items()}
-        return MappingProxyType({gpu: j for gpu, j in found.items() if j is not None})
 
     @property
     def availability(self) -> tuple[Availability, ...]:
@@ -298,18 +281,6 @@ def _with_jobs(pods: PodAssignments, jobs: PodJobs | None) -> PodAssignments:
     return PodAssignments(
         tuple(replace(c, job=names.get((c.namespace, c.pod), c.job)) for c in pods.containers)
     )
-
-
-def _pod_jobs(pods: PodAssignments | None) -> tuple[JobAssignments, ...]:
-    """The kubelet's assignments as job identities: pods sharing a job label are one job,
-    a pod without one is its own (a GPU held by several pods takes the first, sorted)."""
-    if pods is None:
-        return ()
-    gpus: dict[str, JobIdentity] = {}
-    for (namespace, job), held in sorted(pods.job_gpus().items()):
-        for gpu in held:
-            gpus.setdefault(gpu, KUBERNETES_JOBS.identity(job, namespace))
-    return (JobAssignments(KUBERNETES_JOBS.name, gpus),)
 
 
 def _has_gpus(reading: object) -> bool:

@@ -91,7 +91,7 @@ def venv_footprint(wheel: Path, max_mb: float) -> float:
             "-q", "--no-cache-dir", str(wheel))
         mb = du_bytes(venv) / 1e6
         run(str(venv / "bin" / "gpu-goodput-exporter"), "--help", quiet=True)
-        run(str(venv / "bin" / "python"), "-c", "import exporter.runtime.daemon")
+        run(str(venv / "bin" / "python"), "-c", "import exporter.wiring.daemon")
     print(f"package: pip install of the wheel into an empty venv: {mb:.1f} MB (budget {max_mb})")
     if mb > max_mb:
         sys.exit(f"package: the installed venv is {mb:.1f} MB, over {max_mb} MB")

@@ -100,7 +100,7 @@ def make_node(clock: ManualClock, workloads: list[str]) -> FakeNvml:
 def _reset_structlog():
     """Tests that run the CLI configure structlog against a captured stream; undo it, and
     start every test with an empty log damper (it is process-wide)."""
-    from exporter.runtime.logdamp import DAMPER
+    from exporter.process.logdamp import DAMPER
 
     DAMPER.reset()
     _quiet_structlog()
@@ -123,10 +123,10 @@ def _quiet_structlog() -> None:
 
 def _unbridge() -> None:
     """Give aiohttp's and asyncio's loggers back their default handling after a test that
-    ran ``exporter.runtime.logging.configure`` (it bridges them into structlog)."""
+    ran ``exporter.process.logging.configure`` (it bridges them into structlog)."""
     import logging
 
-    from exporter.runtime.logging import BRIDGED, Bridge
+    from exporter.process.logging import BRIDGED, Bridge
 
     for name in BRIDGED:
         logger = logging.getLogger(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from exporter import cli
-from exporter.settings.config import Settings
+from exporter.wiring.config import Settings
 
 
 def _actions() -> dict[str, argparse.Action]:

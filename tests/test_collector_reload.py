@@ -11,12 +11,12 @@ import pytest
 from exporter import collectors
 from exporter.collectors.base import Context
 from exporter.model.config import ModelConfig
-from exporter.runtime.daemon import build
-from exporter.runtime.reload import needs_restart
-from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.base import Source
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import Settings
+from exporter.wiring.daemon import build
+from exporter.wiring.reload import needs_restart
 
 
 def test_any_collector_that_declares_live_keys_gets_its_section(

@@ -9,10 +9,11 @@ import sys
 import pytest
 
 from exporter import cli, collectors
-from exporter.runtime.daemon import build as build_daemon
-from exporter.settings.config import build
+from exporter.collectors.base import no_sources
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build
+from exporter.wiring.daemon import build as build_daemon
 from tests.conftest import REPO
 from tests.support.typed import gpus_of
 
@@ -53,9 +54,11 @@ def test_no_collector_flag_removes_its_sources_and_families(name: str) -> None:
     off_names = [s.name for s in off.sources]
     gone = set(on_names) - set(off_names)
     assert set(off_names) <= set(on_names)
-    if name == "model":  # the model is no source: switching it off drops the step
-        assert on.scheduler.after_publish is not None and off.scheduler.after_publish is None
-        assert not gone
+    if entry.sources is no_sources:  # the model, the GPU series: no source to stop
+        assert not gone and mine
+        if entry.after_gpu_poll is not None:  # switching the model off drops its step
+            assert on.scheduler.after_publish is not None
+            assert off.scheduler.after_publish is None
     else:
         assert gone, f"--no-collector.{name} left every source running: {off_names}"
         assert off.scheduler.sources == off.sources
@@ -101,5 +104,8 @@ async def test_profiling_off_says_so_on_every_gpu() -> None:
 
 
 def test_without_the_nvml_collector_the_daemon_is_ready_not_stuck() -> None:
+    """With no source left that lists GPUs, ready at once; another vendor's GPU source,
+    where one is registered, is waited for instead."""
     _, daemon = daemon_for(settings_tree("nvml", collectors={"nvml": False}))
-    assert daemon.store.current.ready_reason == ""
+    listing = [s.name for s in daemon.sources if s.starts_first]
+    assert (daemon.store.current.ready_reason == "") is (not listing), listing

@@ -8,7 +8,9 @@ import pytest
 from pydantic import BaseModel
 
 from exporter.cli import main
-from exporter.settings.config import (
+from exporter.settings.section import MAX_INTERVAL, Section
+from exporter.sources.serving.config import ServingConfig
+from exporter.wiring.config import (
     ConfigError,
     Settings,
     build,
@@ -16,8 +18,6 @@ from exporter.settings.config import (
     ignored_env,
     parse_listen,
 )
-from exporter.settings.section import MAX_INTERVAL, Section
-from exporter.sources.serving.config import ServingConfig
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from exporter import collectors
 from exporter.settings import names
-from exporter.settings.config import Settings, compose
 from exporter.sources.serving import engines
+from exporter.wiring.config import Settings, compose
 from tests.conftest import REPO
 
 
@@ -25,7 +25,8 @@ def _with_packages(module: str) -> set[str]:
 # name, the section base and core keys, each section's own module (next to its code, with
 # its package's empty __init__), the profiling mode list and the GPU selection's parser.
 ALLOWED = {
-    "exporter", "exporter.settings", "exporter.settings.config", "exporter.settings.core",
+    "exporter", "exporter.settings", "exporter.wiring", "exporter.wiring.config",
+    "exporter.settings.core",
     "exporter.settings.config_messages", "exporter.settings.names",
     "exporter.settings.yamlfile", "exporter.settings.devices",
     "exporter.settings.section", "exporter.readings",
@@ -41,14 +42,14 @@ ALLOWED = {
 
 def test_importing_config_loads_declarations_but_no_source() -> None:
     probe = (
-        "import sys, exporter.settings.config; "
+        "import sys, exporter.wiring.config; "
         "print('\\n'.join(m for m in sys.modules if m.startswith(('exporter', 'grpc', "
         "'aiohttp', 'prometheus_client', 'pynvml'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert "exporter.settings.config" in out
+    assert "exporter.wiring.config" in out
     assert set(out) <= ALLOWED, sorted(set(out) - ALLOWED)
 
 
@@ -61,8 +62,8 @@ def test_settings_have_one_section_per_collector_that_declares_one() -> None:
 def test_the_composition_names_no_section() -> None:
     """Issue 41: the type checker's copy of the composed ``Settings`` (one field per section,
     edited by every new collector and held to the registry by a test) is not needed:
-    typed code reads a section by its type, and exporter/settings/config.py names none."""
-    source = (REPO / "exporter" / "settings" / "config.py").read_text()
+    typed code reads a section by its type, and exporter/wiring/config.py names none."""
+    source = (REPO / "exporter" / "wiring" / "config.py").read_text()
     (stub,) = [n for n in ast.walk(ast.parse(source))
                if isinstance(n, ast.ClassDef) and n.name == "Settings"]
     assert not [n for n in stub.body if isinstance(n, ast.AnnAssign)], "no fields spelled out"

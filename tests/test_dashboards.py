@@ -356,7 +356,7 @@ def test_every_panel_applies_the_filters_or_says_why_not(path: Path) -> None:
 @functools.cache
 def _optional_families() -> frozenset[str]:
     from exporter.collectors import REGISTRY
-    from exporter.settings.config import Settings
+    from exporter.wiring.config import Settings
 
     settings = Settings(simulate=True)
     return frozenset(fam.name for collector in REGISTRY

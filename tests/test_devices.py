@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from exporter.readings import Device
-from exporter.settings.config import ConfigError, build
 from exporter.settings.devices import DeviceSelectionError, select, spans
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import DeviceHandle, NvmlSession
+from exporter.wiring.config import ConfigError, build
 from testkit.harness import REPO, child_env, daemon, http_get
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter.settings import config
 from exporter.web import healthcheck
+from exporter.wiring import config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -4,7 +4,7 @@ simulated node, ``make run``, scrape sizes and footprint agrees with where each 
 - the simulated node's size and workloads: ``exporter/sim/patterns.py`` NODE (the config
   default must equal it);
 - ``make run``'s command: the Makefile (``make -n run``);
-- the simulated node's scrape size: ``exporter.metrics.docs`` (docs/metrics.md is generated
+- the simulated node's scrape size: ``exporter.docgen.metrics`` (docs/metrics.md is generated
   from it), measured here against the real daemon;
 - RSS figures quoted in the chart and install guide: ``docs/benchmarks.md``, where each was
   measured.
@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from exporter.metrics import docs as metrics_docs
-from exporter.settings.config import Settings
+from exporter.docgen import metrics as metrics_docs
 from exporter.sim.patterns import LOST_AFTER_SECONDS, NODE
+from exporter.wiring.config import Settings
 from tests.conftest import REPO
 from tests.support.daemon import DaemonProcess
 
@@ -221,11 +221,11 @@ def test_documented_scrape_size_is_measured(default_node: str) -> None:
     zipped = len(_get(default_node + "/metrics", gzip_ok=True)) / 1000
     kb, gz = metrics_docs.SIM_SCRAPE_KB, metrics_docs.SIM_SCRAPE_GZIP_KB
     assert abs(plain - kb) <= 0.05 * kb, (
-        f"a scrape of the simulated node is {plain:.1f} KB; exporter/metrics/docs.py "
-        f"SIM_SCRAPE_KB says {kb}: update it and run `python -m exporter.metrics.docs`")
+        f"a scrape of the simulated node is {plain:.1f} KB; exporter/docgen/metrics.py "
+        f"SIM_SCRAPE_KB says {kb}: update it and run `python -m exporter.docgen.metrics`")
     assert abs(zipped - gz) <= 0.15 * gz, (
         f"gzipped it is {zipped:.1f} KB; SIM_SCRAPE_GZIP_KB says {gz}: update it and run "
-        "`python -m exporter.metrics.docs`")
+        "`python -m exporter.docgen.metrics`")
 
 
 def test_stack_alert_table_matches_the_node_and_rules() -> None:

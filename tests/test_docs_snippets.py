@@ -36,8 +36,8 @@ import promql_parser
 import pytest
 import yaml
 
-from exporter.settings.config import ConfigError, build
 from exporter.sim.patterns import NODE
+from exporter.wiring.config import ConfigError, build
 from tests.support import docsnippets as ds
 from tests.support.prometheus import free_port
 from tests.test_docs_names import known_names

@@ -11,12 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.xid import XidSource
+from exporter.wiring.config import Settings
 from tests.support.prometheus import require
 
 REQUIRED = [

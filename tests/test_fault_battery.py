@@ -35,12 +35,12 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.runtime.daemon import Daemon, build
-from exporter.settings import config
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml
 from exporter.sim.patterns import NODE
 from exporter.sim.physics import GpuPhysics
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring import config
+from exporter.wiring.daemon import Daemon, build
 from tests.conftest import REPO
 from tests.support.prometheus import free_port, wait_http
 from tests.support.serving import ThreadEngine, vllm_text

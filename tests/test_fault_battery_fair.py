@@ -29,8 +29,7 @@ from pydantic import BaseModel
 from structlog.testing import capture_logs
 
 from exporter.cli import MAX_ENV_NAME_CHARS
-from exporter.runtime import logdamp
-from exporter.settings import config
+from exporter.process import logdamp
 from exporter.settings.section import MAX_SETTING_CHARS
 from exporter.snapshot import SourceResult
 from exporter.sources.kubernetes.config import KubernetesConfig
@@ -42,6 +41,7 @@ from exporter.sources.serving.scrape import Outcome
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, merge_duplicates, static_targets
 from exporter.web import healthcheck, webconfig
+from exporter.wiring import config
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_UP,

@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter.settings import config
 from exporter.snapshot import SourceResult
 from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import pod_target
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet
+from exporter.wiring import config
 from testkit.harness import DaemonProcess
 from tests.conftest import REPO
 from tests.support.serving import (

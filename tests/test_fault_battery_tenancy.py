@@ -4,7 +4,7 @@ numbers, no client floods the logs, no single input stops the rest.
 Each case drives the real part (a real HTTP engine or server on loopback, the real serving
 source, the real Kubernetes API client against kmock, the daemon as a subprocess) through
 one hostile or careless input and asserts what the other tenants see. The log floods run a
-virtual minute through the damper (``exporter/runtime/logdamp.py``: its clock steps with each
+virtual minute through the damper (``exporter/process/logdamp.py``: its clock steps with each
 line) and assert the bytes written stay under the budgets of docs/security.md.
 """
 
@@ -28,15 +28,15 @@ from aiohttp.test_utils import make_mocked_request
 
 from exporter import urls
 from exporter.metrics.cache import negotiate
+from exporter.process import logdamp
+from exporter.process.logging import configure
 from exporter.readings import ContainerGpus, PodAssignments
-from exporter.runtime import logdamp
-from exporter.runtime.logging import configure
-from exporter.settings import config
 from exporter.sources.serving.accumulate import Ledger, Limits
 from exporter.sources.serving.config import ServingConfig
 from exporter.sources.serving.discovery import PodWatcher, pod_target
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
 from exporter.web.server import is_loopback
+from exporter.wiring import config
 from testkit.harness import DaemonProcess
 from tests.support.serving import (
     TARGET_GPUS,
@@ -451,7 +451,7 @@ def _state_request(remote: str, authenticated: bool = False) -> web.Request:
 async def test_debug_state_is_loopback_only_without_basic_auth(
     remote: str, authenticated: bool, status: int,
 ) -> None:
-    from exporter.runtime.daemon import build
+    from exporter.wiring.daemon import build
     from tests.test_fault_battery import node
 
     daemon = build(config.build({"node_name": "n"}, environ={}), node(None))
@@ -551,9 +551,9 @@ async def test_a_reload_of_a_large_file_never_blocks_metrics(tmp_path: Path) -> 
     is read (before: 7.7 s of a blocked event loop for a 1.9 MB alias file)."""
     import aiohttp
 
-    from exporter.runtime.daemon import build
-    from exporter.runtime.reload import Reloader, WebLayer
     from exporter.web import webconfig
+    from exporter.wiring.daemon import build
+    from exporter.wiring.reload import Reloader, WebLayer
     from tests.test_fault_battery import node, running
 
     cfg = tmp_path / "c.yml"
@@ -622,9 +622,9 @@ async def test_a_bad_web_config_on_sighup_is_one_line_even_with_logins(tmp_path:
     import bcrypt
     from structlog.testing import capture_logs
 
-    from exporter.runtime.daemon import build
-    from exporter.runtime.reload import Reloader, WebLayer
     from exporter.web import webconfig
+    from exporter.wiring.daemon import build
+    from exporter.wiring.reload import Reloader, WebLayer
     from tests.test_fault_battery import node
     from tests.test_reload import serving
 

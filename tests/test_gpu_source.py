@@ -5,8 +5,8 @@ flag, a ``GpuReading``, a source and a family. Added to a scratch copy of the pa
 contributor would (``exporter/collectors/vendor.py`` and its registry line), the real daemon
 runs it with every NVML collector off on this machine, which has no NVIDIA driver: it gets
 ready on the vendor's first poll, the model judges the vendor's two GPUs from their windows,
-and their families are served. Its flag, environment variable and config key come from its
-section.
+and their own family and the vendor-neutral GPU series are served. Its flag, environment
+variable and config key come from its section.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def test_the_model_judges_a_second_vendors_gpus_without_nvml(vendor_daemon: str)
     assert samples[("goodput_gpu_regime", "v0", "unknown")] == 1
     assert samples[("goodput_vendor_power_watts", "v0", "")] == 450.0
     assert samples[("goodput_vendor_power_watts", "v1", "")] == 60.0
-    assert not [k for k in samples if k[0].startswith("goodput_gpu_utilization")]  # nvml's
+    # and the vendor-neutral series every alert and dashboard keys on, NVML off
+    assert samples[("goodput_gpu_utilization_ratio", "v0", "")] == 0.97
+    assert samples[("goodput_gpu_power_watts", "v1", "")] == 60.0
+    assert samples[("goodput_gpu_info", "v1", "")] == 1
 
 
 def test_its_flag_env_name_and_help_come_from_its_section(vendor_root: Path) -> None:

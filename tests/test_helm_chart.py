@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from exporter import __version__, cli, collectors
-from exporter.settings import config as daemon_config
 from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.sources.profiling.config import ProfilingConfig
 from exporter.sources.serving.config import ServingConfig
+from exporter.wiring import config as daemon_config
 from tests.support.helm import (
     CHART,
     ROOT,

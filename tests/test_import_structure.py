@@ -6,7 +6,7 @@ is still an arrow) and under ``if TYPE_CHECKING:``.
 The layers, highest first. A module may import its own layer and the layers below it,
 never one above: the composition root imports the registry, the registry the model and the
 sources, and nothing below the root imports it (a section or a type reached through
-``exporter/settings/config.py`` would be such an arrow)."""
+``exporter/wiring/config.py`` would be such an arrow)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,21 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("commands", ("exporter.__main__", "exporter.cli", "exporter.metrics.docs",
-                  "exporter.settings.docs")),
-    ("composition root", ("exporter.runtime.daemon", "exporter.runtime.reload",
-                          "exporter.runtime.startup", "exporter.settings.config")),
+    ("commands", ("exporter.__main__", "exporter.cli", "exporter.docgen")),
+    ("composition root", ("exporter.wiring",)),
     ("registry", ("exporter.collectors",)),
-    ("scheduling, web and views", ("exporter.runtime.scheduler", "exporter.web",
-                                   "exporter.view")),
+    ("scheduling, web and views", ("exporter.runtime", "exporter.web", "exporter.view")),
     ("model", ("exporter.model",)),
     ("sources", ("exporter.sources", "exporter.sim")),
     ("exposition", ("exporter.metrics",)),
     ("settings schema", ("exporter.settings",)),
     ("shared contracts", ("exporter.snapshot", "exporter.readings")),
-    ("foundations", ("exporter.util", "exporter.urls", "exporter.runbooks",
-                     "exporter.runtime", "exporter")),
+    ("foundations", ("exporter.process", "exporter.runbooks", "exporter.util", "exporter.urls",
+                     "exporter")),
 )
-"""Matched by the longest prefix: ``exporter.runtime`` alone (logging, log damping, memory
-and interpreter tuning) is a foundation, its daemon and reload are the root."""
+"""Each entry a folder of exporter/ or one of its own few modules, never a module inside a
+folder: a folder lies in one layer (issue #52), so the layers are what the tree shows.
+``exporter`` alone is its ``__init__`` (the version), a foundation."""
 
 MAX_TOP_LEVEL_MODULES = 6
 """exporter/'s own modules beside its packages (``__init__`` not counted)."""
@@ -173,6 +171,41 @@ def test_nothing_below_the_root_imports_the_composition_root() -> None:
     assert not below, below
 
 
+INTERFACES = frozenset({"exporter.collectors", "exporter.collectors.base", "exporter.sources.base"})
+"""What the composition root may know of the collectors: the registry and the interfaces."""
+
+
+def test_the_composition_root_names_no_collector() -> None:
+    """It wires what the registry returns (issue #52): no source, model or simulator module,
+    no collector's declaration or section; what it needs of one (the pod labels copied onto
+    every series, the profiling backends' order, the words of the start-up line) the
+    collector declares."""
+    root = {m for m in modules(REPO) if LAYERS[layer(m)][0] == "composition root"}
+    edges = graph(REPO)
+    named = [f"{a} -> {b}" for a in sorted(root) for b in sorted(edges[a])
+             if b not in INTERFACES and b.startswith(
+                 ("exporter.sources", "exporter.model", "exporter.sim", "exporter.collectors"))]
+    assert not named, named
+
+
+def test_every_folder_lies_in_one_layer() -> None:
+    """The layers are the folders (issue #52): the table names folders of exporter/ and its
+    own modules only, and every module of a folder is in that folder's layer, however deep."""
+    top = REPO / "exporter"
+    inside = [p for _, prefixes in LAYERS for p in prefixes
+              if p != "exporter" and (p.count(".") != 1 or not (
+                  (top / p.split(".")[1]).is_dir() or (top / (p.split(".")[1] + ".py")).is_file()))]
+    assert not inside, f"not a folder of exporter/ nor one of its modules: {inside}"
+    layers_of: dict[str, set[str]] = {}
+    for module in modules(REPO):
+        parts = module.split(".")
+        if len(parts) > 1 and (top / parts[1]).is_dir():
+            layers_of.setdefault(parts[1], set()).add(LAYERS[layer(module)][0])
+    spanning = {folder: sorted(found) for folder, found in layers_of.items() if len(found) > 1}
+    assert not spanning, f"folders spanning layers: {spanning}"
+    assert {"docgen", "wiring", "process", "runtime", "settings", "metrics"} <= set(layers_of)
+
+
 def test_the_top_level_is_a_few_shared_modules() -> None:
     found = top_level(REPO)
     assert len(found) <= MAX_TOP_LEVEL_MODULES, (
@@ -184,18 +217,18 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     """Type-checking, function-level and relative imports are arrows too; a circle through
     them and an uphill arrow are both caught."""
     pkg = tmp_path / "exporter"
-    (pkg / "runtime").mkdir(parents=True)
+    (pkg / "wiring").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "runtime" / "__init__.py").write_text('"""A folder."""\n')
+    (pkg / "wiring" / "__init__.py").write_text('"""A folder."""\n')
     (pkg / "readings.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from exporter.runtime.daemon import Daemon\n")
-    (pkg / "runtime" / "daemon.py").write_text(
+        "    from exporter.wiring.daemon import Daemon\n")
+    (pkg / "wiring" / "daemon.py").write_text(
         "def build():\n    from ..readings import Reading\n")
     edges = graph(tmp_path)
-    assert edges == {"exporter": set(), "exporter.runtime": set(),
-                     "exporter.readings": {"exporter.runtime.daemon"},
-                     "exporter.runtime.daemon": {"exporter.readings"}}
-    assert circles(edges) == [["exporter.readings", "exporter.runtime.daemon"]]
+    assert edges == {"exporter": set(), "exporter.wiring": set(),
+                     "exporter.readings": {"exporter.wiring.daemon"},
+                     "exporter.wiring.daemon": {"exporter.readings"}}
+    assert circles(edges) == [["exporter.readings", "exporter.wiring.daemon"]]
     assert uphill(edges) == [
-        "exporter.readings (shared contracts) -> exporter.runtime.daemon (composition root)"]
+        "exporter.readings (shared contracts) -> exporter.wiring.daemon (composition root)"]

@@ -9,6 +9,7 @@ import pkgutil
 import pytest
 
 import exporter.sources
+from exporter.model.job_identity import resolve
 from exporter.readings import (
     KUBERNETES_JOBS,
     JobAssignments,
@@ -72,6 +73,6 @@ def test_a_new_source_outranks_what_it_declares_it_outranks() -> None:
         "jobs_proc", {"0": PROCESS.identity("n/1"), "1": PROCESS.identity("n/2")})))
     store.publish(SourceResult(source="lease", reading=JobAssignments(
         "lease", {"0": lease})))
-    assert store.current.jobs == {"0": lease, "1": PROCESS.identity("n/2")}
+    assert resolve(store.current) == {"0": lease, "1": PROCESS.identity("n/2")}
     assert strongest([KUBERNETES_JOBS.identity("j", "ns"), lease]) == KUBERNETES_JOBS.identity(
         "j", "ns")

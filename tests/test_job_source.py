@@ -70,8 +70,8 @@ def test_a_new_identity_source_is_judged_like_any_other(lease_daemon: str) -> No
 def test_make_tests_checks_pass_with_it(lease_root: Path) -> None:
     """Its section regenerates docs/settings.md (a generated file); then the generated
     references check clean, and the import structure holds with the new module."""
-    assert scratch.run(lease_root, "-m", "exporter.settings.docs").returncode == 0
-    for check in ("exporter.settings.docs", "exporter.metrics.docs"):
+    assert scratch.run(lease_root, "-m", "exporter.docgen.settings").returncode == 0
+    for check in ("exporter.docgen.settings", "exporter.docgen.metrics"):
         done = scratch.run(lease_root, "-m", check, "--check")
         assert done.returncode == 0, done.stdout + done.stderr
     assert scratch.changed(lease_root) == [
@@ -81,7 +81,7 @@ def test_make_tests_checks_pass_with_it(lease_root: Path) -> None:
     edges = structure.graph(lease_root)
     assert "exporter.collectors.lease" in edges
     assert not structure.circles(edges) and not structure.uphill(edges)
-    probe = ("import sys, exporter.settings.config; print(sorted(m for m in sys.modules "
+    probe = ("import sys, exporter.wiring.config; print(sorted(m for m in sys.modules "
              "if m.startswith(('exporter.sources.jobs.procfs', 'grpc', 'aiohttp'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=lease_root, text=True,
                          env=scratch.env(lease_root), capture_output=True, check=True)

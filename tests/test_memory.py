@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 SCRIPT = """
 import gc, json, sys
-from exporter.runtime.memory import tune_malloc
+from exporter.process.memory import tune_malloc
 from exporter.sources.serving.exposition import ExpositionError, parse
 
 def rss_mib():

@@ -8,7 +8,7 @@ import re
 
 from exporter import collectors
 from exporter.metrics.self_metrics import SELF_FAMILIES
-from exporter.settings.config import Settings
+from exporter.wiring.config import Settings
 from tests.conftest import REPO
 
 NAME = re.compile(r"\bgoodput_[a-z0-9_]+")

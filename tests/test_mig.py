@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.metrics.gpu import IDENTITY
 from exporter.model.config import ModelConfig
 from exporter.model.flops import peak_flops
 from exporter.model.node import NodeModel
 from exporter.readings import NodeVerdicts, ServingState
 from exporter.sim.fake_nvml import FakeMig
 from exporter.snapshot import SnapshotStore, SourceResult
-from exporter.sources.nvml import IDENTITY, NvmlSource
+from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import ManualClock, make_node
 from tests.support.typed import served

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from exporter.model.job_identity import resolve
 from exporter.readings import Device, JobAssignments, NodeVerdicts, ProfilingWindow
 from exporter.snapshot import SourceResult
 from exporter.sources.jobs.identity import PROCESS, SLURM
@@ -123,7 +124,7 @@ def test_a_slurm_job_is_judged_like_a_pod() -> None:
 def test_the_kubelet_wins_over_slurm_for_the_same_gpu() -> None:
     node, _ = run_job(*MEASURED["10pct"][:2], 1)
     node.store.publish(SourceResult(source="jobs", reading=slurm("0", "1")))
-    assert {i.source for i in node.store.current.jobs.values()} == {"kubernetes"}
+    assert {i.source for i in resolve(node.store.current).values()} == {"kubernetes"}
 
 
 def test_a_job_that_ends_takes_its_counters_with_it() -> None:

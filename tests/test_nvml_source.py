@@ -6,10 +6,11 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.metrics.gpu import IDENTITY, STATE
 from exporter.readings import ProcessInfo
 from exporter.sim.fake_nvml import FakeMig
 from exporter.snapshot import SnapshotStore, SourceResult
-from exporter.sources.nvml import FAMILIES, IDENTITY, NvmlSource
+from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession, NvmlUnavailable
 from tests.conftest import ManualClock, make_node
 from tests.support.typed import gpus_of
@@ -19,10 +20,10 @@ def value(result: SourceResult, gpu: str, name: str, **match: str) -> float | No
     """What /metrics would show for ``gpu``: the typed reading through the declared family
     (optional families included)."""
     readings = {
-        id(FAMILIES): gpus_of(result).get(gpu),
+        id(STATE): gpus_of(result).get(gpu),
         id(IDENTITY): {d.gpu: d for d in result.reading.inventory or ()}.get(gpu),
     }
-    for group in (FAMILIES, IDENTITY):
+    for group in (STATE, IDENTITY):
         reading = readings[id(group)]
         for fam in group.families:
             if fam.name != name or reading is None:

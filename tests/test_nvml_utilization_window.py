@@ -8,11 +8,12 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.metrics.gpu import STATE
 from exporter.readings import GpuState
 from exporter.sim.fake_nvml import SAMPLE_PERIOD, FakeGpu, FakeNvml
 from exporter.sim.physics import Activity, GpuPhysics
 from exporter.sources import utilization as uw
-from exporter.sources.nvml import FAMILIES, NvmlSource
+from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from tests.conftest import ManualClock
 from tests.support.typed import gpus_of
@@ -45,7 +46,7 @@ def node(clock: ManualClock, unsupported: set[str] | None = None,
 def read(source: NvmlSource, name: str, **labels: str) -> float | None:
     state = gpus_of(source.poll_blocking()).get("0")
     assert isinstance(state, GpuState)
-    for fam in FAMILIES.families:
+    for fam in STATE.families:
         if fam.name == name:
             for values, v in fam.rows(state):
                 if set(labels.items()) <= set(zip(fam.labels, values, strict=True)):

@@ -8,8 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.readings import ContainerGpus, Device, GpuState, NvmlReading, PodAssignments
-from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
+from exporter.wiring.config import Settings
 
 SHARED = PodAssignments((
     ContainerGpus("a", "p1", "c", "nvidia.com/gpu", ("GPU-0",), ("0",)),

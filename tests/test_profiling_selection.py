@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from exporter.metrics.profiling import AVAILABILITY
 from exporter.readings import Device
-from exporter.settings import config
 from exporter.snapshot import SourceResult
 from exporter.sources.nvml_session import DeviceHandle
 from exporter.sources.profiling.build import ProfilingOffSource, build_profiling_sources
 from exporter.sources.profiling.config import ProfilingConfig
 from exporter.sources.profiling.dcgm import DcgmSource
 from exporter.sources.profiling.dcgm_bindings import load_bindings
-from exporter.sources.profiling.families import AVAILABILITY
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.profiling.select import ProfilingSelector
+from exporter.wiring import config
 from tests.support.typed import gpus_of
 
 FAKE_DIR = str(Path(__file__).parent / "fakes" / "dcgm")

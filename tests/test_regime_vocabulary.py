@@ -36,7 +36,7 @@ REAL_ADDITION = {
 
 GENERATED = {
     "dashboards/goodput-node.json": "python -m mixin",
-    "docs/metrics.md": "python -m exporter.metrics.docs",
+    "docs/metrics.md": "python -m exporter.docgen.metrics",
     "tests/golden/simulated-node.prom": "python -m tests.support.golden --update",
 }
 """What they regenerate; nothing else changes."""
@@ -185,7 +185,7 @@ def test_adding_a_regime_touches_the_declaration_and_generated_files(tmp_path: P
              "from exporter.view.rows import REGIME_WHY; "
              "assert exporter.__file__.startswith(sys.argv[1]), exporter.__file__; "
              "assert REGIMES[-1] == 'scratch_bound' and REGIME_WHY['scratch_bound']")
-    for argv in (["-c", check, str(root)], ["-m", "mixin"], ["-m", "exporter.metrics.docs"],
+    for argv in (["-c", check, str(root)], ["-m", "mixin"], ["-m", "exporter.docgen.metrics"],
                  ["-m", "tests.support.golden", "--update"]):
         done = subprocess.run([sys.executable, *argv], cwd=root, capture_output=True,
                               text=True, timeout=120, check=False)

@@ -11,11 +11,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter import collectors
 from exporter.readings import JobAssignments
-from exporter.runtime.daemon import build
 from exporter.settings import names
-from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import Settings
+from exporter.wiring.daemon import build
 from tests.support import toy_collector
 
 EVERYTHING_ON = Settings(

@@ -91,7 +91,7 @@ def test_runtime_needs_no_kubernetes_client() -> None:
     assert not [d for d in meta["dependencies"] if d.startswith("kubernetes")]
     assert meta["optional-dependencies"]["kubernetes"]
     code = ("import sys; sys.modules['kubernetes'] = None\n"
-            "import exporter.cli, exporter.runtime.daemon, exporter.sources.serving")
+            "import exporter.cli, exporter.wiring.daemon, exporter.sources.serving")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

@@ -17,10 +17,10 @@ import bcrypt
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.runtime.daemon import Daemon, build
-from exporter.runtime.reload import Reloader, WebLayer
-from exporter.settings import config
 from exporter.web import webconfig
+from exporter.wiring import config
+from exporter.wiring.daemon import Daemon, build
+from exporter.wiring.reload import Reloader, WebLayer
 from tests.support.prometheus import free_port
 from tests.support.serving import start, vllm_text
 from tests.test_fault_battery import node, samples, value

@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry
 from exporter import runbooks
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
-from exporter.runtime.daemon import build
-from exporter.settings.config import DEFAULT_PORT
-from exporter.settings.config import build as build_settings
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml_session import NvmlSession
 from exporter.web import webconfig
 from exporter.web.server import build_app
+from exporter.wiring.config import DEFAULT_PORT
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 from mixin.config import load as load_mixin
 
 pytest.importorskip("cryptography.x509")

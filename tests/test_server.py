@@ -13,12 +13,12 @@ from exporter import collectors
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.readings import Device, GpuState, NvmlReading
-from exporter.runtime.daemon import build
-from exporter.settings.config import Settings
-from exporter.settings.config import build as build_settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.nvml_session import NvmlSession
 from exporter.web.server import build_app
+from exporter.wiring.config import Settings
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 
 
 async def client_for(nvml, **flags) -> tuple[TestClient, object]:

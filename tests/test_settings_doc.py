@@ -1,11 +1,11 @@
 """docs/settings.md is generated from the settings schema (each collector's section, its
 flags) and must match it."""
 
-from exporter.settings import docs as settings_docs
+from exporter.docgen import settings as settings_docs
 
 
 def test_settings_doc_is_current() -> None:
-    assert settings_docs.main(["--check"]) == 0, "run: python -m exporter.settings.docs"
+    assert settings_docs.main(["--check"]) == 0, "run: python -m exporter.docgen.settings"
 
 
 def test_every_collector_flag_and_section_key_is_listed() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from exporter.settings.config import ConfigError, build
+from exporter.wiring.config import ConfigError, build
 from tests.conftest import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

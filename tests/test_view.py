@@ -15,8 +15,6 @@ import pytest
 import yaml
 from aiohttp import web
 
-from exporter.runtime.daemon import build
-from exporter.settings.config import build as build_settings
 from exporter.sources.nvml_session import NvmlSession
 from exporter.view.page import render
 from exporter.view.rows import Rates, arrange, counter_lines, memory_text, parse
@@ -24,6 +22,8 @@ from exporter.view.source import Endpoint
 from exporter.view.table import frame
 from exporter.view.top import State
 from exporter.web import webconfig
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 from tests.support.pki import make_pki
 
 EXPOSITION = """\

@@ -174,7 +174,7 @@ def test_a_node_name_with_controls_is_refused_at_start() -> None:
 
 @pytest.mark.parametrize("name", ["node-1.example", "GPU_NODE_7"])
 def test_ordinary_node_names_are_taken(name: str) -> None:
-    from exporter.settings.config import build
+    from exporter.wiring.config import build
 
     assert build({"node_name": name}).node_name == name
 
@@ -190,7 +190,7 @@ def test_ordinary_node_names_are_taken(name: str) -> None:
     ],
 )
 def test_label_settings_are_checked_at_start(tree: dict[str, Any]) -> None:
-    from exporter.settings.config import ConfigError, build
+    from exporter.wiring.config import ConfigError, build
 
     with pytest.raises(ConfigError) as err:
         build(tree)

@@ -47,8 +47,7 @@ from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
-from exporter.runtime.logging import configure
-from exporter.settings.config import Settings
+from exporter.process.logging import configure
 from exporter.sim import patterns
 from exporter.sim.fake_nvml import FakeGpu, FakeNvml
 from exporter.sim.physics import GpuPhysics
@@ -56,6 +55,7 @@ from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.gpm import GpmSource
+from exporter.wiring.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.fleet import generator as fleet
 from bench.fleet.stack import Prometheus, prometheus
-from exporter.runtime.logging import configure
+from exporter.process.logging import configure
 from mixin.config import load
 from mixin.render import rule_files
 

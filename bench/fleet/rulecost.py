@@ -36,7 +36,7 @@ from bench.fleet import generator as fleet
 from bench.fleet.measure import timed_query
 from bench.fleet.stack import backfill_rules, log, prometheus, rendered, report_options
 from exporter.model.core import REGIMES
-from exporter.runtime.logging import configure
+from exporter.process.logging import configure
 from mixin.config import seconds
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import gzip
 import statistics
 import time
 
-from exporter.runtime.daemon import build
-from exporter.settings.config import build as build_settings
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 
 
 async def _snapshot(gpus: int) -> tuple[object, object]:

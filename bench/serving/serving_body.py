@@ -124,7 +124,7 @@ def body_under(limit: int) -> str:
 CHILD = r"""
 import asyncio, json, statistics, sys, time
 import aiohttp
-from exporter.runtime.memory import tune_malloc
+from exporter.process.memory import tune_malloc
 from exporter.sources.serving import scrape as s
 from exporter.sources.serving.fetch import fetch
 from exporter.sources.serving.targets import Target

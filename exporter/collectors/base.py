@@ -4,13 +4,13 @@ reload). One module per collector (this package) holds one :class:`Collector`; t
 (``exporter/collectors/__init__.py``) is the only list of them.
 
 Imports nothing of the exporter at run time but the section base:
-``exporter/settings/config.py`` composes ``Settings`` from the registry, so the registry
+``exporter/wiring/config.py`` composes ``Settings`` from the registry, so the registry
 must load before it, and a collector sees ``CoreSettings`` (its section by type).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -124,12 +124,13 @@ class Collector:
     shares: tuple[type, ...] = ()
     """Reading types it publishes next to other collectors (each that publishes one says
     so here): ``JobAssignments`` from every job-identity source, which ``Snapshot.all``
-    gathers and ``Snapshot.jobs`` ranks."""
+    gathers and the model's step ranks once; ``ProfilingReading`` from every profiling
+    backend, which ``Snapshot.profiling`` chooses from per GPU."""
     section: str = ""
     """The ``Settings`` field holding its options ("" when it has none of its own)."""
     config: type[Section] | None = None
     """That section's schema, declared next to the code that reads it; ``Settings`` gets a field
-    ``section`` of this type (``exporter/settings/config.py`` composes it from the registry)."""
+    ``section`` of this type (``exporter/wiring/config.py`` composes it from the registry)."""
     flags: tuple[Flag, ...] = ()
     """Command-line spellings of keys of its section; the CLI adds them in a group titled
     ``flag_group`` (help, default, type and environment variable from the field)."""
@@ -142,6 +143,15 @@ class Collector:
     """Builds what runs after each publish of a GPU poll (the model's step); which sources
     poll GPUs (``Source.gpu_poll``) and list them (``Source.starts_first``, what readiness
     waits for) their classes declare."""
+    preference: tuple[str, ...] = ()
+    """Its sources' names, most preferred first, where several answer for one GPU (the
+    profiling backends): the snapshot's choice per GPU (``Snapshot.profiling``)."""
+    series_labels: Callable[[CoreSettings], tuple[str, str, str] | None] | None = None
+    """The (namespace, pod, container) label names it has copied onto every per-GPU series
+    where its settings say so (the kubelet's pods), else None."""
+    words: Callable[[CoreSettings], Mapping[str, str | int]] | None = None
+    """What the start-up line and the reload line say of its settings (``kubernetes``:
+    on, ``serving_targets``: 2), one word or number each."""
 
 
 def always(_: CoreSettings) -> bool:
@@ -150,3 +160,7 @@ def always(_: CoreSettings) -> bool:
 
 def no_sources(_: Context) -> list[Source]:
     return []
+
+
+def no_families(_: CoreSettings) -> tuple[Group, ...]:
+    return ()

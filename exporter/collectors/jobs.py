@@ -1,7 +1,7 @@
 """Job identity: which job each GPU works for, outside Kubernetes too (Slurm, torchrun, MPI,
 dcgm-exporter's HPC job mapping, else the process tree). Publishes
-:class:`~exporter.readings.JobAssignments`; ``Snapshot.jobs`` merges them with the kubelet's
-pods, and the model, the encoder and the mixin read only that merged view."""
+:class:`~exporter.readings.JobAssignments`; the model's step resolves them once with the
+kubelet's pods, and the model, the encoder and the mixin read only that answer."""
 
 from __future__ import annotations
 

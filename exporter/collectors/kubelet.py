@@ -18,6 +18,17 @@ def _on(settings: CoreSettings) -> bool:
     return settings.section(KubernetesConfig).enabled
 
 
+def _series_labels(settings: CoreSettings) -> tuple[str, str, str] | None:
+    k8s = settings.section(KubernetesConfig)
+    if not (k8s.enabled and k8s.labels_on_every_series):
+        return None
+    return (k8s.namespace_label, k8s.pod_label, k8s.container_label)
+
+
+def _words(settings: CoreSettings) -> dict[str, str | int]:
+    return {"kubernetes": "on" if settings.section(KubernetesConfig).enabled else "off"}
+
+
 def _sources(ctx: Context) -> list[Source]:
     from exporter.sources.kubernetes.kubelet import KubeletSource
 
@@ -62,4 +73,6 @@ COLLECTOR = Collector(
         Flag("--proc-root", "proc_root", "PATH"),
     ),
     flag_group="kubernetes attribution (docs/kubernetes.md)",
+    series_labels=_series_labels,
+    words=_words,
 )

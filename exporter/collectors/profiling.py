@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.collectors.base import Collector, Context, Flag, always
+from exporter.collectors.base import Collector, Context, Flag, always, no_families
 from exporter.readings import ProfilingReading
 from exporter.sources.profiling.config import ProfilingConfig
+from exporter.sources.profiling.modes import BACKENDS
 
 if TYPE_CHECKING:
-    from exporter.metrics.families import Group
-    from exporter.settings.core import CoreSettings
     from exporter.sources.base import Source
 
 
@@ -24,21 +23,14 @@ def _sources(ctx: Context) -> list[Source]:
     )
 
 
-def _families(_: CoreSettings) -> tuple[Group, ...]:
-    from exporter.metrics.families import erase
-    from exporter.sources.profiling.families import AVAILABILITY, FAMILIES
-
-    return (erase(AVAILABILITY), erase(FAMILIES))
-
-
 COLLECTOR = Collector(
     "profiling",
     "SM active, occupancy, tensor, DRAM, pipes, PCIe/NVLink (GPM, DCGM or dcgm-exporter; "
     "see --profiling; with --profiling off it says so on every GPU)",
     always,
     _sources,
-    _families,
-    readings=(ProfilingReading,),
+    no_families,  # the gpu collector's, whichever backend reads them
+    shares=(ProfilingReading,),
     section="profiling",
     config=ProfilingConfig,
     flags=(
@@ -48,4 +40,5 @@ COLLECTOR = Collector(
         Flag("--dcgm-bindings-path", "dcgm_bindings_path", "DIR"),
     ),
     flag_group="profiling counters (docs/profiling.md)",
+    preference=BACKENDS,
 )

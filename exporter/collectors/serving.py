@@ -30,6 +30,12 @@ def _sources(ctx: Context) -> list[Source]:
     )
 
 
+def _words(settings: CoreSettings) -> dict[str, str | int]:
+    cfg = settings.section(ServingConfig)
+    targets = len(cfg.targets) + len(cfg.extra_targets)
+    return {"serving_targets": targets if targets or not cfg.discover_pods else "discovered"}
+
+
 def _reconfigure(running: Sequence[Source], ctx: Context) -> list[Source]:
     """A reload's serving section goes to the running source (targets added, removed ones
     and their series gone at the next poll); with none running yet, it starts one."""
@@ -68,4 +74,5 @@ COLLECTOR = Collector(
         "max_tokens_per_second_per_gpu",
     }),
     reconfigure=_reconfigure,
+    words=_words,
 )

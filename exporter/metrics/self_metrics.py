@@ -18,7 +18,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily
 
-from exporter.runtime.logdamp import DAMPER
+from exporter.process.logdamp import DAMPER
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def _identity(identity: JobIdentity) -> Iterable[Row]:
 
 JOB_INFO = GpuFamilies[JobIdentity](
     COLLECTOR,
-    lambda snap: snap.jobs,
+    lambda snap: snap.verdicts.gpu_jobs,
     (
         Family(
             "goodput_gpu_job_info",
@@ -165,8 +165,9 @@ JOB_INFO = GpuFamilies[JobIdentity](
         ),
     ),
 )
-"""Published by the model, which judges jobs from the same merged view (``Snapshot.jobs``),
-so any identity source's jobs appear whichever identity collectors are on."""
+"""Published with the verdicts of the step that resolved it (``NodeVerdicts.gpu_jobs``), so
+the job a GPU's info names is the job its verdicts judged, in every snapshot, and any
+identity source's jobs appear whichever identity collectors are on."""
 
 
 NODE = NodeFamilies[NodeVerdicts](

@@ -25,6 +25,7 @@ from exporter.model.core import (
     assess,
 )
 from exporter.model.holders import HolderModel
+from exporter.model.job_identity import resolve
 from exporter.model.jobs import PARTS, JobTracker, judge
 from exporter.model.windows import WindowBuilder
 from exporter.readings import (
@@ -67,7 +68,8 @@ class NodeModel:
         for device in snap.inventory:
             window = self._builder.build(snap, device, now, seconds)
             assessed[device.gpu] = (window, assess(window, self.cfg))
-        jobs, peers_of = self._jobs(snap, assessed, seconds)
+        gpu_jobs = resolve(snap)  # once per step: what the verdicts judge and job info says
+        jobs, peers_of = self._jobs(gpu_jobs, assessed, seconds)
         verdicts: dict[str, GpuVerdict] = {}
         errors: dict[str, int] = {}
         for gpu, (_window, a) in assessed.items():
@@ -87,7 +89,8 @@ class NodeModel:
             event="model_input_not_finite",
             level="warning",
         )
-        return NodeVerdicts(gpus=verdicts, jobs=jobs, holders=holders, errors=errors)
+        return NodeVerdicts(gpus=verdicts, jobs=jobs, holders=holders, errors=errors,
+                            gpu_jobs=gpu_jobs)
 
     def _shared(
         self,
@@ -115,13 +118,17 @@ class NodeModel:
         return out
 
     def _jobs(
-        self, snap: Snapshot, assessed: dict[str, tuple[Window, Assessment]], seconds: float
+        self,
+        gpu_jobs: Mapping[str, JobIdentity],
+        assessed: dict[str, tuple[Window, Assessment]],
+        seconds: float,
     ) -> tuple[tuple[JobVerdict, ...], dict[str, tuple[str, ...]]]:
-        """Judge the GPUs of each multi-GPU job together (``snap.jobs``: whatever source
-        named the job, exporter/model/jobs.py): name its straggler, count each GPU's
-        waited seconds and time split, and turn the mostly-waiting ranks into comm_wait."""
+        """Judge the GPUs of each multi-GPU job together (``gpu_jobs``: this step's one
+        resolution, whatever source named the job, exporter/model/jobs.py): name its
+        straggler, count each GPU's waited seconds and time split, and turn the
+        mostly-waiting ranks into comm_wait."""
         by_job: dict[JobIdentity, list[str]] = {}
-        for gpu, identity in snap.jobs.items():
+        for gpu, identity in gpu_jobs.items():
             if gpu in assessed:
                 by_job.setdefault(identity, []).append(gpu)
         # A job of a source whose launches span nodes is judged with one GPU here too

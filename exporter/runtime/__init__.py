@@ -1,2 +1,2 @@
-"""The running process: the daemon's wiring, the poll scheduler, reloads, start-up, logging
-and process tuning."""
+"""Running the sources: the scheduler polls each on its own cadence and publishes into
+the snapshot (the wiring that builds it is ``exporter/wiring/``)."""

@@ -1,7 +1,7 @@
 """One validation error in a person's words: ``bad value for 'interval': must be at most 60
 seconds``, not pydantic's ``Input should be less than or equal to 60`` or its
 ``Value error, ...`` prefix. Only the wording: which values are valid stays in the settings
-schema (``exporter/settings/config.py``)."""
+schema (``exporter/wiring/config.py``)."""
 
 from __future__ import annotations
 

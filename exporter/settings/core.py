@@ -2,7 +2,7 @@
 
 Collectors and sources type their ``settings`` as ``CoreSettings`` and read their own
 section with :meth:`CoreSettings.section`, so none of them imports the composed
-``Settings`` (``exporter/settings/config.py``, the composition root, which imports them).
+``Settings`` (``exporter/wiring/config.py``, the composition root, which imports them).
 """
 
 from __future__ import annotations

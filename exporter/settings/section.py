@@ -1,7 +1,7 @@
 """The base of every settings section, and the limits all sections share.
 
 A leaf module: each collector declares its section class in its own module
-(``exporter/collectors/<name>.py``) on this base, and ``exporter/settings/config.py`` composes
+(``exporter/collectors/<name>.py``) on this base, and ``exporter/wiring/config.py`` composes
 ``Settings`` from the registry, so neither needs the other's module to define a field.
 """
 

@@ -1,6 +1,6 @@
 """Jobs without Kubernetes, end to end: the daemon on the simulated node reads its generated
 /proc through the same source a real node uses and publishes the Slurm job and the process
-sessions on goodput_gpu_job_info; Snapshot.jobs ranks identities one by one."""
+sessions on goodput_gpu_job_info; the model's step ranks identities once per GPU."""
 
 from __future__ import annotations
 
@@ -10,20 +10,21 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter.model.job_identity import resolve
 from exporter.readings import (
     KUBERNETES_JOBS,
     ContainerGpus,
     JobAssignments,
     PodAssignments,
 )
-from exporter.runtime.daemon import build
-from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.patterns import NODE, SLURM_JOB
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.jobs.hpc import HPC
 from exporter.sources.jobs.identity import PROCESS, SLURM
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import Settings
+from exporter.wiring.daemon import build
 
 
 async def test_the_simulated_node_publishes_its_slurm_job() -> None:
@@ -69,7 +70,7 @@ def test_jobs_rank_each_identity_by_its_own_source() -> None:
     held = ContainerGpus("ns", "pod-a", "c", "nvidia.com/gpu", ("GPU-2",), ("2",))
     pods = PodAssignments((held,))
     for order in ((procfs, hpc, pods), (pods, hpc, procfs)):
-        jobs = dict(_snap(*order).jobs)
+        jobs = dict(resolve(_snap(*order)))
         assert jobs == {
             "0": HPC.identity("7"),  # hpc beats a process session
             "1": slurm,  # a Slurm job found in /proc beats the mapping file
@@ -92,7 +93,7 @@ def test_proc_root_moves_the_jobs_source_under_simulate(tmp_path: Path) -> None:
     """--proc-root (kubernetes.proc_root) moves the jobs source on the simulated node too,
     so a hostile tree can be tested through the whole daemon."""
     from exporter.collectors.jobs import _proc_root
-    from exporter.settings.config import build as build_settings
+    from exporter.wiring.config import build as build_settings
 
     moved = build_settings({"simulate": True, "kubernetes": {"proc_root": str(tmp_path)}})
     assert _proc_root(moved) == (str(tmp_path), None)

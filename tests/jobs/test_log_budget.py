@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import structlog
 
+from exporter.process import logdamp
+from exporter.process.logging import configure
 from exporter.readings import ProcessInfo
-from exporter.runtime import logdamp
-from exporter.runtime.logging import configure
 from exporter.sources.jobs.config import JobsConfig
 from exporter.sources.jobs.procfs import ProcJobSource
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.settings.config import ConfigError, build
 from exporter.sources.kubernetes.config import KubernetesConfig
+from exporter.wiring.config import ConfigError, build
 
 
 def test_defaults() -> None:

@@ -1,5 +1,5 @@
 """Stand-in kubelet -> attribution sources -> snapshot -> /metrics over HTTP, in-process:
-the daemon as ``exporter.runtime.daemon.build`` wires it on the simulated node, served on
+the daemon as ``exporter.wiring.daemon.build`` wires it on the simulated node, served on
 loopback."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import collectors
-from exporter.runtime.daemon import build
-from exporter.settings.config import build as build_settings
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 from testkit.kubelet import KubeletStandIn, pod
 
 Series = list[tuple[str, dict[str, str], float]]

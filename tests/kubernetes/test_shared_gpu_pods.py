@@ -11,10 +11,10 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.runtime.daemon import build
-from exporter.settings.config import build as build_settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build as build_settings
+from exporter.wiring.daemon import build
 from testkit.kubelet import KubeletStandIn, pod
 from tests.kubernetes.test_end_to_end import SIM_UUID, Series, find, scrape
 

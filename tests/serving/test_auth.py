@@ -21,10 +21,10 @@ from structlog.testing import capture_logs
 
 from exporter.metrics.encode import Encoder
 from exporter.metrics.families import erase
-from exporter.settings.config import ConfigError, build
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.families import GPU, NODE
+from exporter.wiring.config import ConfigError, build
 from tests.support import serving
 from tests.support.serving import TARGET_ERROR, TARGET_UP, TOKENS, metric, vllm_text
 

@@ -3,7 +3,7 @@
 ``--simulate --config`` with a vLLM-style target on GPU "0" and a garbage target on GPU
 "1": generation tokens of GPU 0 advance on /metrics, the garbage target is down while the
 daemon keeps serving, and killing the live engine turns its ``up`` to 0 within 15 s.
-The daemon is built by exporter.runtime.daemon exactly as the CLI does, serving source included.
+The daemon is built by exporter.wiring.daemon exactly as the CLI does, serving source included.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.runtime.daemon import build as build_daemon
-from exporter.settings.config import build
 from exporter.sim.fake_engine import FakeEngine, serve
 from exporter.sources.nvml_session import NvmlSession
+from exporter.wiring.config import build
+from exporter.wiring.daemon import build as build_daemon
 from tests.support.serving import start
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -79,7 +79,7 @@ async def test_simulated_node_with_live_and_garbage_engines(tmp_path: Path) -> N
     )
     settings = build({"simulate": True, "interval": 0.5}, environ={}, config_file=str(config))
     daemon = build_daemon(settings, NvmlSession.open_for(settings))
-    # exporter.runtime.daemon.build wires the serving source itself, as the CLI runs it:
+    # exporter.wiring.daemon.build wires the serving source itself, as the CLI runs it:
     # exactly one.
     assert [s.name for s in daemon.scheduler.sources].count("serving") == 1
     runner = web.AppRunner(daemon.app(), access_log=None)

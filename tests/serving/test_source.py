@@ -208,7 +208,7 @@ async def test_badly_annotated_pod_is_reported_without_a_request() -> None:
 
 
 def test_config_names_the_bad_serving_setting() -> None:
-    from exporter.settings.config import ConfigError, build
+    from exporter.wiring.config import ConfigError, build
 
     with pytest.raises(ConfigError, match=r"'serving\.extra_targets'.*not an http"):
         build({"serving": {"extra_targets": ["ftp://x"]}}, environ={})

@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from exporter.settings.config import ConfigError, build
 from exporter.sources.serving.config import ServingConfig, ServingTarget
 from exporter.sources.serving.discovery import pod_target
 from exporter.sources.serving.source import ServingSource
 from exporter.sources.serving.targets import Target, TargetSet, static_targets
+from exporter.wiring.config import ConfigError, build
 from tests.support.serving import (
     TARGET_ERROR,
     TARGET_UP,

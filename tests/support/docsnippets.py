@@ -26,7 +26,7 @@ OTHER = {"text", "mermaid", "json", "python", "ini", "toml", "dockerfile", "go"}
 MARKERS = {
     # YAML kinds (an unmarked YAML block is an exporter configuration, unless it holds
     # scrape_configs, which makes it a Prometheus configuration)
-    "exporter-config": "loaded with the daemon's config loader (exporter.settings.config.build)",
+    "exporter-config": "loaded with the daemon's config loader (exporter.wiring.config.build)",
     "prometheus-config": "promtool check config, and the job label the mixin selects",
     "helm-values": "rendered with the chart (Helm's engine, values.schema.json)",
     "pod-fragment": "a piece of a pod spec: its serving.goodput.dev/ annotations must exist",

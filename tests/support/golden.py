@@ -26,8 +26,7 @@ from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
 from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
-from exporter.runtime import logdamp
-from exporter.settings.config import Settings
+from exporter.process import logdamp
 from exporter.sim.fake_nvml import simulated_node
 from exporter.sim.fake_proc import simulated_proc
 from exporter.snapshot import SnapshotStore
@@ -38,6 +37,7 @@ from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.gpm import GpmSource
 from exporter.sources.profiling.modes import BACKENDS
 from exporter.sources.xid import XidSource
+from exporter.wiring.config import Settings
 
 PATH = Path(__file__).resolve().parents[1] / "golden" / "simulated-node.prom"
 START = 1000.0

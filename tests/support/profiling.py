@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from exporter.metrics.profiling import AVAILABILITY, FAMILIES
 from exporter.readings import ProfilingStatus
 from exporter.snapshot import SourceResult
-from exporter.sources.profiling.families import AVAILABILITY, FAMILIES
 from tests.support.typed import gpus_of
 
 

@@ -50,7 +50,7 @@ def env(root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def run(root: Path, *args: str, extra: Mapping[str, str] | None = None,
         ) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` in ``root`` (``-m exporter ...``, ``-m exporter.settings.docs``)."""
+    """``python ARGS`` in ``root`` (``-m exporter ...``, ``-m exporter.docgen.settings``)."""
     return subprocess.run([sys.executable, *args], cwd=root, env=env(root, extra), text=True,
                           capture_output=True, timeout=120, check=False)
 

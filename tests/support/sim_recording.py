@@ -22,12 +22,12 @@ from exporter import collectors
 from exporter.metrics.encode import Encoder
 from exporter.model.config import ModelConfig
 from exporter.model.node import NodeModel
-from exporter.settings.config import Settings
 from exporter.sim.fake_nvml import simulated_node
 from exporter.snapshot import SnapshotStore
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.nvml_session import NvmlSession
 from exporter.sources.profiling.gpm import GpmSource
+from exporter.wiring.config import Settings
 
 Key = tuple[tuple[str, str], ...]
 

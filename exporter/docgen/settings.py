@@ -1,4 +1,4 @@
-"""Generate docs/settings.md from the settings schema: ``python -m exporter.settings.docs
+"""Generate docs/settings.md from the settings schema: ``python -m exporter.docgen.settings
 [--check]``.
 
 Every key, its flag, its environment variable, default and help come from the same place
@@ -19,13 +19,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from exporter.collectors import REGISTRY
-from exporter.settings.config import ENV_PREFIX, Settings
+from exporter.wiring.config import ENV_PREFIX, Settings
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 HEADER = """# Settings reference
 
-Generated from the code by `.venv/bin/python -m exporter.settings.docs`; do not edit by hand
+Generated from the code by `.venv/bin/python -m exporter.docgen.settings`; do not edit by hand
 (CI checks that this file matches the code). README.md "Configuration" says how the layers
 combine: flags win over the environment, which wins over the `--config` YAML file. Each collector's
 section is named, with its flags, in its module (`exporter/collectors/<name>.py`), and declared
@@ -96,9 +96,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from exporter.metrics.docs import generated_doc_main
+    from exporter.docgen.metrics import generated_doc_main
 
-    return generated_doc_main(render, DEFAULT_PATH, "exporter.settings.docs", argv)
+    return generated_doc_main(render, DEFAULT_PATH, "exporter.docgen.settings", argv)
 
 
 if __name__ == "__main__":

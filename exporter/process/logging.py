@@ -1,6 +1,6 @@
 """structlog set-up: JSON lines by default (for log pipelines), console on request.
 
-Every line passes the damper (``exporter/runtime/logdamp.py``), and the standard-library loggers
+Every line passes the damper (``exporter/process/logdamp.py``), and the standard-library loggers
 of aiohttp's server and asyncio are bridged into it: a request aiohttp cannot parse is one
 JSON line (``http_request_malformed``, rate-limited per client), never a traceback.
 """
@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from exporter.runtime.logdamp import BYTES, DAMPER
+from exporter.process.logdamp import BYTES, DAMPER
 
 BRIDGED = ("aiohttp.server", "aiohttp.web", "asyncio")
 """Standard-library loggers whose records become one structured line each."""

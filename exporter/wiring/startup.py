@@ -19,11 +19,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from exporter import __version__
-from exporter.settings.config import Settings
+from exporter import __version__, collectors
 from exporter.snapshot import Snapshot
-from exporter.sources.kubernetes.config import KubernetesConfig
-from exporter.sources.serving.config import ServingConfig
+from exporter.wiring.config import Settings
 
 WAIT_SECONDS = 5.0
 log = structlog.get_logger("main")
@@ -56,15 +54,12 @@ def profiling_words(snap: Snapshot) -> str:
 
 def summary(settings: Settings, snap: Snapshot, backend: str, url: str) -> dict[str, Any]:
     """The fields of the start-up line, every value a word or a number."""
-    serving = settings.section(ServingConfig)
-    targets = len(serving.targets) + len(serving.extra_targets)
     return {
         "url": url,
         "gpus": len(snap.inventory),
         "backend": backend,
         "profiling": profiling_words(snap),
-        "serving_targets": targets if targets or not serving.discover_pods else "discovered",
-        "kubernetes": "on" if settings.section(KubernetesConfig).enabled else "off",
+        **collectors.words(settings),  # each collector's own: serving_targets, kubernetes
         "node": snap.node_name,
         "version": __version__,
         "top": f"{top_command()} --url {url}metrics",

@@ -1,17 +1,18 @@
 """Profiling families: the same names, units and labels whichever backend (GPM, DCGM,
-dcgm-exporter) read them, so the model, dashboards and alerts never care where a ratio came
-from. ``goodput_gpu_profiling_available`` says which backend that was and, when none works,
-why."""
+dcgm-exporter, or another vendor's that publishes a ``ProfilingReading``) read them, so the
+model, dashboards and alerts never care where a ratio came from.
+``goodput_gpu_profiling_available`` says which backend that was and, when none works, why.
+Like the GPU series (``exporter/metrics/gpu.py``), the ``gpu`` collector owns them, not a
+backend's collector."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
 from exporter.metrics.families import Family, GpuFamilies, Row, by_label, counter, gauge
+from exporter.metrics.gpu import COLLECTOR
 from exporter.readings import ProfilingStatus, ProfilingTotals, ProfilingWindow
 from exporter.snapshot import Snapshot
-
-COLLECTOR = "profiling"
 
 
 def _window(s: ProfilingStatus) -> ProfilingWindow | None:

@@ -25,14 +25,13 @@ from exporter.collectors.base import Resources, Shared
 from exporter.metrics.cache import ExpositionCache
 from exporter.metrics.encode import Encoder
 from exporter.metrics.self_metrics import SelfMetrics
-from exporter.runtime.interpreter import FREEZE_AFTER_S, freeze_startup_heap
+from exporter.process.interpreter import FREEZE_AFTER_S, freeze_startup_heap
 from exporter.runtime.scheduler import AfterPublish, Scheduler
-from exporter.settings.config import Settings
 from exporter.snapshot import SnapshotStore, SourceResult
 from exporter.sources.base import Source
-from exporter.sources.kubernetes.config import KubernetesConfig
 from exporter.view.page import pages
 from exporter.web.server import build_app
+from exporter.wiring.config import Settings
 
 
 @dataclass
@@ -127,9 +126,7 @@ def build(settings: Settings, session: Shared | None = None) -> Daemon:
     node = settings.node_name
     shared = Resources(settings, [] if session is None else [session])
     chosen = collectors.enabled(settings)
-    from exporter.sources.profiling.modes import BACKENDS
-
-    store = SnapshotStore(node, profiling_order=BACKENDS)
+    store = SnapshotStore(node, profiling_order=collectors.preference())
     ctx = collectors.Context(settings, shared, store)
     owned = {c.name: c.sources(ctx) for c in chosen}
     sources = [source for c in chosen for source in owned[c.name]]
@@ -139,16 +136,11 @@ def build(settings: Settings, session: Shared | None = None) -> Daemon:
     metrics = SelfMetrics(registry, node)
     metrics.build_info.labels(node, __version__, shared.backend, platform.python_version()).set(1)
     ProcessCollector(registry=registry)
-    k8s = settings.section(KubernetesConfig)
     encoder = Encoder(
         collectors.families(chosen, settings),
         registry,
         include_optional=settings.extended_metrics,
-        pod_labels=(
-            (k8s.namespace_label, k8s.pod_label, k8s.container_label)
-            if k8s.enabled and k8s.labels_on_every_series
-            else None
-        ),
+        pod_labels=collectors.series_labels(settings),
     )
     exposition = ExpositionCache(encoder, lambda: store.current)
     store.subscribe(exposition.published)

@@ -1,7 +1,7 @@
 """Log damping: no repeating event, and no client, can turn the log into a weapon.
 
 Every log line passes :class:`Damper` (a structlog processor, installed by
-``exporter.runtime.logging.configure``), so call sites need no change. A line is keyed by its event
+``exporter.process.logging.configure``), so call sites need no change. A line is keyed by its event
 name and its *subject* (the first of ``client``, ``target``, ``gpu``, ``url``, ``pod``,
 ``source`` it carries). Two token buckets decide whether it is written:
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from exporter.runtime import logsummary
+from exporter.process import logsummary
 
 SUBJECT_FIELDS = ("client", "target", "gpu", "url", "pod", "source")
 SUBJECT_BURST = 5

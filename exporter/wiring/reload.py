@@ -16,11 +16,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from exporter import collectors
-from exporter.runtime import logsummary
-from exporter.runtime.daemon import Daemon
-from exporter.settings.config import ConfigError, Settings, build
-from exporter.sources.serving.config import ServingConfig
+from exporter.process import logsummary
 from exporter.web import webconfig
+from exporter.wiring.config import ConfigError, Settings, build
+from exporter.wiring.daemon import Daemon
 
 log = structlog.get_logger("reload")
 
@@ -128,12 +127,11 @@ class Reloader:
         metrics.reloaded(True)
         # Refusals not yet summarized go in the log before the line that accepts.
         logsummary.SUMMARIES.flush("config_reload_failed")
-        serving = settings.section(ServingConfig)
         log.info(
             "config_reloaded",
             config_file=self.config_file,
             web_config_file=self.web_config_file,
-            targets=len(serving.targets) + len(serving.extra_targets),
+            **collectors.words(settings),
         )
         if restart:
             log.warning(

@@ -1,12 +1,12 @@
 """Refusals an operator must always see: a dropped one is summarized, never silent.
 
-The damper (``exporter/runtime/logdamp.py``) drops lines past their line budget, and its
+The damper (``exporter/process/logdamp.py``) drops lines past their line budget, and its
 byte budget drops lines past their bytes (a refusal whose error is long or not ASCII can
 be kilobytes of JSON). For most events the next line of their subject says how many were
 left out; for a refusal (a refused reload) the next line may never come, and the log
 would fall silent on a configuration that is not running. So when such a line is
 dropped by either budget, one summary line is written once the subject's line budget
-allows one again (at most :data:`~exporter.runtime.logdamp.SUBJECT_PERIOD` later),
+allows one again (at most :data:`~exporter.process.logdamp.SUBJECT_PERIOD` later),
 whether or not another refusal follows, and at once when the configuration is next
 accepted (:meth:`Summaries.flush`, before ``config_reloaded``): ``N more refusals``,
 when the first and last of them were refused, and the last one's error cut to

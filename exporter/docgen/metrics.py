@@ -1,4 +1,4 @@
-"""Generate docs/metrics.md from the collector registry: ``python -m exporter.metrics.docs
+"""Generate docs/metrics.md from the collector registry: ``python -m exporter.docgen.metrics
 [--check]``.
 
 CI runs ``--check`` so the reference can never drift from what ``/metrics`` serves. It also
@@ -16,7 +16,7 @@ from pathlib import Path
 from exporter.collectors import REGISTRY
 from exporter.metrics.families import GPU_LABELS, NODE_LABELS
 from exporter.metrics.self_metrics import SELF_FAMILIES
-from exporter.settings.config import Settings
+from exporter.wiring.config import Settings
 
 # A scrape of the default simulated node, measured; tests/test_docs_numbers.py measures it
 # again and fails when it is more than 10 % off, so docs/metrics.md cannot drift.
@@ -27,7 +27,7 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 HEADER = """# Metrics reference
 
-Generated from the code by `.venv/bin/python -m exporter.metrics.docs`; do not edit by hand
+Generated from the code by `.venv/bin/python -m exporter.docgen.metrics`; do not edit by hand
 (CI checks that this file matches the code).
 
 Every per-GPU family carries the labels `{gpu}` and its own labels, nothing else: the GPU's
@@ -128,7 +128,7 @@ def generated_doc_main(
 
 
 def main(argv: list[str] | None = None) -> int:
-    return generated_doc_main(render, DEFAULT_PATH, "exporter.metrics.docs", argv)
+    return generated_doc_main(render, DEFAULT_PATH, "exporter.docgen.metrics", argv)
 
 
 if __name__ == "__main__":
