@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pynvml
 import pytest
 
 from exporter.model.jobs import PARTS, TRANSFERRING, WAITING
-from exporter.sources import utilization as uw
-from tests.test_model_split_h200 import _samples, split
+from tests.test_model_split_h200 import split, utilization_against_truth
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jobs"
 ROWS: Mapping[str, Any] = {
@@ -120,19 +118,7 @@ def test_a_bursty_minute_of_utilization_matches_kernel_time() -> None:
     averaged as the exporter publishes them are within 0.01 of the rank's kernel time in
     every window (each judged over the span its samples cover) and within 0.005 on average."""
     row = ROWS["bursty"]
-    truth = {round(u["t1"], 2): u["truth"] for u in row["util_truth"]}
-    last: int | None = None
-    got, want = [], []
-    for w in row["windows"]:
-        samples = _samples(w["gpus"]["2"])
-        avg = uw.window(samples, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, last) if samples else None
-        if avg is None:
-            continue
-        last = avg.newest_us
-        t = truth.get(round(avg.newest_us / 1e6, 2))
-        if t is not None and w["t"] >= row["skip"]:
-            got.append(avg.utilization)
-            want.append(t)
+    got, want = utilization_against_truth(row)
     assert len(got) >= 55
     assert statistics.mean(got) == pytest.approx(statistics.mean(want), abs=0.005)
     assert max(abs(g - t) for g, t in zip(got, want, strict=True)) <= 0.01

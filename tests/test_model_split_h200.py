@@ -229,6 +229,27 @@ def _samples(x: Mapping[str, Any]) -> list[Any]:
     return out
 
 
+def utilization_against_truth(row: Mapping[str, Any]) -> tuple[list[float], list[float]]:
+    """The bursty load's steady windows on GPU 2: NVML's samples averaged as the NVML source
+    publishes them (each window over the span its samples cover), beside the rank's kernel
+    time over that same span."""
+    truth = {round(u["t1"], 2): u["truth"] for u in row["util_truth"]}
+    last: int | None = None
+    got: list[float] = []
+    want: list[float] = []
+    for w in row["windows"]:
+        samples = _samples(w["gpus"]["2"])
+        avg = uw.window(samples, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, last) if samples else None
+        if avg is None:
+            continue
+        last = avg.newest_us
+        t = truth.get(round(avg.newest_us / 1e6, 2))
+        if t is not None and w["t"] >= row["skip"]:
+            got.append(avg.utilization)
+            want.append(t)
+    return got, want
+
+
 def test_published_utilization_over_a_bursty_load_matches_kernel_time() -> None:
     """One GPU alternating GEMM bursts and host stalls of 0.2-1 s. NVML's samples since the
     last poll, averaged as the NVML source does, are within 0.002 of the kernel time over
@@ -326,19 +347,7 @@ def test_utilization_matches_kernel_time_over_the_span_its_samples_cover() -> No
     the previous poll to the newest at this one), as the NVML source publishes it: within
     0.01 of the kernel-busy truth in every window (the goal is 0.1), and over the run."""
     row = TRUTH_ROWS["bursty"]
-    truth = {round(u["t1"], 2): u["truth"] for u in row["util_truth"]}
-    last: int | None = None
-    got, want = [], []
-    for w in row["windows"]:
-        samples = _samples(w["gpus"]["2"])
-        avg = uw.window(samples, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, last) if samples else None
-        if avg is None:
-            continue
-        last = avg.newest_us
-        t = truth.get(round(avg.newest_us / 1e6, 2))
-        if t is not None and w["t"] >= row["skip"]:
-            got.append(avg.utilization)
-            want.append(t)
+    got, want = utilization_against_truth(row)
     assert len(got) >= 12
     assert max(abs(g - t) for g, t in zip(got, want, strict=True)) <= 0.01
     assert statistics.mean(got) == pytest.approx(statistics.mean(want), abs=0.005)
@@ -403,19 +412,7 @@ def test_a_bursty_minute_of_utilization_matches_kernel_time() -> None:
     (each judged over the span its samples cover). The samples, averaged as the NVML source
     does: within 0.01 in every window."""
     row = LAST["bursty"]
-    truth = {round(u["t1"], 2): u["truth"] for u in row["util_truth"]}
-    last: int | None = None
-    got, want = [], []
-    for w in row["windows"]:
-        samples = _samples(w["gpus"]["2"])
-        avg = uw.window(samples, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, last) if samples else None
-        if avg is None:
-            continue
-        last = avg.newest_us
-        t = truth.get(round(avg.newest_us / 1e6, 2))
-        if t is not None and w["t"] >= row["skip"]:
-            got.append(avg.utilization)
-            want.append(t)
+    got, want = utilization_against_truth(row)
     assert len(got) >= 55
     assert statistics.mean(got) == pytest.approx(statistics.mean(want), abs=0.03)
     assert max(abs(g - t) for g, t in zip(got, want, strict=True)) <= 0.02
