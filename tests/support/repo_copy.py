@@ -126,17 +126,8 @@ def check(root: Path) -> None:
         ok(run(root, *argv))
 
 
-def changed(root: Path) -> list[str]:
-    """The files of the copy that differ from this checkout's, or that it lacks, sorted."""
-    out = []
-    for path in sorted(root.rglob("*")):
-        if path.is_symlink() or not path.is_file() or "__pycache__" in path.parts:
-            continue
-        rel = path.relative_to(root)
-        mine = REPO / rel
-        if not mine.exists() or mine.read_bytes() != path.read_bytes():
-            out.append(str(rel))
-    return out
+changed = scratch.changed
+"""The files of the copy that differ from this checkout's, or that it lacks, sorted."""
 
 
 @contextmanager

@@ -59,7 +59,7 @@ def changed(root: Path) -> list[str]:
     """The files of ``root`` that differ from this checkout's, or that it lacks."""
     out = []
     for path in sorted(root.rglob("*")):
-        if not path.is_file() or "__pycache__" in path.parts:
+        if path.is_symlink() or not path.is_file() or "__pycache__" in path.parts:
             continue
         rel = path.relative_to(root)
         mine = REPO / rel
