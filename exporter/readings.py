@@ -411,6 +411,35 @@ class Availability:
         return not self.reason
 
 
+# NCCL ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveState:
+    """NCCL collectives the processes on one GPU launched, as NCCL's RAS counts them
+    (``exporter/sources/nccl``): what tells a latency-bound collective's own time from
+    waiting, whatever bytes it moves."""
+
+    total: float
+    """Collectives launched since the exporter first saw their communicators (cumulative)."""
+    per_second: float | None
+    """Launch rate over each communicator's latest span between two sightings, summed; None
+    until one on this GPU has been seen twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveReading:
+    """What NCCL's RAS endpoints on this node said of the communicators with a rank here."""
+
+    gpus: Mapping[str, CollectiveState] = field(default_factory=dict)
+    answered: bool = False
+    """Some endpoint answered this poll (none listening: no NCCL job with RAS on the node)."""
+    communicators: int = 0
+    """Communicators with a rank on this node's GPUs, tracked now."""
+    dropped: tuple[tuple[str, int], ...] = ()
+    """(reason, count since start) of RAS input the caps refused."""
+
+
 # one reading per collector (the payload of its SourceResult) ------------------------------
 
 

@@ -62,6 +62,7 @@ def window(x: Mapping[str, Any], util: str = "util_avg") -> Window:
         fp_active=max(x["fp16"], x["fp32"], x["fp64"]), profiling_available=True,
         processes=x["processes"], nvlink_bytes_per_second=x["nvlink_rx"] + x["nvlink_tx"],
         bus_bytes_per_second=links, link_use=use, gpu_name="NVIDIA H200",
+        collectives_per_second=x.get("collectives"),
     )
 
 

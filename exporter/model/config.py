@@ -95,6 +95,17 @@ class ModelConfig(Section):
     bf16 and FP16 GEMMs from 4096- to 8192-square (0.92 for 3072, 0.865 for 2048, 0.55 for
     1024). With it the tensor counter tells the SM activity of the job's compute from its
     collectives', and with the kernels' own hollowness how long its compute kernels ran."""
+    collective_latency_seconds: float = Field(default=9e-6, ge=0, le=1e-3)
+    """GPU time one NCCL collective takes alone at the least, whatever bytes it moves: where
+    NCCL's RAS tells how many a GPU launches, its transfer time is at least that many of
+    these (else its link bytes at ``collective_link_bytes_per_second``). 8.5-11 us for
+    2-float to 256 KB all-reduces between two H200 over NVLink, by the ranks' own timing
+    of the collectives alone (docs/validation/split-h200.md)."""
+    collective_ramp_seconds: float = Field(default=8e-6, ge=0, le=1e-3)
+    """Hollow time the tensor-core kernels next to each collective show beyond their own
+    steady hollowness (they refill the SMs after it): not waiting. On H200 the GEMMs of a
+    decode step ran 9.5-13 us per collective longer than alone, and their tensor activity
+    per second fell from 0.90 (4096- to 8192-square alone) to 0.77-0.84."""
     collective_link_bytes_per_second: float = Field(default=190e9, gt=0)
     """Bytes per second one direction of a GPU's NVLink carries while a collective's
     transfer runs: link bytes over this are transfer time, not waiting. Fitted on H200

@@ -81,6 +81,9 @@ class Window:
     bus_bytes_per_second: tuple[tuple[str, str, float], ...] = ()
     """(pcie | nvlink, rx | tx, bytes/s) for every link direction whose traffic is read,
     whether or not the link's peak is known."""
+    collectives_per_second: float | None = None
+    """NCCL collectives this GPU's processes launch per second (NCCL's RAS count); None
+    where no RAS endpoint tells it."""
     gpu_name: str = ""
     mig_profile: str = ""
 

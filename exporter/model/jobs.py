@@ -85,10 +85,10 @@ def exchanging(w: Window, cfg: ModelConfig) -> bool:
     """The GPU takes part in a collective, whatever bytes it moves: any NVLink traffic at
     or above ``collective_floor_bytes_per_second`` (a barrier-like 4-byte all-reduce per
     step moved 48 KB/s each way on H200; an idle or lone GPU's NVLink reads exactly 0),
-    PCIe traffic above the bus floor (a collective across nodes or without NVLink), or
-    links that are not read at all."""
+    PCIe traffic above the bus floor (a collective across nodes or without NVLink), any
+    collective NCCL's RAS counts, or links that are not read at all."""
     unknown = w.nvlink_bytes_per_second is None and not w.bus_bytes_per_second
-    return unknown or bus_fed(w, cfg) or (
+    return unknown or bus_fed(w, cfg) or (w.collectives_per_second or 0.0) > 0.0 or (
         (w.nvlink_bytes_per_second or 0.0) >= cfg.collective_floor_bytes_per_second
     )
 
@@ -102,13 +102,34 @@ def _directions(w: Window, link: str | None = None) -> tuple[float, float]:
 
 
 def transfer_time(w: Window, cfg: ModelConfig) -> float:
-    """Share of the window a collective needs to move this GPU's NVLink bytes (the busier
-    direction at ``collective_link_bytes_per_second``)."""
+    """Share of the window this GPU's collectives need alone: its NVLink bytes (the busier
+    direction at ``collective_link_bytes_per_second``), and no less than
+    ``collective_latency_seconds`` for each collective NCCL's RAS counts (a small one's
+    time is latency, not bytes)."""
     rx, tx = _directions(w, "nvlink")
     busier = max(rx, tx)
     if not busier and w.nvlink_bytes_per_second:
         busier = w.nvlink_bytes_per_second / 2  # both directions summed, split unknown
-    return min(busier / cfg.collective_link_bytes_per_second, 1.0)
+    moving = busier / cfg.collective_link_bytes_per_second
+    latency = (w.collectives_per_second or 0.0) * cfg.collective_latency_seconds
+    return min(max(moving, latency), 1.0)
+
+
+RAMP_TENSOR_MIN = 0.005
+"""Tensor activity above which a GPU computes on the tensor pipes in the window, so its
+kernels refill the SMs after each collective (``collective_ramp_seconds``)."""
+
+
+def ramp_hollow(w: Window, cfg: ModelConfig) -> float:
+    """Share of the window the compute kernels next to each collective stand hollow while
+    they refill the SMs: ``collective_ramp_seconds`` per collective NCCL's RAS counts, where
+    the GPU computes on the tensor pipes, and no longer than their SMs' work (a 5 us GEMM
+    between collectives does not stand 8 us more); 0 where the count is not known."""
+    tensor = w.tensor_active or 0.0
+    if tensor <= RAMP_TENSOR_MIN:
+        return 0.0
+    ramp = (w.collectives_per_second or 0.0) * cfg.collective_ramp_seconds
+    return min(ramp, tensor / cfg.tensor_per_sm_active_second)  # no longer than their work
 
 
 @dataclass(frozen=True)
@@ -169,7 +190,7 @@ def waiting(w: Window, h: float, floor_excess: float, cfg: ModelConfig,
     spin = spin_sm_active(w, cfg, own_hollow)
     own = own_hollow.ratio
     moving = transfer_time(w, cfg)
-    edges = EDGE_HOLLOW * max(1.0 - busy, 0.0)
+    edges = EDGE_HOLLOW * max(1.0 - busy, 0.0) + ramp_hollow(w, cfg)
     beyond_own = max(h - own * busy - edges, 0.0) / max(1.0 - spin - own, 0.01)
     absolute = min(max(beyond_own - moving, 0.0), max(busy - moving, 0.0))
     return min(max(absolute, floor_excess / max(1.0 - spin, 0.01)), busy)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from exporter.model.config import ModelConfig
 from exporter.model.core import ModelRates, Window
 from exporter.readings import (
+    CollectiveReading,
     Device,
     GpuState,
     ProfilingStatus,
@@ -149,9 +150,22 @@ class WindowBuilder:
             ),
             link_use=_link_use(device, window),
             bus_bytes_per_second=_bus_rates(window),
+            collectives_per_second=c(gpu, "collectives", self._collectives(gpu, snap, now)),
             gpu_name=device.name,
             mig_profile=device.mig_profile,
         )
+
+    def _collectives(self, gpu: str, snap: Snapshot, now: float) -> float | None:
+        """NCCL's launch rate for ``gpu`` while the NCCL source keeps answering; None
+        where it does not tell (no RAS, no communicator here seen twice, gone stale)."""
+        reading = snap.get(CollectiveReading)
+        stamp = snap.stamp(CollectiveReading)
+        state = reading.gpus.get(gpu) if reading is not None else None
+        if state is None or stamp is None:
+            return None
+        if self._age(gpu, "collectives_result", stamp, now) > self.cfg.stale_after_seconds:
+            return None
+        return state.per_second
 
     def _profiling(
         self, gpu: str, status: ProfilingStatus | None, now: float

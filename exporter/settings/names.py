@@ -8,7 +8,7 @@ settings, which compose one section per collector and check ``collectors:`` agai
 from __future__ import annotations
 
 COLLECTOR_NAMES: tuple[str, ...] = (
-    "gpu", "nvml", "xid", "profiling", "kubelet", "cgroup", "jobs", "serving", "model"
+    "gpu", "nvml", "xid", "profiling", "kubelet", "cgroup", "jobs", "nccl", "serving", "model"
 )
 """The collector registry, in order. Each name is a module ``exporter/collectors/<name>.py``
 whose ``COLLECTOR`` declares it; adding a collector is that module and one name here."""
