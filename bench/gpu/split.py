@@ -16,8 +16,14 @@ daemon (process-session identities) judges them side by side. One command::
 Besides the daemon's /metrics (scraped every second), the bench reads NVML's own
 utilization samples (``nvmlDeviceGetSamples``) for every GPU, so each window carries the
 raw readings the model reasons with. ``split_bursty`` rows also check the published
-utilization against the rank's kernel time, per poll window and over the row. Writes
-``split.json`` (truth, verdicts, every window) and ``split.md``.
+utilization against the rank's kernel time, per poll window and over the row.
+
+NCCL collectives, both sides: every window carries each GPU's ``collectives`` (the
+per-second increase of ``goodput_gpu_collectives_total``, NCCL's RAS count, since the last
+scrape; the daemon asks RAS every ``--nccl-interval`` seconds, split_run.sh passes 1), and
+each rank counts the collectives it launches (``workloads/counted.py``), so the truth has
+``collectives_per_second`` beside the split. Writes ``split.json`` (truth, verdicts, every
+window) and ``split.md`` (the split, then the collectives by the ranks and by the exporter).
 """
 
 from __future__ import annotations
@@ -158,6 +164,31 @@ PLANS: dict[str, list[list[tuple[str, str]]]] = {
         [("tp_decode", "0,1"), ("tiny_sync", "2,3")],
     ],
 }
+PLANS["final_c"] = PLANS["final_a"][1:]
+"""final_a without its first slot (the bursty minute and solo_small beside llama-server,
+validated already): the issue's shapes, this bench's and the kernel shapes, 7 slots; about
+245 s at STEADY=15 SKIP=4 (``--estimate``; call A, these plus that slot, took 330 s)."""
+PLANS["final_d"] = PLANS["final_b"]
+"""final_b's rows: the [lost] rows on four GPUs, then shape_tp_fp32_4096 and two solo
+shapes, 9 slots; about 320 s at STEADY=15 SKIP=4 (call B, the same plan, took 319 s)."""
+SLOT_SECONDS = 13.0
+"""A slot's time besides its skip and steady seconds (ranks spawned, NCCL joined, warm-up,
+the transfer timed alone, stop): 31-33 s a slot at STEADY=15 SKIP=4 in the final run's calls
+(tests/fixtures/jobs/h200-split2-final-{a,b}-windows.json)."""
+CALL_SECONDS = 20.0
+"""A device call's time besides its slots (wheels installed, daemon started and stopped)."""
+
+
+def plan_seconds(plan: str, steady: float = 15.0, skip: float = 4.0) -> float:
+    """A plan's estimated wall time on the device machine (no serving beside it, no bursty
+    minute): final_c ~245 s and final_d ~320 s at STEADY=15 SKIP=4 (call B, final_d's rows,
+    took 319 s; call A, final_c's plus the minute beside llama-server, 330 s)."""
+    slots = PLANS[plan]
+    before = sum(min(BEFORE[r.removeprefix("lost_")][2], BEFORE_SECONDS)
+                 for slot in slots for r, _g in slot if r.removeprefix("lost_") in BEFORE)
+    return CALL_SECONDS + len(slots) * (steady + skip + SLOT_SECONDS) + before
+
+
 MINUTE_ROWS = ("bursty",)
 """Rows that run at least a minute steady in any plan (the issue's utilization criterion is
 averaged over a minute); with ``--bursty-minute``."""
@@ -185,10 +216,34 @@ def scrape_more(text: str) -> dict[str, Any]:
                 gpus.setdefault(gpu, {})["sm_occupancy"] = s.value
             elif s.name == "goodput_gpu_processes" and gpu is not None:
                 gpus.setdefault(gpu, {})["processes"] = s.value
+            elif s.name == "goodput_gpu_collectives_total" and gpu is not None:
+                gpus.setdefault(gpu, {})["collectives_total"] = s.value
+            elif s.name in ("goodput_nccl_ras_answered", "goodput_nccl_communicators"):
+                out[s.name.removeprefix("goodput_")] = s.value
             elif (s.name == "goodput_exporter_last_success_timestamp_seconds"
                   and s.labels.get("source") == "nvml"):
                 out["poll_unix"] = s.value
     return out
+
+
+def counter_rate(before: float | None, t_before: float, now: float | None, t_now: float
+                 ) -> float | None:
+    """Per-second increase of a counter between two scrapes; a decrease is a reset (the new
+    value is the increase, as Prometheus's rate() takes it); None when either scrape lacks
+    the series (no rate from one point) or no time passed."""
+    if before is None or now is None or t_now <= t_before:
+        return None
+    return (now - before if now >= before else now) / (t_now - t_before)
+
+
+def add_rates(prev: Mapping[str, Any] | None, window: dict[str, Any]) -> None:
+    """Each GPU's ``collectives`` in ``window``: the per-second increase of
+    goodput_gpu_collectives_total{gpu} since the previous scrape (None without the series)."""
+    for gpu, x in window["gpus"].items():
+        old = (prev or {}).get("gpus", {}).get(gpu, {})
+        x["collectives"] = counter_rate(old.get("collectives_total"),
+                                        (prev or {}).get("t_unix", 0.0),
+                                        x.get("collectives_total"), window["t_unix"])
 
 
 class Watch(threading.Thread):
@@ -207,7 +262,9 @@ class Watch(threading.Thread):
             except OSError:
                 continue
             if status == 200:
-                self.windows.append({"t_unix": time.time(), **scrape_more(body)})
+                window = {"t_unix": time.time(), **scrape_more(body)}
+                add_rates(self.windows[-1] if self.windows else None, window)
+                self.windows.append(window)
 
 
 class Sampler(threading.Thread):
@@ -288,7 +345,25 @@ def parts(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]
     if last.get("pure_host_per_step_s") is not None:
         out["pure_comm_host_launched"] = last["pure_host_per_step_s"] * steps
     out["steps_per_second"] = steps
+    out.update(collective_rates(first, last))
     return {k: round(v, 4) for k, v in out.items()}
+
+
+def collective_rates(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float]:
+    """NCCL collectives the rank launched per second between two truth lines, counted at
+    each launch (workloads/counted.py), over the real seconds between them (``clock_s``: NCCL
+    counts in wall time, the truth's ``wall_s`` leaves the kernels-alone timings out):
+    ``collectives_per_second`` all of them, as NCCL's RAS count sees them,
+    ``step_collectives_per_second`` the steps' own (the stop flag's included; the timings
+    between steps not). Empty for lines without counts (one GPU, the bursty load)."""
+    if "collectives" not in last or "collectives" not in first:
+        return {}
+    clock = float(last["clock_s"] - first["clock_s"])
+    if clock <= 0:
+        return {}
+    return {"collectives_per_second": (last["collectives"] - first["collectives"]) / clock,
+            "step_collectives_per_second":
+                (last["step_collectives"] - first["step_collectives"]) / clock}
 
 
 def truth(events: Sequence[Mapping[str, Any]], start: float, gpus: Sequence[str]
@@ -386,6 +461,7 @@ def judge_row(row: Row, windows: list[dict[str, Any]], sampler: Sampler) -> dict
     steady = [w for w in mine if w["t_unix"] >= row.ready_at + skip]
     out["exporter"] = {g: exporter_split(steady, g) for g in row.gpus}
     out["published"] = {g: published(steady, g) for g in row.gpus}
+    out["nccl"] = nccl_seen(steady)
     out["windows"] = [raw_window(w, row, sampler) for w in mine]
     if out["workload"] == "split_bursty":
         out["util_check"] = util_check(row, steady, sampler)
@@ -409,6 +485,16 @@ def exporter_split(windows: list[dict[str, Any]], gpu: str) -> dict[str, float]:
     out = {p: round(v / total, 4) for p, v in delta.items()}
     out["sum"] = round(sum(delta.values()) / wall, 4) if wall > 0 else 0.0
     return out
+
+
+def nccl_seen(windows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Whether the daemon's NCCL source reached RAS over the steady windows (the share of
+    scrapes it had answered) and the most communicators it tracked: why a row's exporter
+    collectives can be missing."""
+    answered = [w["nccl_ras_answered"] for w in windows if "nccl_ras_answered" in w]
+    comms = [w["nccl_communicators"] for w in windows if "nccl_communicators" in w]
+    return {"ras_answered": round(statistics.mean(answered), 4) if answered else None,
+            "communicators": max(comms) if comms else None}
 
 
 def published(windows: list[dict[str, Any]], gpu: str) -> dict[str, float | None]:
@@ -601,9 +687,42 @@ def render_resident(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def exporter_collectives(row: Mapping[str, Any], gpu: str) -> float | None:
+    """Mean of the GPU's per-window collectives per second over the row's steady windows
+    (None: the series was never there)."""
+    got = [w["gpus"].get(gpu, {}).get("collectives") for w in row.get("windows", [])
+           if w["t"] >= row["skip"]]
+    vals = [v for v in got if v is not None]
+    return statistics.mean(vals) if vals else None
+
+
+def render_collectives(result: Mapping[str, Any]) -> str:
+    """NCCL collectives per second by the ranks' own count (all they launched; the steps'
+    own beside) against the exporter's goodput_gpu_collectives_total (NCCL's RAS count),
+    per GPU; "-" where a side has no figure."""
+    lines = ["| row | GPU | collectives/s by the ranks | of them the steps' | by the exporter "
+             "| exporter / ranks |", "|---|---|---|---|---|---|"]
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    for name, row in result["rows"].items():
+        if "error" in row or row.get("workload") == "split_bursty":
+            continue
+        for i, gpu in enumerate(row["gpus"]):
+            t = row.get("truth", {}).get(gpu) or {}
+            ranks, steps = t.get("collectives_per_second"), t.get("step_collectives_per_second")
+            exp = exporter_collectives(row, gpu)
+            ratio = f"{exp / ranks:.3f}" if exp is not None and ranks else "-"
+            lines.append(f"| {name if i == 0 else ''} | {gpu} | {num(ranks)} | {num(steps)} | "
+                         f"{num(exp)} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
 FIXTURE_FIELDS = ("util", "util_avg", "util_samples", "graphics", "sm_active", "sm_occupancy",
                   "tensor", "dram", "fp16", "fp32", "fp64", "nvlink_rx", "nvlink_tx", "pcie_rx",
-                  "pcie_tx", "processes", "parts", "peak_pcie", "peak_nvlink")
+                  "pcie_tx", "processes", "parts", "peak_pcie", "peak_nvlink", "collectives",
+                  "collectives_total")
 
 
 def fixture(result: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -644,8 +763,10 @@ def _rounded(x: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
     p.add_argument("--plan", default="explore", help=f"one of {', '.join(PLANS)}")
+    p.add_argument("--estimate", action="store_true",
+                   help="only print the plan's estimated wall time (with --seconds, --skip)")
     p.add_argument("--slots", default="", help="only these slots of the plan (0-based: 0,2)")
     p.add_argument("--seconds", type=float, default=30.0, help="steady seconds per slot")
     p.add_argument("--skip", type=float, default=5.0, help="seconds after ready not judged")
@@ -660,12 +781,19 @@ def main(argv: list[str] | None = None) -> int:
                    "the replay tests' fixture (with --source)")
     p.add_argument("--source", default="", help="the fixture's provenance line")
     p.add_argument("--report", type=Path, help="only print this split.json's tables (the "
-                   "split, then the truth's resident time against GPM's graphics)")
+                   "split, the collectives per second by the ranks and by the exporter, then "
+                   "the truth's resident time against GPM's graphics)")
     args = p.parse_args(argv)
     if args.report:
         done = json.loads(args.report.read_text())
-        print(render(done) + "\n" + render_resident(done))
+        print(render(done) + "\n" + render_collectives(done) + "\n" + render_resident(done))
         return 0
+    if args.estimate:
+        print(f"{args.plan}: {len(PLANS[args.plan])} slots, about "
+              f"{plan_seconds(args.plan, args.seconds, args.skip):.0f} s")
+        return 0
+    if args.out is None:
+        p.error("--out is required (but with --report or --estimate)")
     if args.fixture:
         made = fixture(json.loads(args.fixture.read_text()), args.source)
         args.out.write_text(json.dumps(made, separators=(",", ":")) + "\n")
@@ -718,8 +846,8 @@ def main(argv: list[str] | None = None) -> int:
     result["sampler_error"] = sampler.error
     result["peaks"] = next((w["gpus"] for w in reversed(watch.windows)), {})
     (args.out / "split.json").write_text(json.dumps(result))
-    (args.out / "split.md").write_text(render(result))
-    print(render(result), flush=True)
+    (args.out / "split.md").write_text(render(result) + "\n" + render_collectives(result))
+    print(render(result) + "\n" + render_collectives(result), flush=True)
     return 0
 
 

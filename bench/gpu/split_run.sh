@@ -11,7 +11,9 @@
 # llama-server.xz.aa (.ab: 15 MiB parts) and llama-build.log; with SERVING=1, then
 # bench/serving/split_serving.sh (llama-server over GPUs 0,1; SERVING_BG=1: at the same time as
 # the plan's first slot, which then must use GPUs 2,3, the next slots waiting for it: PLAN=side). Knobs: PLAN (empty: no rows),
-# SLOTS, STEADY (30), SKIP (5), MINUTE (1: the bursty row 60 s),
+# SLOTS, STEADY (30), SKIP (5), MINUTE (1: the bursty row 60 s), DAEMON_ARGS,
+# NCCL_INTERVAL (1: the daemon asks NCCL's RAS for its collective counts every second,
+# --nccl-interval; empty: the flag is not passed),
 # LIMIT (seconds for the bench, 420), BUILD_DEADLINE (seconds since start, 430).
 set -u
 OUT=${OUT:?set OUT to the output directory}
@@ -55,9 +57,11 @@ fi
 if [ -n "${PLAN-explore}" ]; then
 SLOTARG=()
 [ -n "${SLOTS:-}" ] && SLOTARG=(--slots "$SLOTS")
+NCCL_INTERVAL=${NCCL_INTERVAL-1}
+DARGS="${NCCL_INTERVAL:+--nccl-interval $NCCL_INTERVAL }${DAEMON_ARGS:-}"
 timeout -k 10 "${LIMIT:-420}" python3 -m bench.gpu.split --out /tmp/split --plan "${PLAN-explore}" \
   "${SLOTARG[@]}" "${GATE[@]}" --seconds "${STEADY:-30}" --skip "${SKIP:-5}" ${MINUTE:+--bursty-minute} \
-  ${DAEMON_ARGS:+--daemon-args "$DAEMON_ARGS"} \
+  ${DARGS:+"--daemon-args=$DARGS"} \
   >>"$OUT/logs.txt" 2>&1
 echo "[split_run] bench rc $? at $(( $(date +%s) - START ))s" >>"$OUT/logs.txt"
 cp /tmp/split/split.json /tmp/split/split.md "$OUT/" 2>/dev/null

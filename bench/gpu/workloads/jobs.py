@@ -5,7 +5,8 @@ Every rank times each step on its own GPU with CUDA events: ``compute`` (its own
 ``comm`` (its collective or point-to-point calls, waiting included) and, for a rank stalled on
 its host, ``stall`` (host time before its GEMMs); the collective workloads also measure each
 phase's launch gap (``resident.py``: the GPU reached the phase before the host launched into
-it), which the [split] truth counts as host time. Ranks emit cumulative ``truth`` events every
+it), which the [split] truth counts as host time, and count the NCCL collectives they launch
+(``counted.py``). Ranks emit cumulative ``truth`` events every
 ``--truth-every`` seconds; the orchestrator turns them into each rank's waited share::
 
     waited(rank) = (comm(rank) - min over ranks of comm) / wall
@@ -33,6 +34,7 @@ from bench.gpu.workloads.core import (
     join_ranks,
     spawn_ranks,
 )
+from bench.gpu.workloads.counted import CountedDist, aside
 from bench.gpu.workloads.resident import LaunchGaps, alone_per_unit, queue_ahead
 
 # name -> (GPUs, what an expert calls it, description)
@@ -83,6 +85,10 @@ class Timer:
         is timed alone (queued ahead) at the start and at every truth line, and the
         ``kernel_alone`` total (units run x that time) caps the compute time in the truth."""
         self.unit_alone = 0.0
+        self.dist: CountedDist | None = None
+        """Set, every truth line carries its collectives launched so far (``collectives``:
+        all, as NCCL counts them; ``step_collectives``: the steps' own) and ``clock_s``, the
+        seconds since the origin with no pause taken out (NCCL counts per real second)."""
         self.reset()
 
     def reset(self) -> None:
@@ -103,9 +109,10 @@ class Timer:
         if self.work is None:
             return
         t = time.monotonic()
-        guess = self.unit_alone or alone_per_unit(self.torch, self.work, 1, reps=1)
-        count = max(1, min(64, round(0.001 / max(guess, 1e-6))))
-        self.unit_alone = alone_per_unit(self.torch, self.work, count)
+        with aside(self.dist):
+            guess = self.unit_alone or alone_per_unit(self.torch, self.work, 1, reps=1)
+            count = max(1, min(64, round(0.001 / max(guess, 1e-6))))
+            self.unit_alone = alone_per_unit(self.torch, self.work, count)
         self.paused += time.monotonic() - t
 
     def units(self, count: int) -> None:
@@ -132,8 +139,11 @@ class Timer:
     def emit(self, **extra: Any) -> None:
         """One cumulative truth line; each carries the transfer alone per step, so a rank
         whose last line is lost when its launcher stops it still has it."""
-        emit("truth", rank=self.rank, wall_s=time.monotonic() - self.t0 - self.paused,
-             steps=self.steps, unit_alone_s=self.unit_alone,
+        now = time.monotonic()
+        counts = ({"collectives": self.dist.total, "step_collectives": self.dist.steps,
+                   "clock_s": now - self.t0} if self.dist is not None else {})
+        emit("truth", rank=self.rank, wall_s=now - self.t0 - self.paused,
+             steps=self.steps, unit_alone_s=self.unit_alone, **counts,
              **{f"{k}_s": round(v, 6) for k, v in self.totals.items()},
              **({"pure_comm_per_step_s": self.pure} if self.pure is not None else {}),
              **self.info, **extra)
@@ -141,10 +151,12 @@ class Timer:
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
                stop_event: Any, seconds: float) -> None:
-    torch, dist, dev, local_stop = join_ranks(rank, world, port)
+    torch, plain, dev, local_stop = join_ranks(rank, world, port)
+    dist = CountedDist(plain)  # every collective counted where it is launched
     a, b = bf16_square(torch, args.gemm_n, dev), bf16_square(torch, args.gemm_n, dev)
     flag = torch.zeros(1, device=dev, dtype=torch.float32)
     timer = Timer(torch, rank, args.truth_every)
+    timer.dist = dist
     step = STEPS[kind](torch, dist, rank, world, args, a, b, timer)
     flag_gaps = LaunchGaps(timer)
     deadline = time.monotonic() + seconds + 120
@@ -167,8 +179,9 @@ def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind:
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         step()
     want_stop()
-    pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
-    timer.pure = pure + flag_comm(torch, dist, flag)
+    with dist.aside():
+        pure = pure_comm(torch, dist, rank, world, kind, args, a.device)
+        timer.pure = pure + flag_comm(torch, dist, flag)
     timer.reset()
     deadline = time.monotonic() + seconds
     if rank == 0:

@@ -22,7 +22,12 @@ stream drained, so event intervals never overlap one another or host time):
   they run: host time too);
 - **host**: wall time not covered by any phase, plus the launch gaps (no kernel of its own
   resident: a checkpoint's write, a data loader's delay, Python between steps, a
-  collective launched from an idle GPU).
+  collective launched from an idle GPU);
+- **collectives**: every NCCL collective the rank launches, counted at the call
+  (``counted.py``: each round's all-reduce, all-gather, reduce-scatter, broadcast or tiny
+  all-reduce, and the stop flag's; a batched isend/irecv exchange is point-to-point, not one),
+  on every truth line beside the real seconds since the origin (``clock_s``), so the exporter's
+  NCCL-counted rate can be checked against it.
 
 :func:`bench.gpu.split.parts` turns them into the split (each phase less its launch gaps):
 working = compute, transferring = min(comm, pure comm) + copy, waiting = comm - pure comm,
@@ -51,6 +56,7 @@ from bench.gpu.workloads.core import (
     load_torch,
     spawn_ranks,
 )
+from bench.gpu.workloads.counted import CountedDist, aside
 from bench.gpu.workloads.jobs import Timer
 from bench.gpu.workloads.resident import LaunchGaps, queue_ahead
 
@@ -225,6 +231,10 @@ class Job:
         host's launch path (what the truth uses; the host-launched figure is kept beside)."""
         if self.dist is None:
             return 0.0
+        with aside(self.dist):
+            return self._pure_comm(queued, reps, batch)
+
+    def _pure_comm(self, queued: bool, reps: int, batch: int) -> float:
         flag = self.timed(lambda: self.dist.all_reduce(self.flag, op=self.dist.ReduceOp.MAX),
                           reps, batch, queued)
         if self.args.coll == "none":
@@ -273,10 +283,12 @@ def write_for(host: Any, seconds: float, path: str) -> None:
 
 def _rank_main(rank: int, world: int, port: int, args: argparse.Namespace, kind: str,
                stop_event: Any, seconds: float) -> None:
-    torch, dist, dev, local_stop = join_ranks(rank, world, port)
+    torch, plain, dev, local_stop = join_ranks(rank, world, port)
+    dist = CountedDist(plain)  # every collective counted where it is launched
     job = Job(torch, dist, rank, world, args, dev)
     timer = SplitTimer(torch, rank, args.truth_every)
     timer.work = job.work
+    timer.dist = dist
     for _ in range(3):  # warm-up: NCCL channels, cuBLAS heuristics
         job.step(timer)
     job.end_of_step(timer, False)
