@@ -17,7 +17,10 @@ it once the other two are taken out (:func:`waiting`):
   so at own hollowness ``r`` the tensor counter says its kernels ran
   ``tensor / (0.955 (1 - r))``;
 - the transfer a collective really needs: link bytes at what one direction of the link
-  carries while a collective runs (``collective_link_bytes_per_second``);
+  carries while a collective runs (``collective_link_bytes_per_second``), and no less than
+  ``collective_latency_seconds`` per collective where NCCL's RAS counts them; where it
+  does, the tensor-core kernels next to each collective ramp up hollow too
+  (``collective_ramp_seconds``, :func:`ramp_hollow`);
 - the spinning kernel's own SM activity, which hides part of the waiting: a collective keeps
   some SMs busy (the share is read from the tensor pipes where the job computes with them,
   else ``collective_sm_active``), a point-to-point receive almost none.
@@ -45,8 +48,8 @@ time the rest. Waiting is counted in any collective, whatever bytes it moves
 
 Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollower than the
 default (small GEMMs, tiny kernels) and that always communicates with every rank waiting
-reads the difference as waiting; a latency-bound collective's own time reads as waiting;
-a GPU shared with another job's kernels; collective traffic over a NIC is not subtracted as
+reads the difference as waiting; without NCCL's count (CUDA graphs, no RAS) a
+latency-bound collective's own time reads as waiting; a GPU shared with another job's kernels; collective traffic over a NIC is not subtracted as
 transfer.
 """
 
