@@ -243,6 +243,9 @@ class PodJobs:
 
     jobs: Mapping[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, pod) -> job name, for the pods that carry one of the job labels."""
+    ips: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, pod) -> the pod's IP (``status.podIP``): where its processes' ports are
+    reached from the exporter's own network namespace (NCCL's RAS port, docs/jobs.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,3 +197,29 @@ def test_another_nodes_rank_with_a_local_pid_is_not_counted_here() -> None:
     assert [r.rank for r, _ in local_ranks(tie, gpu_of)] == [0]  # 777 is GPU 5, not 0
     both_wrong = [rank(0, 501, 3, "a"), rank(1, 777, 3, "b")]
     assert local_ranks(both_wrong, gpu_of) == []
+
+
+async def test_pods_are_asked_at_their_ip(tmp_path: Path) -> None:
+    """On Kubernetes the daemon's localhost is its own: a GPU pod whose job binds RAS to
+    all its addresses (NCCL_RAS_ADDR=0.0.0.0:28028) is asked at its IP, which the API
+    server told (kubernetes.pod_labels); pods without a GPU here are not asked."""
+    from exporter.readings import ContainerGpus, PodAssignments, PodJobs
+    from exporter.snapshot import SnapshotStore, SourceResult
+    from exporter.sources.nccl.source import pod_addresses
+
+    store = SnapshotStore("node-a")
+    store.publish(SourceResult(source="kubelet", reading=PodAssignments((
+        ContainerGpus("ml", "tp-0", "main", "nvidia.com/gpu", ("GPU-a", "GPU-b"), ("0", "1")),
+    ))))
+    store.publish(SourceResult(source="pod_labels", reading=PodJobs(
+        {}, {("ml", "tp-0"): "127.0.0.2", ("web", "nginx"): "127.0.0.3"})))
+    async with FakeRas(document(tp_pair(7)), host="127.0.0.2") as pod:
+        assert pod_addresses(store.current, pod.port) == [f"127.0.0.2:{pod.port}"]
+        settings = NcclConfig(addresses=["127.0.0.1:1"], pod_port=pod.port,
+                              proc_root=str(tmp_path), connections=1)
+        src = NcclSource(settings, lambda: PAIR, clock=Clock(),
+                         pods=lambda: pod_addresses(store.current, pod.port))
+        result = await src.poll()
+    reading = result.get(CollectiveReading)
+    assert result.ok and reading is not None and reading.answered
+    assert set(reading.gpus) == {"0", "1"}

@@ -15,10 +15,12 @@ if TYPE_CHECKING:
 
 
 def _sources(ctx: Context) -> list[Source]:
-    from exporter.sources.nccl.source import NcclSource
+    from exporter.sources.nccl.source import NcclSource, pod_addresses
 
     store = ctx.store
-    return [NcclSource(ctx.settings.section(NcclConfig), lambda: store.current.processes)]
+    cfg = ctx.settings.section(NcclConfig)
+    return [NcclSource(cfg, lambda: store.current.processes,
+                       pods=lambda: pod_addresses(store.current, cfg.pod_port))]
 
 
 def _families(_: CoreSettings) -> tuple[Group, ...]:

@@ -49,8 +49,8 @@ time the rest. Waiting is counted in any collective, whatever bytes it moves
 Where it can be fooled (docs/efficiency.md): a job whose own kernels are hollower than the
 default (small GEMMs, tiny kernels) and that always communicates with every rank waiting
 reads the difference as waiting; without NCCL's count (CUDA graphs, no RAS) a
-latency-bound collective's own time reads as waiting; a GPU shared with another job's kernels; collective traffic over a NIC is not subtracted as
-transfer.
+latency-bound collective's own time reads as waiting; a GPU shared with another job's
+kernels; collective traffic over a NIC is not subtracted as transfer.
 """
 
 from __future__ import annotations

@@ -244,3 +244,17 @@ async def test_a_pod_list_past_the_cap_is_refused(
     finally:
         await src.close()
     assert not result.ok and reason(result) == "invalid" and "65536 bytes" in result.error
+
+
+def test_pod_ips_come_from_the_same_list() -> None:
+    """status.podIP is where a pod's own ports are reached (NCCL's RAS port); a pod not yet
+    given one, or given something that is not an address, is left out."""
+    from exporter.sources.kubernetes.podlabels import pod_ips
+
+    body = {"items": [
+        {"metadata": {"namespace": "ml", "name": "a"}, "status": {"podIP": "10.1.2.3"}},
+        {"metadata": {"namespace": "ml", "name": "b"}, "status": {"podIP": "fd00::5"}},
+        {"metadata": {"namespace": "ml", "name": "c"}, "status": {}},
+        {"metadata": {"namespace": "ml", "name": "d"}, "status": {"podIP": "$(rm -rf)"}},
+    ]}
+    assert pod_ips(body) == {("ml", "a"): "10.1.2.3", ("ml", "b"): "fd00::5"}

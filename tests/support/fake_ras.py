@@ -58,11 +58,13 @@ class FakeRas:
     """One process's RAS port. ``doc`` is read at each STATUS (change it between polls)."""
 
     def __init__(self, doc: dict[str, Any] | None = None, *, port: int = 0,
-                 behaviour: str = "ok", huge_bytes: int = 0) -> None:
+                 behaviour: str = "ok", huge_bytes: int = 0,
+                 host: str = "127.0.0.1") -> None:
         self.doc = doc or document({})
         self.port = port
         self.behaviour = behaviour
         self.huge_bytes = huge_bytes
+        self.host = host
         self.statuses = 0
         self._server: asyncio.Server | None = None
 
@@ -70,7 +72,7 @@ class FakeRas:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(("127.0.0.1", self.port))
+        sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
         self._server = await asyncio.start_server(self._client, sock=sock)
         return self

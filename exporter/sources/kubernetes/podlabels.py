@@ -14,6 +14,7 @@ scheduler logs it once per reason. Everything else works without it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import ssl
@@ -58,6 +59,25 @@ def job_names(body: object, job_labels: Sequence[str]) -> dict[tuple[str, str], 
         job = _first_label(labels, job_labels)
         if job:
             found[(namespace, name)] = job
+    return found
+
+
+def pod_ips(body: object) -> dict[tuple[str, str], str]:
+    """(namespace, pod) -> its IP, for the pods of a ``PodList`` (already checked by
+    :func:`job_names`) whose ``status.podIP`` is an IP address; the rest are left out."""
+    found: dict[tuple[str, str], str] = {}
+    items = body.get("items") if isinstance(body, dict) else None
+    for item in items if isinstance(items, list) else ():
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        status = item.get("status") if isinstance(item, dict) else None
+        ip = status.get("podIP") if isinstance(status, dict) else None
+        if not isinstance(meta, dict) or not isinstance(ip, str):
+            continue
+        try:
+            address = str(ipaddress.ip_address(ip))
+        except ValueError:
+            continue
+        found[(str(meta.get("namespace")), str(meta.get("name")))] = address
     return found
 
 
@@ -160,7 +180,8 @@ class PodLabelSource(Source):
         try:
             body = await self._list()
             try:
-                jobs = job_names(json.loads(body), self._config.job_labels)
+                pods = json.loads(body)
+                jobs = job_names(pods, self._config.job_labels)
             except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
                 raise PodLabelError("invalid", f"not a pod list: {exc}") from exc
         except PodLabelError as exc:
@@ -172,7 +193,7 @@ class PodLabelSource(Source):
                 reading=self._jobs,
                 availability=(Availability(SOURCE, exc.reason),),
             )
-        self._jobs = PodJobs(jobs)
+        self._jobs = PodJobs(jobs, pod_ips(pods))
         return SourceResult(source=SOURCE, reading=self._jobs, availability=(Availability(SOURCE),))
 
     async def close(self) -> None:

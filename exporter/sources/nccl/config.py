@@ -33,6 +33,12 @@ class NcclConfig(Section):
     forget_after: float = Field(120.0, gt=0, le=MAX_INTERVAL)
     """Seconds a communicator not seen again is kept (its last rate too): a poll can miss
     a job whose listener the kernel did not pick."""
+    pods: bool = True
+    """Also ask each pod holding GPUs at its IP and ``pod_port`` (the IPs come from the API
+    server: needs kubernetes.pod_labels). A pod's RAS port is on its own localhost unless
+    its job sets ``NCCL_RAS_ADDR=0.0.0.0:28028``; a pod that does not answers nothing."""
+    pod_port: int = Field(28028, ge=1, le=65535)
+    """The RAS port of the pods asked at their IP."""
     proc_root: str = "/proc"
     """The host's /proc, to match ranks in containers (their own PIDs) to GPU processes."""
 

@@ -47,7 +47,7 @@ NODE_FAMILIES = NodeFamilies[CollectiveReading](
         by_label(
             "goodput_nccl_dropped_total",
             "counter",
-            "RAS input refused by a cap, by reason (max_communicators, too_large).",
+            "RAS input refused by a cap, by reason (max_communicators, max_pods, too_large).",
             "reason",
             lambda r: r.dropped,
         ),

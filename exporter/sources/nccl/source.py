@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from exporter.readings import CollectiveReading, ProcessInfo
-from exporter.snapshot import SourceResult
+from exporter.readings import CollectiveReading, PodAssignments, PodJobs, ProcessInfo
+from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.base import Source
 from exporter.sources.nccl import ras
 from exporter.sources.nccl.config import NcclConfig
@@ -62,6 +62,20 @@ def gpu_lookup(processes: Iterable[ProcessInfo], proc_root: Path
     return gpu_of
 
 
+MAX_POD_ADDRESSES = 64
+"""Pods asked per poll at most (a node holds a few GPU pods; more are dropped and counted)."""
+
+
+def pod_addresses(snap: Snapshot, port: int) -> list[str]:
+    """host:port of every pod holding a GPU here whose IP the API server told."""
+    pods = snap.get(PodAssignments)
+    named = snap.get(PodJobs)
+    if pods is None or named is None:
+        return []
+    ips = [named.ips[key] for key in pods.pod_gpus() if key in named.ips]
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in sorted(set(ips))]
+
+
 def _address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
@@ -71,9 +85,11 @@ class NcclSource(Source):
     name = SOURCE
 
     def __init__(self, cfg: NcclConfig, processes: Callable[[], tuple[ProcessInfo, ...]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 pods: Callable[[], list[str]] = list) -> None:
         self.cfg = cfg
         self._clock = clock
+        self._pods = pods
         self.interval = cfg.interval
         self._processes = processes
         self._counter = CollectiveCounter(cfg.max_communicators, cfg.forget_after)
@@ -90,7 +106,14 @@ class NcclSource(Source):
         return list(await asyncio.gather(*(one() for _ in range(self.cfg.connections))))
 
     async def poll(self) -> SourceResult:
-        answers = [a for address in self.cfg.addresses for a in await self._ask(address)]
+        addresses = list(self.cfg.addresses)
+        if self.cfg.pods:
+            pods = [a for a in self._pods() if a not in addresses]
+            if len(pods) > MAX_POD_ADDRESSES:
+                self._counter.dropped["max_pods"] += len(pods) - MAX_POD_ADDRESSES
+            addresses += pods[:MAX_POD_ADDRESSES]
+        asked = await asyncio.gather(*(self._ask(address) for address in addresses))
+        answers = [a for per_address in asked for a in per_address]
         now = self._clock()
         statuses = [a for a in answers if isinstance(a, ras.RasStatus)]
         failures = [a for a in answers if isinstance(a, ras.RasError) and a.reason != "refused"]
