@@ -223,3 +223,26 @@ async def test_pods_are_asked_at_their_ip(tmp_path: Path) -> None:
     reading = result.get(CollectiveReading)
     assert result.ok and reading is not None and reading.answered
     assert set(reading.gpus) == {"0", "1"}
+
+
+async def test_a_job_that_ended_takes_its_rate_with_it(tmp_path: Path) -> None:
+    """A poll may miss a job (another job's process took the connection), so a rank's rate
+    outlives a poll without it; but once its process is off the GPU, the rate is gone."""
+    clock = Clock()
+    procs = list(PAIR)
+    async with FakeRas(document(tp_pair(0))) as fake:
+        src = NcclSource(NcclConfig(addresses=[f"127.0.0.1:{fake.port}"], connections=1,
+                                    proc_root=str(tmp_path)), lambda: tuple(procs), clock=clock)
+        await src.poll()
+        fake.doc = document(tp_pair(1000))
+        clock.now += 1.0
+        await src.poll()
+        fake.doc = document({})  # this poll reached another job's process
+        clock.now += 1.0
+        missed = (await src.poll()).get(CollectiveReading)
+        procs.clear()  # the job ended
+        clock.now += 1.0
+        ended = (await src.poll()).get(CollectiveReading)
+    assert missed is not None and missed.gpus["0"].per_second == 1000.0
+    assert ended is not None and ended.gpus["0"].per_second is None
+    assert ended.gpus["0"].total == 1000.0  # the counter never goes back

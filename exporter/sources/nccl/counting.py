@@ -24,6 +24,7 @@ Key = tuple[str, int]
 @dataclass
 class _Rank:
     gpu: str
+    rank: RasRank
     count: int
     at: float
     seen: float
@@ -68,7 +69,9 @@ class CollectiveCounter:
     def observe(self, statuses: Iterable[RasStatus], gpu_of: Callable[[RasRank], str | None],
                 now: float) -> None:
         """Take one poll's statuses (several may describe the same job: the highest count
-        of a rank wins) taken at ``now``; forget ranks not seen for ``forget_after``."""
+        of a rank wins) taken at ``now``; forget ranks not seen for ``forget_after`` and
+        ranks whose process is no longer on their GPU (a missed poll keeps a rank's rate;
+        an ended job must not)."""
         latest: dict[Key, tuple[RasRank, str]] = {}
         refused: set[str] = set()
         comms = {comm for comm, _ in self._ranks}
@@ -87,14 +90,17 @@ class CollectiveCounter:
         if refused:
             self.dropped["max_communicators"] += len(refused)
         for key, (rank, gpu) in latest.items():
-            self._see(key, rank.collectives, gpu, now)
-        for key in [k for k, r in self._ranks.items() if now - r.seen > self.forget_after]:
+            self._see(key, rank, gpu, now)
+        gone = [k for k, r in self._ranks.items()
+                if now - r.seen > self.forget_after or gpu_of(r.rank) != r.gpu]
+        for key in gone:  # not seen for long, or its process left the GPU: its job ended
             del self._ranks[key]
 
-    def _see(self, key: Key, count: int, gpu: str, now: float) -> None:
+    def _see(self, key: Key, rank: RasRank, gpu: str, now: float) -> None:
+        count = rank.collectives
         prev = self._ranks.get(key)
         if prev is None or prev.gpu != gpu or count < prev.count:
-            self._ranks[key] = _Rank(gpu, count, now, now)  # a baseline
+            self._ranks[key] = _Rank(gpu, rank, count, now, now)  # a baseline
             return
         prev.seen = now
         if now <= prev.at:
