@@ -171,6 +171,17 @@ validated already): the issue's shapes, this bench's and the kernel shapes, 7 sl
 PLANS["final_d"] = PLANS["final_b"]
 """final_b's rows: the [lost] rows on four GPUs, then shape_tp_fp32_4096 and two solo
 shapes, 9 slots; about 320 s at STEADY=15 SKIP=4 (call B, the same plan, took 319 s)."""
+PAIR_ROWS = ("tp_decode", "shape_tp_bf16_3072", "shape_tp_bf16_2048", "shape_tp_bf16_1024",
+             "tiny_sync", "checkpoint", "jitter", "shape_tp_bf16_8192", "shape_tp_fp32_2048",
+             "fp32_allgather", "fp16_reduce_scatter", "broadcast_skew", "sendrecv_membound",
+             "h2d_loader")
+PLANS["pair_c"] = [[(row, "0,1")] for row in PAIR_ROWS]
+"""final_c's 2-GPU rows one at a time on GPUs 0,1, for a machine of two GPUs (the failing
+decode steps first): about 470 s at STEADY=15 SKIP=4 (split_run.sh LIMIT=560)."""
+PLANS["pair_d"] = [*([(f"lost_{name}", "0,1")] for name in LOST_ROWS),
+                   [("shape_tp_fp32_4096", "0,1")]]
+"""final_d's job rows on two GPUs: the [lost] rows as 2-GPU jobs (as lost-h200.md first ran
+them), then the FP32 4096-square decode step; about 320 s at STEADY=15 SKIP=4."""
 SLOT_SECONDS = 13.0
 """A slot's time besides its skip and steady seconds (ranks spawned, NCCL joined, warm-up,
 the transfer timed alone, stop): 31-33 s a slot at STEADY=15 SKIP=4 in the final run's calls
