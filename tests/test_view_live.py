@@ -222,7 +222,11 @@ def test_the_landing_pages_first_load_reads_right(daemon: str, tmp_path: Path) -
     for gpu, row in cells.items():
         bus, memory = row[6], row[10]
         assert bus != "-" and memory.endswith(" / 80 GiB"), (gpu, row)
-    assert cells["3"][8] == "2.4k" and float(cells["3"][9]) > 0, cells["3"]
+    # The engine makes about 2,400 tokens/s; under a loaded machine the first rate window
+    # the page reads can hold one counter step more or less (2.2k-2.6k).
+    tokens = cells["3"][8]
+    assert tokens.endswith("k") and 2.1 <= float(tokens[:-1]) <= 2.7, cells["3"]
+    assert float(cells["3"][9]) > 0, cells["3"]
     assert cells["1"][2].startswith("allocated idle"), cells["1"]
     assert "throttled" in cells["6"][2], cells["6"]
     jobs = dom.stdout.split("<h2>Multi-GPU jobs</h2>")[1].split("</table>")[0]
