@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from exporter.readings import CollectiveState
 from exporter.sources.nccl.ras import RasRank, RasStatus
 
+MAX_RATE = 1e6
+"""Collectives a rank can launch per second at most: one takes about 9 us on the GPU and
+some microseconds to launch, so 100,000 a second is already out of reach. A count rising
+faster is not believed (a process answering on the RAS port with made-up counts): the rank
+is re-based and the increase dropped, counted as ``implausible``."""
 Key = tuple[str, int]
 """(communicator hash, rank in it)."""
 
@@ -106,6 +111,10 @@ class CollectiveCounter:
         if now <= prev.at:
             return
         increase = count - prev.count
+        if increase > MAX_RATE * (now - prev.at):  # no GPU launches that many: a liar
+            self.dropped["implausible"] += 1
+            self._ranks[key] = _Rank(gpu, rank, count, now, now)
+            return
         self._totals[gpu] = self._totals.get(gpu, 0.0) + increase
         prev.rate = increase / (now - prev.at)
         prev.count, prev.at = count, now

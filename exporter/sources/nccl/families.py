@@ -47,7 +47,8 @@ NODE_FAMILIES = NodeFamilies[CollectiveReading](
         by_label(
             "goodput_nccl_dropped_total",
             "counter",
-            "RAS input refused by a cap, by reason (max_communicators, max_pods, too_large).",
+            "RAS input refused, by reason (max_communicators, max_pods, too_large, implausible: a "
+            "count rising faster than a GPU launches collectives).",
             "reason",
             lambda r: r.dropped,
         ),

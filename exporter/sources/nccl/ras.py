@@ -117,9 +117,14 @@ async def _exchange(host: str, port: int, max_body_bytes: int) -> bytes:
 
 async def status(host: str, port: int, timeout: float, max_body_bytes: int) -> RasStatus:
     """Ask one RAS endpoint for its job's status, within ``timeout`` seconds."""
+    where = f"{host}:{port}"
     try:
         async with asyncio.timeout(timeout):
             body = await _exchange(host, port, max_body_bytes)
+        return parse(body)
     except TimeoutError:
-        raise RasError("timeout", f"{host}:{port} gave no status in {timeout:g} s") from None
-    return parse(body)
+        raise RasError("timeout", f"{where} gave no status in {timeout:g} s") from None
+    except RasError as exc:
+        if where in str(exc):
+            raise
+        raise RasError(exc.reason, f"{where}: {exc}") from None

@@ -12,41 +12,50 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
+
+import structlog
 
 from exporter.readings import CollectiveReading, PodAssignments, PodJobs, ProcessInfo
 from exporter.snapshot import Snapshot, SourceResult
 from exporter.sources.base import Source
+from exporter.sources.jobs.reader import Reader, read_small
 from exporter.sources.nccl import ras
 from exporter.sources.nccl.config import NcclConfig
 from exporter.sources.nccl.counting import CollectiveCounter
 
 SOURCE = "nccl"
+log = structlog.get_logger(SOURCE)
 
 
-def innermost_pid(proc_root: Path, pid: int) -> int | None:
-    """The PID ``pid`` has in its own (innermost) namespace, from ``NSpid``."""
+def innermost_pid(proc_root: str, pid: int) -> int | None:
+    """The PID ``pid`` has in its own (innermost) namespace, from ``NSpid`` in its status
+    (opened as the job sources open /proc files: no FIFO blocks, no symlink is followed)."""
     try:
-        with open(proc_root / str(pid) / "status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    fields = line.split()[1:]
-                    return int(fields[-1]) if fields and fields[-1].isdigit() else None
+        data = read_small(f"{proc_root}/{pid}/status", STATUS_BYTES)
     except OSError:
-        return None
+        return None  # gone, or not ours to read
+    for line in data.decode("ascii", "replace").splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields and fields[-1].isdigit() else None
     return None
 
 
-def gpu_lookup(processes: Iterable[ProcessInfo], proc_root: Path
+STATUS_BYTES = 16384
+"""More than a /proc/<pid>/status holds (about 1.5 KB)."""
+
+
+def gpu_lookup(processes: Iterable[ProcessInfo], inner_pids: Mapping[int, int | None]
                ) -> Callable[[ras.RasRank], str | None]:
-    """rank -> the ``gpu`` label it runs on, None where no GPU process here is it."""
+    """rank -> the ``gpu`` label it runs on, None where no GPU process here is it.
+    ``inner_pids`` maps a GPU process's host PID to its PID in its own namespace."""
     by_pid: dict[int, set[str]] = {}
     for p in processes:
         by_pid.setdefault(p.pid, set()).add(p.gpu)
     inner: dict[int, set[str]] = {}
     for pid, gpus in by_pid.items():
-        own = innermost_pid(proc_root, pid)
+        own = inner_pids.get(pid)
         if own is not None and own != pid:
             inner.setdefault(own, set()).update(gpus)
 
@@ -93,6 +102,10 @@ class NcclSource(Source):
         self.interval = cfg.interval
         self._processes = processes
         self._counter = CollectiveCounter(cfg.max_communicators, cfg.forget_after)
+        self._reader = Reader(f"source-{SOURCE}-read")
+        self._inner: dict[int, int | None] = {}
+        """GPU process (host PID) -> its PID in its own namespace, read once per process."""
+        self._last_error = ""
 
     async def _ask(self, address: str) -> list[ras.RasStatus | ras.RasError]:
         host, port = _address(address)
@@ -104,6 +117,28 @@ class NcclSource(Source):
                 return exc
 
         return list(await asyncio.gather(*(one() for _ in range(self.cfg.connections))))
+
+    async def _inner_pids(self, processes: tuple[ProcessInfo, ...],
+                          statuses: list[ras.RasStatus], errors: Counter[str]
+                          ) -> Mapping[int, int | None]:
+        """The GPU processes' own PIDs, read only where a rank's PID is no host PID here (a
+        rank in a container), once per process, each read bounded in time on the job
+        sources' reader (a stuck /proc read costs its thread, never the poll)."""
+        host = {p.pid for p in processes}
+        for gone in set(self._inner) - host:
+            del self._inner[gone]
+        if all(r.pid in host for st in statuses for c in st.communicators for r in c.ranks):
+            return self._inner
+        new = sorted(host - set(self._inner))
+        if new:
+            read = await asyncio.to_thread(
+                self._reader.map, lambda pid: innermost_pid(self.cfg.proc_root, pid), new)
+            for pid, got in zip(new, read, strict=True):
+                if isinstance(got, BaseException):
+                    errors["proc_read_timeout"] += 1  # read again once the stuck read ends
+                else:
+                    self._inner[pid] = got
+        return self._inner
 
     async def poll(self) -> SourceResult:
         addresses = list(self.cfg.addresses)
@@ -120,17 +155,32 @@ class NcclSource(Source):
         for failure in failures:
             if failure.reason == "too_large":
                 self._counter.dropped["too_large"] += 1
-        gpu_of = gpu_lookup(self._processes(), Path(self.cfg.proc_root))
-        self._counter.observe(statuses, gpu_of, now)
+        errors = Counter(f.reason for f in failures)
+        processes = self._processes()
+        inner = await self._inner_pids(processes, statuses, errors)
+        self._counter.observe(statuses, gpu_lookup(processes, inner), now)
         reading = CollectiveReading(
             gpus=self._counter.states(),
             answered=bool(statuses),
             communicators=self._counter.communicators,
             dropped=tuple(sorted(self._counter.dropped.items())),
         )
-        errors = Counter(f.reason for f in failures)
+        self._log(failures, bool(statuses))
         if failures and not statuses:
             first = failures[0]
             return SourceResult(source=SOURCE, ok=False, reason=first.reason,
                                 error=f"nccl ras: {first}", reading=reading)
-        return SourceResult(source=SOURCE, reading=reading, errors=dict(errors))
+        return SourceResult(source=SOURCE, reading=reading, errors=dict(errors),
+                            stuck_reads=self._reader.stuck())
+
+    def _log(self, failures: list[ras.RasError], answered: bool) -> None:
+        """One line when an endpoint starts failing while others answer (a failure of them
+        all is the scheduler's ``source_failed``), and none again until the reason changes."""
+        error = str(failures[0]) if failures and answered else ""
+        if error and error != self._last_error:
+            log.warning("nccl_ras_endpoint_failed", reason=failures[0].reason, error=error,
+                        failed=len(failures))
+        self._last_error = error
+
+    async def close(self) -> None:
+        self._reader.stop()
