@@ -104,8 +104,10 @@ class ModelConfig(Section):
     collective_ramp_seconds: float = Field(default=8e-6, ge=0, le=1e-3)
     """Hollow time the tensor-core kernels next to each collective show beyond their own
     steady hollowness (they refill the SMs after it): not waiting. On H200 the GEMMs of a
-    decode step ran 9.5-13 us per collective longer than alone, and their tensor activity
-    per second fell from 0.90 (4096- to 8192-square alone) to 0.77-0.84."""
+    decode step ran 9.5-17 us per collective longer than alone, and their tensor activity
+    per second fell from 0.90 (4096- to 8192-square alone) to 0.77-0.84; after a spinning
+    one-thread kernel they are 3-6 us hollower (docs/validation/nccl-ras-h200.md). Fitted
+    on the decode steps' replay; every job row passed live with it on two H200."""
     collective_link_bytes_per_second: float = Field(default=190e9, gt=0)
     """Bytes per second one direction of a GPU's NVLink carries while a collective's
     transfer runs: link bytes over this are transfer time, not waiting. Fitted on H200
